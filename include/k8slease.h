@@ -1,0 +1,258 @@
+/*
+ * k8slease: leader election for C and C++ over Kubernetes Lease objects.
+ *
+ * Conventions (see README and docs/):
+ *  - Every fallible call returns 0 on success or a negative K8SLEASE_E* code.
+ *    The message of the last synchronous failure on the calling thread is
+ *    k8slease_error_last(); it names the thing that was wrong.
+ *  - Objects returned through an out pointer belong to the caller and are
+ *    freed with their _free function, which accepts NULL.
+ *  - Inputs are copied on entry; the library never keeps caller pointers
+ *    except user_data.
+ *  - Each client owns one event-loop thread. Callbacks run on that thread,
+ *    one at a time, must not block, and must not call the blocking functions
+ *    of the same client (those return K8SLEASE_ESTATE there).
+ *  - The library never prints: pass a log callback to see what it does.
+ *    Tokens and keys never reach a log line.
+ */
+#ifndef K8SLEASE_H
+#define K8SLEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(K8SLEASE_BUILDING) && defined(__GNUC__)
+#define K8SLEASE_API __attribute__((visibility("default")))
+#else
+#define K8SLEASE_API
+#endif
+
+#define K8SLEASE_VERSION_MAJOR 0
+#define K8SLEASE_VERSION_MINOR 1
+#define K8SLEASE_VERSION_PATCH 0
+#define K8SLEASE_VERSION_STRING "0.1.0"
+
+/** Error codes. Every fallible function returns 0 or one of these. */
+enum k8slease_error {
+    K8SLEASE_OK = 0,
+    K8SLEASE_EINVAL = -1,     /**< an argument broke a rule; the message names it */
+    K8SLEASE_ECONFIG = -2,    /**< kubeconfig / in-cluster config unusable (file and field named) */
+    K8SLEASE_ENOTFOUND = -3,  /**< the object does not exist (HTTP 404) */
+    K8SLEASE_ECONFLICT = -4,  /**< optimistic-concurrency conflict or already exists (HTTP 409) */
+    K8SLEASE_EAUTH = -5,      /**< credentials refused (HTTP 401/403) */
+    K8SLEASE_ETLS = -6,       /**< TLS handshake or certificate verification failed */
+    K8SLEASE_ETIMEOUT = -7,   /**< a deadline passed */
+    K8SLEASE_ETRANSPORT = -8, /**< connection refused, reset, DNS, ... */
+    K8SLEASE_EPROTOCOL = -9,  /**< the server answered something we cannot use */
+    K8SLEASE_ESTATE = -10,    /**< the call is not valid in the object's current state */
+    K8SLEASE_ENOMEM = -11,    /**< out of memory */
+    K8SLEASE_ESERVER = -12    /**< any other HTTP error status (5xx, 429, 422, ...) */
+};
+
+/** Message of the last failure of a k8slease call on this thread ("" if none).
+ *  Valid until the next k8slease call on the same thread. Any thread. */
+K8SLEASE_API const char *k8slease_error_last(void);
+
+/** Static name of an error code, e.g. "K8SLEASE_ECONFLICT". Any thread. */
+K8SLEASE_API const char *k8slease_strerror(int code);
+
+/** Version string of the library, e.g. "0.1.0". */
+K8SLEASE_API const char *k8slease_version(void);
+
+/* ------------------------------------------------------------------------ */
+/* Client                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct k8slease_client k8slease_client;
+
+typedef enum k8slease_log_level {
+    K8SLEASE_LOG_ERROR = 0,
+    K8SLEASE_LOG_WARN = 1,
+    K8SLEASE_LOG_INFO = 2,
+    K8SLEASE_LOG_DEBUG = 3
+} k8slease_log_level;
+
+/** Log sink. Called from any library thread (mostly the loop thread). */
+typedef void (*k8slease_log_cb)(k8slease_log_level level, const char *msg, void *user_data);
+
+#define K8SLEASE_CLIENT_OPTIONS_VERSION 1
+
+typedef struct k8slease_client_options {
+    unsigned int version; /**< K8SLEASE_CLIENT_OPTIONS_VERSION */
+    /** Path of a kubeconfig file. NULL: in-cluster config when
+     *  KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG (colon-separated),
+     *  else ~/.kube/config. */
+    const char *kubeconfig;
+    /** Context to use. NULL: the kubeconfig's current-context. */
+    const char *context;
+    k8slease_log_cb log_cb;      /**< NULL: no logging */
+    void *log_user_data;         /**< passed to log_cb */
+    k8slease_log_level log_level; /**< most verbose level passed to log_cb */
+} k8slease_client_options;
+
+#define K8SLEASE_CLIENT_OPTIONS_INIT {K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO}
+
+/** Create a client: loads the configuration and starts the loop thread.
+ *  opts may be NULL (defaults). No network I/O happens here.
+ *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ECONFIG, K8SLEASE_ENOMEM.
+ *  Any thread. */
+K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts);
+
+/** Stop the loop thread and free the client. Every elector and watch of the
+ *  client must have been freed first. Accepts NULL. Not from a callback. */
+K8SLEASE_API void k8slease_client_free(k8slease_client *client);
+
+/** Namespace of the configuration (context namespace, in-cluster namespace
+ *  file, else "default"). Borrowed, valid for the client's life. */
+K8SLEASE_API const char *k8slease_client_namespace(const k8slease_client *client);
+
+/** Server URL the client talks to. Borrowed, valid for the client's life. */
+K8SLEASE_API const char *k8slease_client_server(const k8slease_client *client);
+
+/* ------------------------------------------------------------------------ */
+/* Elector                                                                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct k8slease_elector k8slease_elector;
+
+/** Called on the loop thread when this candidate becomes leader; epoch is
+ *  the Lease's leaseTransitions written by the acquisition (fencing token,
+ *  strictly greater for every new term). */
+typedef void (*k8slease_elector_started_cb)(int64_t epoch, void *user_data);
+/** Called once when the election ends: after having led, or when it ends
+ *  without having led (stop, fatal error). */
+typedef void (*k8slease_elector_stopped_cb)(void *user_data);
+/** Called on every change of the observed holder; identity is "" when the
+ *  Lease has no holder. */
+typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epoch,
+                                               void *user_data);
+
+#define K8SLEASE_ELECTOR_OPTIONS_VERSION 1
+
+typedef struct k8slease_elector_options {
+    unsigned int version; /**< K8SLEASE_ELECTOR_OPTIONS_VERSION */
+    const char *ns;       /**< Lease namespace; NULL: the client's namespace */
+    const char *name;     /**< Lease name (DNS subdomain), required */
+    const char *identity; /**< our identity, e.g. "host:port"; required, non-empty */
+    /** Timing, as client-go: lease_duration > renew_deadline > 1.2 * retry_period > 0.
+     *  Defaults (0): 15000 / 10000 / 2000 ms. */
+    int64_t lease_duration_ms;
+    int64_t renew_deadline_ms;
+    int64_t retry_period_ms;
+    /** 1 (default): write holderIdentity "" when the election stops while leading. */
+    int release_on_cancel;
+    k8slease_elector_started_cb on_started_leading;   /**< may be NULL */
+    k8slease_elector_stopped_cb on_stopped_leading;   /**< may be NULL */
+    k8slease_elector_new_leader_cb on_new_leader;     /**< may be NULL */
+    void *user_data;
+} k8slease_elector_options;
+
+#define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
+    {K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL}
+
+/** Validate the options and start campaigning (asynchronously).
+ *  An elector runs one term, as client-go: once leadership is lost (or the
+ *  elector stopped) it is over; start a new one to campaign again.
+ *  Returns 0, K8SLEASE_EINVAL (message names the rule), K8SLEASE_ENOMEM.
+ *  Any thread. */
+K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client *client,
+                                        const k8slease_elector_options *opts);
+
+/** Block until elected, the election ends, or timeout_ms passes (<0: no limit).
+ *  Returns 0 with *epoch set when leader; K8SLEASE_ETIMEOUT; K8SLEASE_ESTATE
+ *  when the election ended without (or after) leading; K8SLEASE_ESTATE from
+ *  a callback. Any thread but the loop thread. epoch may be NULL. */
+K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *elector, int64_t timeout_ms,
+                                               int64_t *epoch);
+
+/** 1 while leader and the monotonic clock is before the leader deadline
+ *  (start of the last successful renew request + renew_deadline), else 0.
+ *  Fencing-safe: a frozen process wakes up as not leader. Any thread. */
+K8SLEASE_API int k8slease_elector_is_leader(const k8slease_elector *elector);
+
+/** Leader deadline in CLOCK_MONOTONIC nanoseconds, 0 when not leader. Any thread. */
+K8SLEASE_API int64_t k8slease_elector_leader_deadline(const k8slease_elector *elector);
+
+/** Epoch of the current (or last) term, -1 if never elected. Any thread. */
+K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *elector);
+
+/** Block until the election is over (leadership lost or stopped), or
+ *  timeout_ms passes (<0: no limit). Returns 0 when over, K8SLEASE_ETIMEOUT,
+ *  K8SLEASE_ESTATE from a callback. Any thread but the loop thread. */
+K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *elector, int64_t timeout_ms);
+
+/** Stop the election and wait until it is over. release: 1 to write holder
+ *  "" if we lead, 0 to leave the Lease to expire, -1 to follow the options.
+ *  Idempotent. Returns 0 or K8SLEASE_ESTATE (from a callback).
+ *  Any thread but the loop thread. */
+K8SLEASE_API int k8slease_elector_stop(k8slease_elector *elector, int release);
+
+/** Stop (as the options say about release) if running, then free.
+ *  Accepts NULL. Not from a callback. */
+K8SLEASE_API void k8slease_elector_free(k8slease_elector *elector);
+
+/* ------------------------------------------------------------------------ */
+/* Holder                                                                   */
+/* ------------------------------------------------------------------------ */
+
+typedef struct k8slease_holder {
+    char *identity;         /**< holderIdentity; "" when none (never NULL) */
+    int64_t epoch;          /**< leaseTransitions (0 when absent) */
+    int64_t renew_time_us;  /**< renewTime, µs since the Unix epoch (0 when absent) */
+    int64_t acquire_time_us; /**< acquireTime, µs since the Unix epoch (0 when absent) */
+    int64_t lease_duration_s; /**< leaseDurationSeconds (0 when absent) */
+    int expired;            /**< 1 when renewTime + duration is in the past by our wall clock */
+    char *resource_version; /**< metadata.resourceVersion */
+} k8slease_holder;
+
+/** Read the Lease once (blocking, timeout_ms <= 0: 10 s).
+ *  Returns 0 with *out set (free with k8slease_holder_free), K8SLEASE_ENOTFOUND
+ *  when the Lease does not exist, or another error code.
+ *  Any thread but the loop thread. */
+K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, const char *name,
+                                     int64_t timeout_ms, k8slease_holder **out);
+
+K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder);
+
+/* ------------------------------------------------------------------------ */
+/* Watch                                                                    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct k8slease_watch k8slease_watch;
+
+/** Called on the loop thread when the holder or epoch of the Lease changes
+ *  (not on every renew). identity is "" when there is no holder or the Lease
+ *  was deleted; epoch is -1 when the Lease does not exist. */
+typedef void (*k8slease_watch_cb)(const char *identity, int64_t epoch, void *user_data);
+
+/** Start watching a Lease. The first callback reports the current state.
+ *  The watch reconnects by itself until cancelled.
+ *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOMEM. Any thread. */
+K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *client,
+                                      const char *ns, const char *name, k8slease_watch_cb cb,
+                                      void *user_data);
+
+/** Cancel the watch and free it; no callback runs after it returns.
+ *  Accepts NULL. Not from a callback of the same client. */
+K8SLEASE_API void k8slease_watch_free(k8slease_watch *watch);
+
+/* ------------------------------------------------------------------------ */
+/* Pod labels                                                               */
+/* ------------------------------------------------------------------------ */
+
+/** Set (value != NULL) or remove (value == NULL) metadata.labels[key] of a
+ *  Pod with a JSON merge patch (blocking, 10 s timeout).
+ *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOTFOUND, or another error code.
+ *  Any thread but the loop thread. */
+K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
+                                    const char *key, const char *value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* K8SLEASE_H */
