@@ -2,6 +2,7 @@
 #include "common.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,18 +96,17 @@ static _Atomic long alloc_budget = -1;
 
 void kl__alloc_fail_after(long n)
 {
-    alloc_budget = n;
+    atomic_store(&alloc_budget, n);
 }
 
 static int alloc_allowed(void)
 {
-    long b = alloc_budget;
+    long b = atomic_load(&alloc_budget);
 
     while (b >= 0) {
         if (b == 0)
             return 0;
-        if (__atomic_compare_exchange_n(&alloc_budget, &b, b - 1, 0, __ATOMIC_SEQ_CST,
-                                        __ATOMIC_SEQ_CST))
+        if (atomic_compare_exchange_weak(&alloc_budget, &b, b - 1))
             return 1;
     }
     return 1;
