@@ -79,6 +79,8 @@ int kl__exec_credential_run(const kl__exec_config *exec, kl__exec_credential *ou
 int kl__exec_credential_parse(const char *json, size_t len, const char *expected_api_version,
                               kl__exec_credential *out);
 void kl__exec_credential_clear(kl__exec_credential *cred);
+/* Test hook: time limit of kl__exec_credential_run (ms <= 0: the default 30 s). */
+void kl__exec_set_timeout_ms(int64_t ms);
 
 /* Base64 (standard alphabet, padding required, whitespace ignored).
  * Returns a malloc'ed NUL-terminated buffer or NULL with *ok = 0 on a bad
