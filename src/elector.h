@@ -42,6 +42,12 @@
  *    stop was asked is released as above when release is set).
  *  - Losing leadership because the deadline passed releases too when
  *    release_on_cancel is set (as client-go), then DONE.
+ *  - Also ending a term (STOPPED, nothing to release, DONE): a GET while
+ *    leading that shows any other holder (valid or not, or ""), our own
+ *    identity with other transitions than our epoch, or 404. client-go would
+ *    take a new term or recreate the Lease silently, under a stale epoch.
+ *  - A CREATE/UPDATE of a new term answered at or after its send time +
+ *    renew_deadline does not start the term (no STARTED): retry later.
  */
 #ifndef KL_ELECTOR_H
 #define KL_ELECTOR_H
@@ -50,7 +56,7 @@
 
 #include "lease.h"
 
-#define KL_IDENTITY_MAX 512
+#define KL_IDENTITY_MAX        512
 #define KL_ELECTOR_MAX_ACTIONS 8
 
 typedef enum kl__elector_state {
@@ -122,9 +128,9 @@ typedef struct kl__elector_actions {
 typedef struct kl__elector {
     kl__elector_config cfg;
     kl__elector_state state;
-    kl__elector_req req;       /* request in flight */
-    int64_t req_started;       /* now when it was emitted */
-    int req_fast_path;         /* the UPDATE in flight is a fast-path renew */
+    kl__elector_req req; /* request in flight */
+    int64_t req_started; /* now when it was emitted */
+    int req_fast_path;   /* the UPDATE in flight is a fast-path renew */
 
     /* observed record; holder longer than the buffer is truncated, and
      * compared by (length, FNV-1a 64, prefix) */
@@ -145,6 +151,10 @@ typedef struct kl__elector {
     int64_t next_attempt;    /* monotonic ns of the next attempt, INT64_MAX if none */
     int stop_requested, stop_release, stopped_emitted;
     int64_t release_deadline;
+    int may_hold;        /* RELEASING: the server may name us holder (we led, or a write of
+                            ours completed or failed ambiguously after the stop) */
+    int release_started; /* RELEASING: the release GET/UPDATE sequence has begun; until then
+                            the request in flight is one sent before stopping */
     uint64_t rng;
 } kl__elector;
 

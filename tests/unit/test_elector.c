@@ -1,17 +1,1179 @@
+/* The election state machine, one test per rule of elector.h. Most tests are
+ * tables of (event, now) -> (actions, state, timer); times are milliseconds
+ * after T0 on the monotonic clock, and the wall clock is WALL0 + the same
+ * milliseconds, so acquire/renew times in the expected actions read as the
+ * millisecond at which the request was sent. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
-static void placeholder(void **state)
+#include <stdio.h>
+#include <string.h>
+
+#include "common.h"
+#include "elector.h"
+
+#define MS       INT64_C(1000000)
+#define T0       (INT64_C(1000) * 1000 * MS) /* any monotonic origin but 0 */
+#define WALL0_US INT64_C(1700000000000000)
+#define W(ms)    (WALL0_US + (ms)*1000) /* wall µs at T0 + ms */
+
+/* config used unless a test says otherwise: client-go's defaults */
+#define LD_MS 15000
+#define RD_MS 10000
+#define RP_MS 2000
+
+/* special values of step.at_ms and step.timer_ms */
+#define AT_TIMER INT64_MIN       /* deliver at kl__elector_timer() */
+#define ANY      INT64_MIN       /* do not check */
+#define NO_TIMER INT64_MAX       /* kl__elector_timer() == INT64_MAX */
+#define JITTER   (INT64_MIN + 1) /* in [now + RP, now + 2.2 RP) */
+
+static const kl__lease_spec other_valid = {"other", 15, W(-500), W(-500), 5};
+static const kl__lease_spec other_renewed = {"other", 15, W(-500), W(9000), 5};
+static const kl__lease_spec ancient = {"other", 15, 1, 1, 5}; /* renewTime in 1970 */
+static const kl__lease_spec empty_holder = {"", 1, W(-500), W(-500), 7};
+static const kl__lease_spec null_holder = {NULL, 0, 0, 0, 7};
+static const kl__lease_spec zero_duration = {"other", 0, W(-500), W(-500), 5};
+static const kl__lease_spec mine_before_restart = {"me", 15, W(-500), W(-500), 3};
+static const kl__lease_spec mine_other_term = {"me", 15, W(-500), W(-500), 9};
+
+/* What the server answers to our CREATE at 100 and our renews (times are
+ * those the elector wrote; the server stores them as sent). */
+static const kl__lease_spec created = {"me", 15, W(100), W(100), 0};
+static const kl__lease_spec renewed_2200 = {"me", 15, W(100), W(2200), 0};
+static const kl__lease_spec renewed_4300 = {"me", 15, W(100), W(4300), 0};
+static const kl__lease_spec released = {"", 1, W(3000), W(3000), 0};
+
+typedef struct step {
+    kl__elector_event_type type;
+    int64_t at_ms;
+    int status;
+    const kl__lease_spec *spec;
+    int release;
+    const char *actions; /* expected, see format_actions() */
+    kl__elector_state state;
+    int64_t timer_ms;
+} step;
+
+#define START(t)          KL_EV_START, (t), 0, NULL, 0
+#define TIMER(t)          KL_EV_TIMER, (t), 0, NULL, 0
+#define RESULT(t, st, sp) KL_EV_RESULT, (t), (st), (sp), 0
+#define STOP(t, rel)      KL_EV_STOP, (t), 0, NULL, (rel)
+
+static kl__elector_config default_config(void)
 {
+    kl__elector_config cfg = {"me", LD_MS * MS, RD_MS * MS, RP_MS * MS, 1, 42};
+
+    return cfg;
+}
+
+static int64_t ms_of(int64_t ns)
+{
+    return (ns - T0) / MS;
+}
+
+static void format_spec(char *buf, size_t size, const kl__lease_spec *s)
+{
+    snprintf(buf, size, "(%s,%llds,a=%lld,r=%lld,t=%lld)", s->holder ? s->holder : "NULL",
+             (long long)s->duration_s, (long long)((s->acquire_us - WALL0_US) / 1000),
+             (long long)((s->renew_us - WALL0_US) / 1000), (long long)s->transitions);
+}
+
+/* "GET", "CREATE(me,15s,a=100,r=100,t=0)", "STARTED(0)", "NEW_LEADER(x,5)",
+ * ... separated by spaces. */
+static const char *format_actions(const kl__elector_actions *out)
+{
+    static char buf[1024];
+    static const char *const names[] = {"GET",     "CREATE",     "UPDATE", "STARTED",
+                                        "STOPPED", "NEW_LEADER", "DONE"};
+    size_t len = 0;
+
+    buf[0] = '\0';
+    for (int i = 0; i < out->n; i++) {
+        const kl__elector_action *a = &out->a[i];
+        char detail[256] = "";
+
+        if (a->type == KL_ACT_CREATE || a->type == KL_ACT_UPDATE)
+            format_spec(detail, sizeof(detail), &a->spec);
+        else if (a->type == KL_ACT_STARTED)
+            snprintf(detail, sizeof(detail), "(%lld)", (long long)a->epoch);
+        else if (a->type == KL_ACT_NEW_LEADER)
+            snprintf(detail, sizeof(detail), "(%s,%lld)", a->identity, (long long)a->epoch);
+        len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s%s", i ? " " : "",
+                                names[a->type], detail);
+    }
+    return buf;
+}
+
+typedef struct run {
+    kl__elector e;
+    kl__elector_actions out;
+    int stopped, done;
+} run;
+
+static void deliver(run *r, kl__elector_event_type type, int64_t now, int status,
+                    const kl__lease_spec *spec, int release)
+{
+    kl__elector_event ev = {type, status, spec, release};
+
+    kl__elector_step(&r->e, &ev, now, WALL0_US + (now - T0) / 1000, &r->out);
+    for (int i = 0; i < r->out.n; i++) {
+        /* nothing may follow DONE, in the same step or later */
+        assert_int_equal(r->done, 0);
+        if (r->out.a[i].type == KL_ACT_STOPPED)
+            r->stopped++;
+        if (r->out.a[i].type == KL_ACT_DONE) {
+            assert_int_equal(i, r->out.n - 1);
+            r->done = 1;
+        }
+    }
+    assert_true(r->stopped <= 1);
+    if (r->done)
+        assert_int_equal(r->stopped, 1);
+}
+
+static void run_init(run *r, const kl__elector_config *cfg)
+{
+    memset(r, 0, sizeof(*r));
+    assert_int_equal(kl__elector_init(&r->e, cfg), 0);
+}
+
+static void run_steps(run *r, const step *steps, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        const step *s = &steps[i];
+        int64_t now = s->at_ms == AT_TIMER ? kl__elector_timer(&r->e) : T0 + s->at_ms * MS;
+        int64_t timer;
+        const char *got;
+
+        assert_true(now != INT64_MAX);
+        deliver(r, s->type, now, s->status, s->spec, s->release);
+        got = format_actions(&r->out);
+        if (strcmp(got, s->actions) != 0)
+            fail_msg("step %zu at %lld ms: actions \"%s\", expected \"%s\"", i,
+                     (long long)ms_of(now), got, s->actions);
+        if (r->e.state != s->state)
+            fail_msg("step %zu: state %s, expected %s", i, kl__elector_state_name(r->e.state),
+                     kl__elector_state_name(s->state));
+        timer = kl__elector_timer(&r->e);
+        if (s->timer_ms == NO_TIMER) {
+            if (timer != INT64_MAX)
+                fail_msg("step %zu: timer at %lld ms, expected none", i, (long long)ms_of(timer));
+        } else if (s->timer_ms == JITTER) {
+            if (timer < now + RP_MS * MS || timer >= now + RP_MS * MS * 22 / 10)
+                fail_msg("step %zu: retry %lld ms after now, expected [RP, 2.2 RP)", i,
+                         (long long)((timer - now) / MS));
+        } else if (s->timer_ms != ANY && timer != T0 + s->timer_ms * MS) {
+            fail_msg("step %zu: timer at %lld ms, expected %lld ms", i, (long long)ms_of(timer),
+                     (long long)s->timer_ms);
+        }
+    }
+}
+
+#define RUN(cfg, steps)                                                                            \
+    do {                                                                                           \
+        run r_;                                                                                    \
+        run_init(&r_, &(cfg));                                                                     \
+        run_steps(&r_, steps, KL_ARRAY_LEN(steps));                                                \
+    } while (0)
+
+/* Leader since 100 (CREATE sent at 100, answered at 200): deadline 10100,
+ * first renew at 2200. */
+#define LEAD_FROM_CREATE                                                                           \
+    {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},                                                  \
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING, \
+         NO_TIMER},                                                                                \
+    {                                                                                              \
+        RESULT(200, 0, &created), "STARTED(0) NEW_LEADER(me,0)", KL_EL_LEADING, 2200               \
+    }
+
+/* ---- validation ---- */
+
+static void expect_invalid(const kl__elector_config *cfg, const char *message)
+{
+    kl__elector e;
+
+    assert_int_equal(kl__elector_init(&e, cfg), K8SLEASE_EINVAL);
+    assert_string_equal(kl__error_get(), message);
+}
+
+static void test_validate_identity_empty(void **state)
+{
+    kl__elector_config cfg = default_config();
+
     (void)state;
-    assert_true(1);
+    cfg.identity = "";
+    expect_invalid(&cfg, "identity must not be empty");
+    cfg.identity = NULL;
+    expect_invalid(&cfg, "identity must not be empty");
+}
+
+static void test_validate_identity_too_long(void **state)
+{
+    kl__elector_config cfg = default_config();
+    char id[KL_IDENTITY_MAX + 1];
+    kl__elector e;
+
+    (void)state;
+    memset(id, 'x', sizeof(id));
+    id[KL_IDENTITY_MAX - 1] = '\0'; /* 511 bytes: the longest accepted */
+    cfg.identity = id;
+    assert_int_equal(kl__elector_init(&e, &cfg), 0);
+    id[KL_IDENTITY_MAX - 1] = 'x';
+    id[KL_IDENTITY_MAX] = '\0';
+    expect_invalid(&cfg, "identity longer than 511 bytes");
+}
+
+static void test_validate_positive_durations(void **state)
+{
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    cfg.retry_period_ns = 0;
+    expect_invalid(&cfg, "retry_period (0 ms) must be greater than zero");
+    cfg.retry_period_ns = -2 * MS;
+    expect_invalid(&cfg, "retry_period (-2 ms) must be greater than zero");
+    cfg = default_config();
+    cfg.renew_deadline_ns = 0;
+    expect_invalid(&cfg, "renew_deadline (0 ms) must be greater than zero");
+    cfg = default_config();
+    cfg.lease_duration_ns = -1;
+    expect_invalid(&cfg, "lease_duration (-1 ns) must be greater than zero");
+}
+
+static void test_validate_lease_duration_above_renew_deadline(void **state)
+{
+    kl__elector_config cfg = default_config();
+    kl__elector e;
+
+    (void)state;
+    cfg.lease_duration_ns = cfg.renew_deadline_ns = 5000 * MS;
+    expect_invalid(&cfg, "lease_duration (5000 ms) must be greater than renew_deadline (5000 ms)");
+    cfg.lease_duration_ns++;
+    assert_int_equal(kl__elector_init(&e, &cfg), 0);
+}
+
+static void test_validate_renew_deadline_above_jittered_retry(void **state)
+{
+    kl__elector_config cfg = default_config();
+    kl__elector e;
+
+    (void)state;
+    cfg.retry_period_ns = 3000 * MS;
+    cfg.renew_deadline_ns = 3000 * MS;
+    expect_invalid(&cfg, "renew_deadline (3000 ms) must be greater than 1.2 * retry_period "
+                         "(3000 ms)");
+    cfg.renew_deadline_ns = 3600 * MS; /* exactly 1.2 * RP: rejected */
+    expect_invalid(&cfg, "renew_deadline (3600 ms) must be greater than 1.2 * retry_period "
+                         "(3000 ms)");
+    cfg.renew_deadline_ns++;
+    assert_int_equal(kl__elector_init(&e, &cfg), 0);
+    /* 1.2 * 7 ns = 8.4 ns: 8 is not enough, 9 is */
+    cfg.lease_duration_ns = 100;
+    cfg.retry_period_ns = 7;
+    cfg.renew_deadline_ns = 8;
+    expect_invalid(&cfg, "renew_deadline (8 ns) must be greater than 1.2 * retry_period (7 ns)");
+    cfg.renew_deadline_ns = 9;
+    assert_int_equal(kl__elector_init(&e, &cfg), 0);
+    /* 1.2 * RP does not fit in 64 bits */
+    cfg.lease_duration_ns = INT64_MAX;
+    cfg.renew_deadline_ns = INT64_MAX - 1;
+    cfg.retry_period_ns = INT64_MAX / 6 * 5 + 1;
+    assert_int_equal(kl__elector_init(&e, &cfg), K8SLEASE_EINVAL);
+}
+
+/* ---- acquiring ---- */
+
+static void test_start_gets_at_once(void **state)
+{
+    static const step steps[] = {
+        {TIMER(0), "", KL_EL_IDLE, NO_TIMER},
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {START(1), "", KL_EL_ACQUIRING, NO_TIMER}, /* a second START changes nothing */
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_not_found_creates(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_create_ok_leads(void **state)
+{
+    static const step steps[] = {LEAD_FROM_CREATE};
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_int_equal(r.e.epoch, 0);
+    assert_int_equal(kl__elector_leader_deadline(&r.e), T0 + (100 + RD_MS) * MS);
+    assert_true(kl__elector_is_leader(&r.e, T0 + 200 * MS));
+}
+
+static void test_create_conflict_retries_with_jitter(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RESULT(200, K8SLEASE_ECONFLICT, NULL), "", KL_EL_ACQUIRING, JITTER},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_held_by_other_waits(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        /* the same holder again: no second NEW_LEADER */
+        {RESULT(5000, 0, &other_valid), "", KL_EL_ACQUIRING, JITTER},
+        {RESULT(5001, 0, &other_valid), "", KL_EL_ACQUIRING, ANY}, /* nothing asked: stale */
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* The expiry counts from when WE saw the record, by our monotonic clock: a
+ * renewTime from 1970 (a skewed clock) does not make the lease expired. */
+static void test_expiry_by_local_observed_time(void **state)
+{
+    static const step early[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &ancient), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(15000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(15099, 0, &ancient), "", KL_EL_ACQUIRING, JITTER}, /* 1 ms short of 15 s */
+    };
+    static const step expired[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &ancient), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(15000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(15100, 0, &ancient), "UPDATE(me,15s,a=15100,r=15100,t=6)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, early);
+    RUN(cfg, expired);
+}
+
+static void test_unchanged_record_keeps_observed_time(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(8000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(8100, 0, &other_valid), "", KL_EL_ACQUIRING, JITTER}, /* still seen at 100 */
+        {TIMER(15000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(15100, 0, &other_valid), "UPDATE(me,15s,a=15100,r=15100,t=6)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_changed_record_restarts_observed_time(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(9000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(9100, 0, &other_renewed), "", KL_EL_ACQUIRING, JITTER}, /* a renew */
+        {TIMER(24000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(24099, 0, &other_renewed), "", KL_EL_ACQUIRING, JITTER}, /* 15 s from 9100 */
+        {TIMER(30000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(30000, 0, &other_renewed), "UPDATE(me,15s,a=30000,r=30000,t=6)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_zero_duration_is_expired(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &zero_duration), "NEW_LEADER(other,5) UPDATE(me,15s,a=100,r=100,t=6)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_empty_holder_acquires_at_once(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step null_steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &null_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+    RUN(cfg, null_steps);
+}
+
+/* Restarted under the same identity: the lease still names us, but this
+ * process never led; a new term (a new epoch) starts at once. */
+static void test_own_identity_at_start_takes_new_term(void **state)
+{
+    static const kl__lease_spec taken = {"me", 15, W(100), W(100), 4};
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &mine_before_restart), "NEW_LEADER(me,3) UPDATE(me,15s,a=100,r=100,t=4)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(200, 0, &taken), "STARTED(4)", KL_EL_LEADING, 2200},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_update_conflict_not_leader(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(200, K8SLEASE_ECONFLICT, NULL), "", KL_EL_ACQUIRING, JITTER},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(10000, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_false(kl__elector_is_leader(&r.e, T0 + 200 * MS));
+    assert_int_equal(r.e.epoch, -1);
+}
+
+/* A write answered after renew_deadline would start a term that is already
+ * over: no STARTED; the next attempt finds our name and starts a fresh term. */
+static void test_late_acquisition_not_leader(void **state)
+{
+    static const kl__lease_spec late = {"me", 15, W(100), W(100), 8};
+    static const kl__lease_spec fresh = {"me", 15, W(20200), W(20200), 9};
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(10100, 0, &late), "NEW_LEADER(me,8)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(20000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(20200, 0, &late), "UPDATE(me,15s,a=20200,r=20200,t=9)", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(20300, 0, &fresh), "STARTED(9)", KL_EL_LEADING, 22300},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_new_leader_on_every_change_of_holder(void **state)
+{
+    static const kl__lease_spec b = {"b", 15, W(0), W(0), 6};
+    static const kl__lease_spec b_later = {"b", 15, W(0), W(3000), 6}; /* a renew: same holder */
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(5000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(5100, 0, &b), "NEW_LEADER(b,6)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(10000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(10100, 0, &b_later), "", KL_EL_ACQUIRING, JITTER},
+        {TIMER(15000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(15100, K8SLEASE_ETIMEOUT, NULL), "", KL_EL_ACQUIRING, JITTER},
+        {TIMER(20000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(20100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=20100,r=20100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* ---- leading ---- */
+
+static void test_fast_path_renew(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2199), "", KL_EL_LEADING, 2200}, /* early: ignored */
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, 0, &renewed_2200), "", KL_EL_LEADING, 4300},
+        {TIMER(4300), "UPDATE(me,15s,a=100,r=4300,t=0)", KL_EL_LEADING, 12200},
+        {RESULT(4400, 0, &renewed_4300), "", KL_EL_LEADING, 6400},
+    };
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_int_equal(kl__elector_leader_deadline(&r.e), T0 + (4300 + RD_MS) * MS);
+}
+
+static void test_fast_path_error_falls_back_to_get(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, 0, &renewed_2200), "UPDATE(me,15s,a=100,r=2400,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2500, 0, &renewed_2200), "", KL_EL_LEADING, 4500},
+    };
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    /* the slow path's UPDATE was sent at 2400 */
+    assert_int_equal(kl__elector_leader_deadline(&r.e), T0 + (2400 + RD_MS) * MS);
+}
+
+static void test_slow_path_failure_retries_after_retry_period(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, K8SLEASE_ESERVER, NULL), "", KL_EL_LEADING, 4400},
+        {TIMER(4400), "UPDATE(me,15s,a=100,r=4400,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(4500, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(4600, 0, &renewed_2200), "UPDATE(me,15s,a=100,r=4600,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(4700, K8SLEASE_ECONFLICT, NULL), "", KL_EL_LEADING, 6700},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Renewals keep failing: at the deadline (10100) we step down, exactly once,
+ * and release since release_on_cancel is set. */
+static void test_renew_failures_until_deadline(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 4400},
+        {TIMER(4400), "UPDATE(me,15s,a=100,r=4400,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(4500, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(4600, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 6600},
+        {TIMER(6600), "UPDATE(me,15s,a=100,r=6600,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(6700, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(6800, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 8800},
+        {TIMER(8800), "UPDATE(me,15s,a=100,r=8800,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(8900, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {TIMER(AT_TIMER), "STOPPED", KL_EL_RELEASING, 20100}, /* GET still in flight */
+        {RESULT(10200, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_RELEASING, 20100},
+        {RESULT(10300, 0, &renewed_2200), "UPDATE(,1s,a=10300,r=10300,t=0)", KL_EL_RELEASING,
+         20100},
+        {RESULT(10400, 0, &released), "NEW_LEADER(,0) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_deadline_without_release_on_cancel(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {TIMER(10100), "STOPPED", KL_EL_RELEASING, 20100},
+        {RESULT(10200, K8SLEASE_ETIMEOUT, NULL), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    cfg.release_on_cancel = 0;
+    RUN(cfg, steps);
+}
+
+static void test_is_leader_false_at_deadline_without_event(void **state)
+{
+    static const step steps[] = {LEAD_FROM_CREATE};
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_true(kl__elector_is_leader(&r.e, T0 + 10099 * MS));
+    assert_true(kl__elector_is_leader(&r.e, T0 + 10100 * MS - 1));
+    assert_false(kl__elector_is_leader(&r.e, T0 + 10100 * MS));
+    assert_false(kl__elector_is_leader(&r.e, T0 + 99999 * MS));
+    assert_int_equal(r.e.state, KL_EL_LEADING); /* no event was delivered */
+}
+
+/* The deadline counts from when the successful request was SENT: an answer
+ * that took 9.9 s leaves 0.1 s of leadership, not 10 s. */
+static void test_deadline_from_request_start(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(10000, 0, &renewed_2200), "", KL_EL_LEADING, 12000},
+    };
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_int_equal(kl__elector_leader_deadline(&r.e), T0 + 12200 * MS);
+    assert_false(kl__elector_is_leader(&r.e, T0 + 12200 * MS));
+}
+
+/* A success that arrives at or after the deadline does not make us leader
+ * again; the lease may now name us, so it is released. */
+static void test_late_renew_after_deadline(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(10100, 0, &renewed_2200), "STOPPED GET", KL_EL_RELEASING, 20100},
+        {RESULT(10200, 0, &renewed_2200), "UPDATE(,1s,a=10200,r=10200,t=0)", KL_EL_RELEASING,
+         20100},
+    };
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_false(kl__elector_is_leader(&r.e, T0 + 10100 * MS));
+}
+
+static void test_get_while_leading_shows_other_holder(void **state)
+{
+    static const kl__lease_spec taken = {"other", 15, W(2000), W(2000), 1};
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, 0, &taken), "NEW_LEADER(other,1) STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Our identity but another term (the same identity running twice): our
+ * epoch no longer fences, so this term is over too. */
+static void test_get_while_leading_shows_other_term(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, 0, &mine_other_term), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_lease_deleted_while_leading(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ENOTFOUND, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, K8SLEASE_ENOTFOUND, NULL), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* ---- stopping ---- */
+
+static void test_stop_while_leading_releases(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &created), "UPDATE(,1s,a=3100,r=3100,t=0)", KL_EL_RELEASING, 13000},
+        {RESULT(3200, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_RELEASING, 13000},
+        {RESULT(3300, 0, &renewed_2200), "UPDATE(,1s,a=3300,r=3300,t=0)", KL_EL_RELEASING, 13000},
+        {RESULT(3400, 0, &released), "NEW_LEADER(,0) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, 4);
+    assert_false(kl__elector_is_leader(&r.e, T0 + 3000 * MS));
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+}
+
+/* By the time we read it the lease names somebody else: nothing to release. */
+static void test_stop_release_finds_other_holder(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &other_valid), "NEW_LEADER(other,5) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_release_gives_up_at_renew_deadline(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {RESULT(3100, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_RELEASING, 5100},
+        {TIMER(5100), "GET", KL_EL_RELEASING, 13000},
+        {RESULT(5200, 0, &created), "UPDATE(,1s,a=5200,r=5200,t=0)", KL_EL_RELEASING, 13000},
+        {RESULT(5300, K8SLEASE_ESERVER, NULL), "", KL_EL_RELEASING, 7300},
+        {TIMER(7300), "GET", KL_EL_RELEASING, 13000},
+        {TIMER(12999), "", KL_EL_RELEASING, 13000},
+        {TIMER(13000), "DONE", KL_EL_DONE, NO_TIMER},
+        {RESULT(13100, 0, &created), "", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_stop_without_release(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 0), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_stop_idle(void **state)
+{
+    static const step steps[] = {
+        {STOP(0, 1), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {START(1), "", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_stop_twice_is_harmless(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {STOP(3001, 0), "", KL_EL_RELEASING, 13000},
+        {STOP(3002, 1), "", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &created), "UPDATE(,1s,a=3100,r=3100,t=0)", KL_EL_RELEASING, 13000},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Stop while our CREATE is in flight: STOPPED at once, then wait for the
+ * answer; it succeeded, so the lease names us and is released, and STARTED
+ * is never reported. */
+static void test_stop_waits_for_request_in_flight(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {STOP(150, 1), "STOPPED", KL_EL_RELEASING, 10150},
+        {RESULT(200, 0, &created), "NEW_LEADER(me,0) GET", KL_EL_RELEASING, 10150},
+        {RESULT(300, 0, &created), "UPDATE(,1s,a=300,r=300,t=0)", KL_EL_RELEASING, 10150},
+        {RESULT(400, 0, &released), "NEW_LEADER(,0) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_stop_while_acquiring(void **state)
+{
+    /* waiting for the next attempt: nothing to wait for */
+    static const step idle[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {STOP(200, 1), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* a GET in flight never makes us holder, even if it shows our name */
+    static const step get_in_flight[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {STOP(50, 1), "STOPPED", KL_EL_RELEASING, 10050},
+        {RESULT(100, 0, &mine_before_restart), "NEW_LEADER(me,3) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* the acquisition lost the race: nothing to release */
+    static const step lost_race[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {STOP(150, 1), "STOPPED", KL_EL_RELEASING, 10150},
+        {RESULT(200, K8SLEASE_ECONFLICT, NULL), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* an acquisition that succeeded, without release: just DONE */
+    static const step no_release[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {STOP(150, 0), "STOPPED", KL_EL_RELEASING, 10150},
+        {RESULT(200, 0, &created), "NEW_LEADER(me,0) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* the answer never comes: give up at stop + renew_deadline */
+    static const step no_answer[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {STOP(50, 1), "STOPPED", KL_EL_RELEASING, 10050},
+        {TIMER(10050), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, idle);
+    RUN(cfg, get_in_flight);
+    RUN(cfg, lost_race);
+    RUN(cfg, no_release);
+    RUN(cfg, no_answer);
+}
+
+/* A write that failed without a conflict may still have reached the server:
+ * after a stop, check and release. */
+static void test_stop_after_ambiguous_write_checks(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {STOP(150, 1), "STOPPED", KL_EL_RELEASING, 10150},
+        {RESULT(200, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_RELEASING, 10150},
+        {RESULT(300, K8SLEASE_ENOTFOUND, NULL), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* STOPPED exactly once (run_steps checks "at most once" at every step and
+ * "once" at DONE) on every way to the end. */
+static void test_stopped_exactly_once(void **state)
+{
+    static const step never_led[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_ACQUIRING, JITTER},
+        {STOP(200, 1), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {STOP(300, 1), "", KL_EL_DONE, NO_TIMER},
+    };
+    static const step deadline_then_stop[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {STOP(10100, 1), "STOPPED", KL_EL_RELEASING, 20100},
+        {STOP(10200, 1), "", KL_EL_RELEASING, 20100},
+        {RESULT(10300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_RELEASING, 20100},
+        {RESULT(10400, 0, &other_valid), "NEW_LEADER(other,5) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    static const step lost_then_stop[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, 0, &other_valid), "NEW_LEADER(other,5) STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {STOP(2500, 1), "", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, never_led);
+    RUN(cfg, deadline_then_stop);
+    RUN(cfg, lost_then_stop);
+}
+
+static void test_events_after_done_do_nothing(void **state)
+{
+    static const step steps[] = {
+        {STOP(0, 1), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {START(1), "", KL_EL_DONE, NO_TIMER},
+        {TIMER(2), "", KL_EL_DONE, NO_TIMER},
+        {RESULT(3, 0, &other_valid), "", KL_EL_DONE, NO_TIMER},
+        {RESULT(4, K8SLEASE_ENOTFOUND, NULL), "", KL_EL_DONE, NO_TIMER},
+        {STOP(5, 0), "", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* The timer in every state (also checked step by step in the tables). */
+static void test_timer_per_state(void **state)
+{
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    assert_true(kl__elector_timer(&r.e) == INT64_MAX); /* IDLE */
+    deliver(&r, KL_EV_START, T0, 0, NULL, 0);
+    assert_true(kl__elector_timer(&r.e) == INT64_MAX); /* ACQUIRING, GET in flight */
+    deliver(&r, KL_EV_RESULT, T0 + 100 * MS, K8SLEASE_ETRANSPORT, NULL, 0);
+    assert_int_equal(kl__elector_timer(&r.e), r.e.next_attempt); /* ACQUIRING, waiting */
+    deliver(&r, KL_EV_TIMER, kl__elector_timer(&r.e), 0, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 5000 * MS, K8SLEASE_ENOTFOUND, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 5100 * MS, 0, &created, 0);
+    /* LEADING, idle: the next renew comes before the deadline */
+    assert_int_equal(kl__elector_timer(&r.e), T0 + 7100 * MS);
+    deliver(&r, KL_EV_TIMER, T0 + 7100 * MS, 0, NULL, 0);
+    /* LEADING, renew in flight: the deadline (CREATE sent at 5000) */
+    assert_int_equal(kl__elector_timer(&r.e), T0 + 15000 * MS);
+    deliver(&r, KL_EV_RESULT, T0 + 14000 * MS, K8SLEASE_ETRANSPORT, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 14100 * MS, K8SLEASE_ETRANSPORT, NULL, 0);
+    /* LEADING, idle: the deadline comes before the next retry */
+    assert_int_equal(kl__elector_timer(&r.e), T0 + 15000 * MS);
+    deliver(&r, KL_EV_TIMER, T0 + 15000 * MS, 0, NULL, 0);
+    /* RELEASING, GET in flight: the release deadline */
+    assert_int_equal(kl__elector_timer(&r.e), T0 + 25000 * MS);
+    deliver(&r, KL_EV_RESULT, T0 + 15100 * MS, K8SLEASE_ETRANSPORT, NULL, 0);
+    /* RELEASING, waiting: the retry */
+    assert_int_equal(kl__elector_timer(&r.e), T0 + 17100 * MS);
+    deliver(&r, KL_EV_TIMER, T0 + 25000 * MS, 0, NULL, 0);
+    assert_int_equal(r.e.state, KL_EL_DONE);
+    assert_true(kl__elector_timer(&r.e) == INT64_MAX); /* DONE */
+}
+
+static int64_t next_retry_delay(kl__elector *e, int64_t *now)
+{
+    kl__elector_event ev = {KL_EV_RESULT, K8SLEASE_ETRANSPORT, NULL, 0};
+    kl__elector_event timer = {KL_EV_TIMER, 0, NULL, 0};
+    kl__elector_actions out;
+    int64_t delay;
+
+    kl__elector_step(e, &ev, *now, 0, &out);
+    delay = kl__elector_timer(e) - *now;
+    *now = kl__elector_timer(e);
+    kl__elector_step(e, &timer, *now, 0, &out);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.a[0].type, KL_ACT_GET);
+    return delay;
+}
+
+static void test_jitter_deterministic_and_bounded(void **state)
+{
+    kl__elector_config cfg = default_config();
+    kl__elector a, b, c;
+    kl__elector_event start = {KL_EV_START, 0, NULL, 0};
+    kl__elector_actions out;
+    int64_t ta = T0, tb = T0, tc = T0, lo = INT64_MAX, hi = 0;
+    int differ = 0;
+
+    (void)state;
+    assert_int_equal(kl__elector_init(&a, &cfg), 0);
+    assert_int_equal(kl__elector_init(&b, &cfg), 0);
+    cfg.seed++;
+    assert_int_equal(kl__elector_init(&c, &cfg), 0);
+    kl__elector_step(&a, &start, ta, 0, &out);
+    kl__elector_step(&b, &start, tb, 0, &out);
+    kl__elector_step(&c, &start, tc, 0, &out);
+    for (int i = 0; i < 20000; i++) {
+        int64_t d = next_retry_delay(&a, &ta);
+
+        assert_int_equal(d, next_retry_delay(&b, &tb));
+        differ += d != next_retry_delay(&c, &tc);
+        assert_true(d >= RP_MS * MS && d < RP_MS * MS * 22 / 10);
+        lo = d < lo ? d : lo;
+        hi = d > hi ? d : hi;
+    }
+    assert_true(differ > 19000);
+    /* the draws cover the range, not a corner of it */
+    assert_true(lo < RP_MS * MS * 101 / 100);
+    assert_true(hi > RP_MS * MS * 219 / 100);
+}
+
+static void test_spurious_events_ignored(void **state)
+{
+    static const step steps[] = {
+        {RESULT(0, 0, &other_valid), "", KL_EL_IDLE, NO_TIMER},
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {TIMER(50), "", KL_EL_ACQUIRING, NO_TIMER}, /* no timer armed */
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {RESULT(150, 0, &empty_holder), "", KL_EL_ACQUIRING, ANY}, /* nothing asked */
+        {TIMER(200), "", KL_EL_ACQUIRING, ANY},                    /* too early */
+        /* a result "ok" without a body is treated as an error */
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(5000, 0, NULL), "", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* A huge leaseDurationSeconds from the server saturates instead of wrapping
+ * to "expired". */
+static void test_huge_duration_does_not_overflow(void **state)
+{
+    static const kl__lease_spec forever = {"other", INT64_MAX / 2, W(0), W(0), 5};
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &forever), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(INT64_C(3600) * 24 * 365 * 1000), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(INT64_C(3600) * 24 * 366 * 1000, 0, &forever), "", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* The Lease holds whole seconds, rounded up. */
+static void test_lease_duration_rounded_up(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,3s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    cfg.lease_duration_ns = 2001 * MS;
+    cfg.renew_deadline_ns = 2000 * MS;
+    cfg.retry_period_ns = 1000 * MS;
+    RUN(cfg, steps);
+}
+
+/* A holder longer than the buffer is compared in full, not by its prefix. */
+static void test_long_holder_compared_in_full(void **state)
+{
+    static char h1[1000], h2[1000];
+    kl__lease_spec s1 = {h1, 15, W(0), W(0), 5}, s2 = {h2, 15, W(0), W(0), 5};
+    kl__elector_config cfg = default_config();
+    run r;
+
+    (void)state;
+    memset(h1, 'h', sizeof(h1) - 1);
+    memcpy(h2, h1, sizeof(h2));
+    h2[sizeof(h2) - 2] = 'x'; /* differs after the stored prefix */
+    run_init(&r, &cfg);
+    deliver(&r, KL_EV_START, T0, 0, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 100 * MS, 0, &s1, 0);
+    assert_int_equal(r.out.n, 1);
+    assert_int_equal(r.out.a[0].type, KL_ACT_NEW_LEADER);
+    assert_int_equal(strlen(r.out.a[0].identity), KL_IDENTITY_MAX - 1);
+    deliver(&r, KL_EV_TIMER, kl__elector_timer(&r.e), 0, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 14000 * MS, 0, &s2, 0);
+    assert_int_equal(r.out.n, 1);
+    assert_int_equal(r.out.a[0].type, KL_ACT_NEW_LEADER);
+    assert_int_equal(r.e.observed_time, T0 + 14000 * MS);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(placeholder)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_validate_identity_empty),
+        cmocka_unit_test(test_validate_identity_too_long),
+        cmocka_unit_test(test_validate_positive_durations),
+        cmocka_unit_test(test_validate_lease_duration_above_renew_deadline),
+        cmocka_unit_test(test_validate_renew_deadline_above_jittered_retry),
+        cmocka_unit_test(test_start_gets_at_once),
+        cmocka_unit_test(test_not_found_creates),
+        cmocka_unit_test(test_create_ok_leads),
+        cmocka_unit_test(test_create_conflict_retries_with_jitter),
+        cmocka_unit_test(test_held_by_other_waits),
+        cmocka_unit_test(test_expiry_by_local_observed_time),
+        cmocka_unit_test(test_unchanged_record_keeps_observed_time),
+        cmocka_unit_test(test_changed_record_restarts_observed_time),
+        cmocka_unit_test(test_zero_duration_is_expired),
+        cmocka_unit_test(test_empty_holder_acquires_at_once),
+        cmocka_unit_test(test_own_identity_at_start_takes_new_term),
+        cmocka_unit_test(test_update_conflict_not_leader),
+        cmocka_unit_test(test_late_acquisition_not_leader),
+        cmocka_unit_test(test_new_leader_on_every_change_of_holder),
+        cmocka_unit_test(test_fast_path_renew),
+        cmocka_unit_test(test_fast_path_error_falls_back_to_get),
+        cmocka_unit_test(test_slow_path_failure_retries_after_retry_period),
+        cmocka_unit_test(test_renew_failures_until_deadline),
+        cmocka_unit_test(test_deadline_without_release_on_cancel),
+        cmocka_unit_test(test_is_leader_false_at_deadline_without_event),
+        cmocka_unit_test(test_deadline_from_request_start),
+        cmocka_unit_test(test_late_renew_after_deadline),
+        cmocka_unit_test(test_get_while_leading_shows_other_holder),
+        cmocka_unit_test(test_get_while_leading_shows_other_term),
+        cmocka_unit_test(test_lease_deleted_while_leading),
+        cmocka_unit_test(test_stop_while_leading_releases),
+        cmocka_unit_test(test_stop_release_finds_other_holder),
+        cmocka_unit_test(test_release_gives_up_at_renew_deadline),
+        cmocka_unit_test(test_stop_without_release),
+        cmocka_unit_test(test_stop_idle),
+        cmocka_unit_test(test_stop_twice_is_harmless),
+        cmocka_unit_test(test_stop_waits_for_request_in_flight),
+        cmocka_unit_test(test_stop_while_acquiring),
+        cmocka_unit_test(test_stop_after_ambiguous_write_checks),
+        cmocka_unit_test(test_stopped_exactly_once),
+        cmocka_unit_test(test_events_after_done_do_nothing),
+        cmocka_unit_test(test_timer_per_state),
+        cmocka_unit_test(test_jitter_deterministic_and_bounded),
+        cmocka_unit_test(test_spurious_events_ignored),
+        cmocka_unit_test(test_huge_duration_does_not_overflow),
+        cmocka_unit_test(test_lease_duration_rounded_up),
+        cmocka_unit_test(test_long_holder_compared_in_full),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
