@@ -1,1 +1,1461 @@
-/* placeholder: being written */
+/* The event loop: one thread running libcurl multi, a binary min-heap of
+ * timers and a FIFO of closures posted by other threads; HTTPS requests to
+ * the API server with the rest config's TLS and credentials.
+ *
+ * User code (closures, timers, on_data, done) never runs inside a libcurl
+ * callback: the write callback only buffers, and stream bytes are handed to
+ * on_data after curl_multi_perform returns. So every callback may start or
+ * cancel any request, its own included. */
+#include "http.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "clock.h"
+
+#if LIBCURL_VERSION_NUM < 0x074d00
+#error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"
+#endif
+
+#define BODY_MAX       (16 * 1024 * 1024)
+#define TOKEN_FILE_MAX (64 * 1024)
+/* Bound service-account tokens rotate; client-go re-reads them every minute. */
+#define TOKEN_REREAD_NS (60 * KL_NS_PER_S)
+/* Refresh exec credentials this long before they expire, so a request never
+ * leaves with a token that dies on the way. */
+#define EXEC_EARLY_US      INT64_C(30000000)
+#define CONNECT_TIMEOUT_MS 30000L
+/* Over HTTP/1.1 every watch holds a connection for minutes, and a client may
+ * run hundreds of elections; over HTTP/2 all of them share a few. */
+#define MAX_HOST_CONNECTIONS 1024L
+/* Longest sleep: every wake-up source (curl, timers, posts) shortens it. */
+#define POLL_MAX_MS  60000
+#define HEAP_INITIAL 64
+#define USER_AGENT   "k8slease/" K8SLEASE_VERSION_STRING
+
+typedef struct closure {
+    struct closure *next;
+    void (*fn)(void *arg);
+    void *arg;
+} closure;
+
+struct kl__loop {
+    /* Set by kl__loop_new, read-only afterwards. */
+    const kl__log *log;
+    char *server;                  /* as configured, for messages */
+    char *base;                    /* prefix of request URLs; host = tls_server_name if set */
+    struct curl_slist *connect_to; /* tls_server_name: connect to the real host */
+    const char *protocols;         /* "https", or "http" for an http:// server */
+    int insecure;
+    char *ca_file, *cert_file, *key_file;
+    char *ca_pem, *cert_pem, *key_pem;
+    size_t ca_pem_len, cert_pem_len, key_pem_len;
+    char *token_file;
+    kl__exec_config *exec;
+    CURLM *multi;
+    pthread_t thread;
+
+    /* Loop thread only (and the freeing thread once the loop has stopped). */
+    int64_t now;
+    kl__timer **heap;
+    size_t heap_len, heap_cap;
+    kl__http_req *reqs;  /* every live request */
+    kl__http_req *ready; /* requests with stream bytes waiting for on_data */
+    char *token;         /* static or token-file bearer token, NULL: none */
+    int64_t token_read_at;
+    kl__exec_credential cred;
+    int have_cred;
+    unsigned auth_gen; /* bumped whenever the credentials change */
+    int auth_stale;    /* a 401 came back: refresh before the next request */
+
+    /* Shared with other threads, under mu. */
+    pthread_mutex_t mu;
+    pthread_cond_t cond; /* a kl__loop_call or kl__http_sync finished */
+    closure *head, *tail;
+    int stop;
+};
+
+struct kl__http_req {
+    kl__loop *loop;
+    kl__http_req *prev, *next; /* loop->reqs */
+    kl__http_req *ready_next;  /* loop->ready */
+    int on_ready;
+    CURL *easy;
+    int in_multi;
+    struct curl_slist *headers;
+    char *method, *path, *content_type;
+    int has_body;
+    int64_t timeout_ms, idle_ns, started_at, last_byte;
+    kl__http_data_cb on_data;
+    kl__http_done_cb done;
+    void *arg;
+    kl__timer timer; /* idle timeout, or delivery of a failed launch */
+    kl__buf resp;    /* collected body, or stream bytes not yet given to on_data */
+    int streaming;   /* a 200 with on_data: bytes go to on_data */
+    int retried;     /* the one retry after a 401 is spent */
+    unsigned auth_gen;
+    int busy; /* inside on_data or done: cancel only marks it */
+    int cancelled;
+    int err;
+    char errmsg[1024];
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+static _Thread_local const kl__loop *current_loop;
+
+/* ------------------------------------------------------------------------ */
+/* Timers                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static void heap_set(kl__loop *loop, size_t i, kl__timer *t)
+{
+    loop->heap[i] = t;
+    t->slot = i + 1;
+}
+
+static void sift_up(kl__loop *loop, size_t i)
+{
+    kl__timer *t = loop->heap[i];
+
+    while (i > 0) {
+        size_t parent = (i - 1) / 2;
+
+        if (loop->heap[parent]->at <= t->at)
+            break;
+        heap_set(loop, i, loop->heap[parent]);
+        i = parent;
+    }
+    heap_set(loop, i, t);
+}
+
+static void sift_down(kl__loop *loop, size_t i)
+{
+    kl__timer *t = loop->heap[i];
+
+    for (;;) {
+        size_t child = 2 * i + 1;
+
+        if (child >= loop->heap_len)
+            break;
+        if (child + 1 < loop->heap_len && loop->heap[child + 1]->at < loop->heap[child]->at)
+            child++;
+        if (t->at <= loop->heap[child]->at)
+            break;
+        heap_set(loop, i, loop->heap[child]);
+        i = child;
+    }
+    heap_set(loop, i, t);
+}
+
+void kl__timer_init(kl__timer *t, kl__timer_cb cb, void *arg)
+{
+    t->at = 0;
+    t->slot = 0;
+    t->cb = cb;
+    t->arg = arg;
+}
+
+void kl__timer_arm(kl__loop *loop, kl__timer *t, int64_t at)
+{
+    t->at = at;
+    if (t->slot) {
+        sift_up(loop, t->slot - 1);
+        sift_down(loop, t->slot - 1);
+        return;
+    }
+    if (loop->heap_len == loop->heap_cap) {
+        size_t cap = loop->heap_cap * 2;
+        kl__timer **heap = kl__realloc(loop->heap, cap * sizeof(*heap));
+
+        if (!heap) {
+            /* The interface cannot fail (callers arm timers from callbacks
+             * with no way out); the heap starts with room for many timers,
+             * so this takes a process that is out of memory anyway. */
+            kl__log_printf(loop->log, K8SLEASE_LOG_ERROR,
+                           "timer heap: out of memory; a timer was dropped");
+            return;
+        }
+        loop->heap = heap;
+        loop->heap_cap = cap;
+    }
+    loop->heap[loop->heap_len++] = t;
+    sift_up(loop, loop->heap_len - 1);
+}
+
+void kl__timer_cancel(kl__loop *loop, kl__timer *t)
+{
+    size_t i;
+    kl__timer *last;
+
+    if (!t->slot)
+        return;
+    i = t->slot - 1;
+    last = loop->heap[--loop->heap_len];
+    t->slot = 0;
+    if (last != t) {
+        heap_set(loop, i, last);
+        sift_up(loop, i);
+        sift_down(loop, last->slot - 1);
+    }
+}
+
+static void run_timers(kl__loop *loop)
+{
+    /* Bounded, so a timer re-armed for "now" by its own callback runs in
+     * the next iteration instead of spinning here. */
+    size_t budget = loop->heap_len;
+
+    while (budget-- > 0 && loop->heap_len > 0 && loop->heap[0]->at <= loop->now) {
+        kl__timer *t = loop->heap[0];
+
+        kl__timer_cancel(loop, t);
+        t->cb(t, t->arg);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Credentials                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void errno_message(int errnum, char *buf, size_t len)
+{
+    if (strerror_r(errnum, buf, len) != 0)
+        snprintf(buf, len, "error %d", errnum);
+}
+
+static int read_token_file(const char *path, char **out)
+{
+    kl__buf b = {0};
+    char chunk[4096], why[128];
+    FILE *f = fopen(path, "r");
+    size_t n, start = 0, end;
+    int err = 0;
+
+    *out = NULL;
+    if (!f) {
+        errno_message(errno, why, sizeof(why));
+        return kl__error_set(K8SLEASE_ECONFIG, "token file %s: %s", path, why);
+    }
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (b.len + n > TOKEN_FILE_MAX) {
+            err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: larger than %d bytes", path,
+                                TOKEN_FILE_MAX);
+            goto out;
+        }
+        if ((err = kl__buf_append(&b, chunk, n)) < 0) {
+            kl__error_set(err, "out of memory");
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: read error", path);
+        goto out;
+    }
+    end = b.len;
+    while (start < end && strchr(" \t\r\n", b.data[start]))
+        start++;
+    while (end > start && strchr(" \t\r\n", b.data[end - 1]))
+        end--;
+    if (start == end) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: empty", path);
+        goto out;
+    }
+    if (!(*out = kl__strndup(b.data + start, end - start)))
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+out:
+    fclose(f);
+    kl__buf_free(&b);
+    return err;
+}
+
+static int refresh_token_file(kl__loop *loop)
+{
+    char *token = NULL;
+    int err;
+
+    if (loop->token && !loop->auth_stale && loop->now - loop->token_read_at < TOKEN_REREAD_NS)
+        return 0;
+    loop->auth_stale = 0;
+    loop->token_read_at = loop->now;
+    if ((err = read_token_file(loop->token_file, &token)) < 0) {
+        if (!loop->token)
+            return err;
+        kl__log_printf(loop->log, K8SLEASE_LOG_WARN, "%s; keeping the previous token",
+                       kl__error_get());
+        return 0;
+    }
+    if (loop->token && strcmp(loop->token, token) == 0) {
+        kl__free(token);
+        return 0;
+    }
+    kl__free(loop->token);
+    loop->token = token;
+    loop->auth_gen++;
+    return 0;
+}
+
+static int refresh_exec(kl__loop *loop)
+{
+    kl__exec_credential cred = {0};
+    int64_t wall = kl__clock_wall_us();
+    int64_t expiry = loop->cred.expiry_us;
+    int err;
+
+    if (loop->have_cred && !loop->auth_stale && (expiry == 0 || wall < expiry - EXEC_EARLY_US))
+        return 0;
+    loop->auth_stale = 0;
+    /* Blocks the loop thread while the plugin runs (bounded by its 30 s
+     * limit). Acceptable for now: plugins answer from their own cache in
+     * milliseconds and run once per expiry; a helper thread would lift it. */
+    if ((err = kl__exec_credential_run(loop->exec, &cred)) < 0) {
+        if (loop->have_cred && (expiry == 0 || wall < expiry)) {
+            kl__log_printf(loop->log, K8SLEASE_LOG_WARN,
+                           "%s; keeping the previous credentials until they expire",
+                           kl__error_get());
+            return 0;
+        }
+        return err;
+    }
+    kl__exec_credential_clear(&loop->cred);
+    loop->cred = cred;
+    loop->have_cred = 1;
+    loop->auth_gen++;
+    return 0;
+}
+
+static int refresh_credentials(kl__loop *loop)
+{
+    if (loop->exec)
+        return refresh_exec(loop);
+    if (loop->token_file)
+        return refresh_token_file(loop);
+    return 0;
+}
+
+static const char *bearer_token(const kl__loop *loop)
+{
+    return loop->exec ? loop->cred.token : loop->token;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void set_req_error(kl__http_req *req, int err, const char *fmt, ...) KL_PRINTF(3, 4);
+
+static void set_req_error(kl__http_req *req, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(req->errmsg, sizeof(req->errmsg), fmt, ap);
+    va_end(ap);
+    req->err = err;
+}
+
+static void map_curl_error(kl__loop *loop, kl__http_req *req, CURLcode rc)
+{
+    const char *detail = req->errbuf[0] ? req->errbuf : curl_easy_strerror(rc);
+    const char *kind = "transport";
+    int err = K8SLEASE_ETRANSPORT;
+    int connection = 0; /* about the server, not this request */
+    size_t n = strlen(req->errbuf);
+
+    while (n > 0 && (req->errbuf[n - 1] == '\n' || req->errbuf[n - 1] == '\r'))
+        req->errbuf[--n] = '\0';
+    switch (rc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        err = K8SLEASE_ETIMEOUT;
+        kind = "timeout";
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_USE_SSL_FAILED:
+    case CURLE_SSL_CLIENTCERT:
+        err = K8SLEASE_ETLS;
+        kind = "TLS";
+        connection = 1;
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        kind = "resolve";
+        connection = 1;
+        break;
+    case CURLE_COULDNT_CONNECT:
+        kind = "connect";
+        connection = 1;
+        break;
+    case CURLE_SEND_ERROR:
+        kind = "send";
+        break;
+    case CURLE_RECV_ERROR:
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+        kind = "receive";
+        break;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_BAD_CONTENT_ENCODING:
+        err = K8SLEASE_EPROTOCOL;
+        kind = "protocol";
+        break;
+    case CURLE_OUT_OF_MEMORY:
+        err = K8SLEASE_ENOMEM;
+        kind = "out of memory";
+        break;
+    default:
+        break;
+    }
+    set_req_error(req, err, "%s%s: %s: %s", loop->server, connection ? "" : req->path, kind,
+                  detail);
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
+{
+    kl__http_req *req = arg;
+    kl__loop *loop = req->loop;
+    size_t len = size * nmemb;
+    long status = 0;
+
+    req->last_byte = loop->now;
+    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    req->streaming = req->on_data && status == 200;
+    if (req->resp.len + len > BODY_MAX) {
+        set_req_error(req, K8SLEASE_EPROTOCOL, "response body from %s%s larger than 16 MiB",
+                      loop->server, req->path);
+        return 0;
+    }
+    if (kl__buf_append(&req->resp, data, len) < 0) {
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory for the response body",
+                      loop->server, req->path);
+        return 0;
+    }
+    if (req->streaming && !req->on_ready) {
+        req->on_ready = 1;
+        req->ready_next = loop->ready;
+        loop->ready = req;
+    }
+    return len;
+}
+
+/* Client certificate: the exec plugin's, else the config's (data, else file). */
+static int set_client_cert(kl__loop *loop, CURL *e)
+{
+    struct curl_blob cert = {NULL, 0, CURL_BLOB_COPY}, key = {NULL, 0, CURL_BLOB_COPY};
+    const char *cert_file = NULL, *key_file = NULL;
+    int bad = 0;
+
+    if (loop->have_cred && loop->cred.cert_pem && loop->cred.key_pem) {
+        cert.data = loop->cred.cert_pem;
+        cert.len = strlen(loop->cred.cert_pem);
+        key.data = loop->cred.key_pem;
+        key.len = strlen(loop->cred.key_pem);
+    } else {
+        if (loop->cert_pem) {
+            cert.data = loop->cert_pem;
+            cert.len = loop->cert_pem_len;
+        } else {
+            cert_file = loop->cert_file;
+        }
+        if (loop->key_pem) {
+            key.data = loop->key_pem;
+            key.len = loop->key_pem_len;
+        } else {
+            key_file = loop->key_file;
+        }
+    }
+    /* A NULL blob or file clears what a previous attempt set. */
+    bad |= curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, cert.data ? &cert : NULL) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, key.data ? &key : NULL) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLCERT, cert_file) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLKEY, key_file) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM") != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM") != CURLE_OK;
+    return bad ? K8SLEASE_ENOMEM : 0;
+}
+
+static int add_header(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *l = line ? curl_slist_append(*list, line) : NULL;
+
+    if (!l)
+        return K8SLEASE_ENOMEM;
+    *list = l;
+    return 0;
+}
+
+static int build_headers(const kl__loop *loop, const kl__http_req *req, struct curl_slist **out)
+{
+    struct curl_slist *h = NULL;
+    const char *token = bearer_token(loop);
+    char *line = NULL;
+    int err = 0;
+
+    if (req->content_type)
+        line = kl__sprintf("Content-Type: %s", req->content_type);
+    else if (req->has_body)
+        line = kl__strdup("Content-Type:"); /* not curl's form-urlencoded default */
+    if (((req->content_type || req->has_body) && (err = add_header(&h, line)) < 0) ||
+        (err = add_header(&h, "Accept: application/json")) < 0 ||
+        (err = add_header(&h, "Expect:")) < 0)
+        goto out;
+    if (token) {
+        kl__free(line);
+        line = kl__sprintf("Authorization: Bearer %s", token);
+        if ((err = add_header(&h, line)) < 0)
+            goto out;
+    }
+    *out = h;
+    h = NULL;
+out:
+    kl__free(line);
+    curl_slist_free_all(h);
+    return err;
+}
+
+/* (Re)send a request with the current credentials. On failure req->err and
+ * req->errmsg say why; the caller delivers it. */
+static int req_launch(kl__loop *loop, kl__http_req *req)
+{
+    struct curl_slist *h = NULL;
+    int64_t timeout_ms = 0;
+    int err;
+
+    if ((err = refresh_credentials(loop)) < 0) {
+        set_req_error(req, err, "%s", kl__error_get());
+        goto out;
+    }
+    if ((err = build_headers(loop, req, &h)) < 0 || (err = set_client_cert(loop, req->easy)) < 0 ||
+        curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, h) != CURLE_OK) {
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", loop->server, req->path);
+        err = req->err;
+        goto out;
+    }
+    curl_slist_free_all(req->headers);
+    req->headers = h;
+    h = NULL;
+    if (req->timeout_ms > 0) {
+        /* A retry gets what is left of the caller's deadline. */
+        timeout_ms = req->timeout_ms - (loop->now - req->started_at) / KL_NS_PER_MS;
+        if (timeout_ms < 1)
+            timeout_ms = 1;
+    }
+    curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    req->auth_gen = loop->auth_gen;
+    req->errbuf[0] = '\0';
+    req->resp.len = 0;
+    req->streaming = 0;
+    req->last_byte = loop->now;
+    if (curl_multi_add_handle(loop->multi, req->easy) != CURLM_OK) {
+        set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request", loop->server,
+                      req->path);
+        err = req->err;
+        goto out;
+    }
+    req->in_multi = 1;
+    if (req->idle_ns > 0)
+        kl__timer_arm(loop, &req->timer, loop->now + req->idle_ns);
+out:
+    curl_slist_free_all(h);
+    return err;
+}
+
+static void req_free(kl__loop *loop, kl__http_req *req)
+{
+    if (req->on_ready) {
+        kl__http_req **p = &loop->ready;
+
+        while (*p != req)
+            p = &(*p)->ready_next;
+        *p = req->ready_next;
+    }
+    kl__timer_cancel(loop, &req->timer);
+    if (req->in_multi)
+        curl_multi_remove_handle(loop->multi, req->easy);
+    if (req->easy)
+        curl_easy_cleanup(req->easy);
+    curl_slist_free_all(req->headers);
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        loop->reqs = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    kl__buf_free(&req->resp);
+    kl__free(req->method);
+    kl__free(req->path);
+    kl__free(req->content_type);
+    kl__free(req);
+}
+
+/* Call done with the outcome and free the request. */
+static void req_complete(kl__loop *loop, kl__http_req *req)
+{
+    kl__http_result res = {0};
+    char *content_type = NULL;
+    long status = 0;
+
+    if (req->in_multi) {
+        curl_multi_remove_handle(loop->multi, req->easy);
+        req->in_multi = 0;
+    }
+    kl__timer_cancel(loop, &req->timer);
+    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
+    res.err = req->err;
+    res.errmsg = req->err ? req->errmsg : "";
+    res.status = status;
+    res.body = req->resp.data && !req->streaming ? req->resp.data : "";
+    res.body_len = req->resp.data && !req->streaming ? req->resp.len : 0;
+    res.content_type = content_type ? content_type : "";
+    if (req->err)
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method, loop->server,
+                       req->path, req->errmsg);
+    else
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: HTTP %ld", req->method,
+                       loop->server, req->path, status);
+    req->busy = 1;
+    req->done(&res, req->arg);
+    req_free(loop, req);
+}
+
+static void req_fail(kl__loop *loop, kl__http_req *req, int err, const char *msg)
+{
+    set_req_error(req, err, "%s", msg);
+    req_complete(loop, req);
+}
+
+static void on_req_timer(kl__timer *t, void *arg)
+{
+    kl__http_req *req = arg;
+    kl__loop *loop = req->loop;
+    char msg[1024];
+
+    if (!req->in_multi) {
+        /* The launch in kl__http_start failed. */
+        req_complete(loop, req);
+        return;
+    }
+    if (loop->now - req->last_byte < req->idle_ns) {
+        kl__timer_arm(loop, t, req->last_byte + req->idle_ns);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", loop->server, req->path,
+             (long long)(req->idle_ns / KL_NS_PER_MS));
+    req_fail(loop, req, K8SLEASE_ETIMEOUT, msg);
+}
+
+/* A transfer ended: retry once after a 401 with fresh credentials, else
+ * report. */
+static void req_finish(kl__loop *loop, kl__http_req *req, CURLcode rc)
+{
+    long status = 0;
+
+    curl_multi_remove_handle(loop->multi, req->easy);
+    req->in_multi = 0;
+    kl__timer_cancel(loop, &req->timer);
+    if (rc != CURLE_OK) {
+        if (!req->err)
+            map_curl_error(loop, req, rc);
+        req_complete(loop, req);
+        return;
+    }
+    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 401 && !req->retried && (loop->token_file || loop->exec)) {
+        req->retried = 1;
+        /* Requests that left with older credentials must not refresh again. */
+        if (req->auth_gen == loop->auth_gen)
+            loop->auth_stale = 1;
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
+                       "%s %s%s: HTTP 401; retrying with fresh credentials", req->method,
+                       loop->server, req->path);
+        if (req_launch(loop, req) == 0)
+            return;
+    }
+    req_complete(loop, req);
+}
+
+static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const kl__http_opts *opts,
+                          const char *url)
+{
+    CURL *e = req->easy;
+    struct curl_blob ca = {loop->ca_pem, loop->ca_pem_len, CURL_BLOB_COPY};
+    const char *method = req->method;
+    CURLcode rc;
+
+    curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 5L);
+    curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 5L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+    if ((rc = curl_easy_setopt(e, CURLOPT_URL, url)) != CURLE_OK ||
+        (rc = curl_easy_setopt(e, CURLOPT_USERAGENT, USER_AGENT)) != CURLE_OK ||
+#if LIBCURL_VERSION_NUM >= 0x075500
+        (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, loop->protocols)) != CURLE_OK ||
+#else
+        (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS,
+                               strcmp(loop->protocols, "http") == 0 ? CURLPROTO_HTTP
+                                                                    : CURLPROTO_HTTPS)) !=
+            CURLE_OK ||
+#endif
+        (loop->connect_to &&
+         (rc = curl_easy_setopt(e, CURLOPT_CONNECT_TO, loop->connect_to)) != CURLE_OK))
+        return rc;
+
+    if (req->has_body) {
+        if ((rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
+                                   (curl_off_t)(opts->body ? opts->body_len : 0))) != CURLE_OK ||
+            (rc = curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, opts->body ? opts->body : "")) !=
+                CURLE_OK)
+            return rc;
+        if (strcmp(method, "POST") == 0)
+            method = NULL;
+    } else if (strcmp(method, "GET") == 0) {
+        method = NULL;
+    }
+    if (method && (rc = curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method)) != CURLE_OK)
+        return rc;
+
+    if (loop->insecure) {
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+        return CURLE_OK;
+    }
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    /* A configured CA is the only trust anchor, as in client-go: the system
+     * store must not vouch for an API server. */
+    if (loop->ca_pem) {
+        if ((rc = curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &ca)) != CURLE_OK)
+            return rc;
+        curl_easy_setopt(e, CURLOPT_CAINFO, NULL);
+        curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+    } else if (loop->ca_file) {
+        if ((rc = curl_easy_setopt(e, CURLOPT_CAINFO, loop->ca_file)) != CURLE_OK)
+            return rc;
+        curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+    }
+    return CURLE_OK;
+}
+
+kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http_done_cb done,
+                             void *arg)
+{
+    kl__http_req *req = kl__calloc(1, sizeof(*req));
+    const char *method = opts->method ? opts->method : "GET";
+    char *url = NULL;
+    CURLcode rc;
+
+    if (!req) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    req->loop = loop;
+    req->next = loop->reqs;
+    if (loop->reqs)
+        loop->reqs->prev = req;
+    loop->reqs = req;
+    kl__timer_init(&req->timer, on_req_timer, req);
+    req->done = done;
+    req->arg = arg;
+    req->on_data = opts->on_data;
+    req->timeout_ms = opts->timeout_ms;
+    req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;
+    req->started_at = loop->now;
+    req->has_body = opts->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+                    strcmp(method, "PATCH") == 0;
+    req->method = kl__strdup(method);
+    req->path = kl__strdup(opts->path ? opts->path : "/");
+    req->content_type = opts->content_type ? kl__strdup(opts->content_type) : NULL;
+    if (!req->method || !req->path || (opts->content_type && !req->content_type) ||
+        !(url = kl__sprintf("%s%s", loop->base, req->path)) || !(req->easy = curl_easy_init())) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if ((rc = req_setup(loop, req, opts, url)) != CURLE_OK) {
+        kl__error_set(rc == CURLE_OUT_OF_MEMORY ? K8SLEASE_ENOMEM : K8SLEASE_EINVAL,
+                      "%s %s: libcurl: %s", method, url, curl_easy_strerror(rc));
+        goto fail;
+    }
+    /* done must not run inside kl__http_start: a failed launch is reported
+     * from the request's timer, in the next iteration. */
+    if (req_launch(loop, req) < 0)
+        kl__timer_arm(loop, &req->timer, loop->now);
+    kl__free(url);
+    return req;
+fail:
+    req_free(loop, req);
+    kl__free(url);
+    return NULL;
+}
+
+void kl__http_cancel(kl__loop *loop, kl__http_req *req)
+{
+    if (!req)
+        return;
+    if (req->busy) {
+        req->cancelled = 1;
+        return;
+    }
+    req_free(loop, req);
+}
+
+/* Hand buffered stream bytes to on_data, outside libcurl's callbacks. */
+static void deliver_streams(kl__loop *loop)
+{
+    kl__http_req *req;
+
+    while ((req = loop->ready)) {
+        int rc;
+
+        loop->ready = req->ready_next;
+        req->ready_next = NULL;
+        req->on_ready = 0;
+        kl__error_clear();
+        req->busy = 1;
+        rc = req->on_data(req->resp.data, req->resp.len, req->arg);
+        req->busy = 0;
+        req->resp.len = 0;
+        if (req->cancelled) {
+            req_free(loop, req);
+        } else if (rc) {
+            char msg[1024];
+
+            if (kl__error_get()[0])
+                snprintf(msg, sizeof(msg), "%s", kl__error_get());
+            else
+                snprintf(msg, sizeof(msg), "%s%s: stream ended by its reader", loop->server,
+                         req->path);
+            req_fail(loop, req, rc, msg);
+        }
+    }
+}
+
+static void finish_transfers(kl__loop *loop)
+{
+    CURLMsg *msg;
+    int left;
+
+    while ((msg = curl_multi_info_read(loop->multi, &left))) {
+        char *p = NULL;
+        CURLcode rc = msg->data.result;
+
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
+        req_finish(loop, (kl__http_req *)(void *)p, rc);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loop thread                                                              */
+/* ------------------------------------------------------------------------ */
+
+/* Run the closures queued so far; *stop tells whether kl__loop_free asked
+ * the loop to end. Returns how many ran. */
+static size_t run_posted(kl__loop *loop, int *stop)
+{
+    closure *c, *next;
+    size_t n = 0;
+
+    pthread_mutex_lock(&loop->mu);
+    c = loop->head;
+    loop->head = loop->tail = NULL;
+    *stop = loop->stop;
+    pthread_mutex_unlock(&loop->mu);
+    for (; c; c = next) {
+        next = c->next;
+        c->fn(c->arg);
+        kl__free(c);
+        n++;
+    }
+    return n;
+}
+
+static int poll_timeout(kl__loop *loop)
+{
+    long curl_ms = -1;
+    int64_t ms = POLL_MAX_MS;
+
+    curl_multi_timeout(loop->multi, &curl_ms);
+    if (curl_ms >= 0 && curl_ms < ms)
+        ms = curl_ms;
+    if (loop->heap_len > 0) {
+        int64_t wait = loop->heap[0]->at - loop->now;
+
+        wait = wait <= 0 ? 0 : (wait + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
+        if (wait < ms)
+            ms = wait;
+    }
+    return (int)ms;
+}
+
+static void *loop_main(void *arg)
+{
+    kl__loop *loop = arg;
+    int running, stop = 0;
+
+    current_loop = loop;
+    for (;;) {
+        loop->now = kl__clock_mono_ns();
+        curl_multi_perform(loop->multi, &running);
+        deliver_streams(loop);
+        finish_transfers(loop);
+        run_timers(loop);
+        run_posted(loop, &stop);
+        if (stop)
+            break;
+        curl_multi_poll(loop->multi, NULL, 0, poll_timeout(loop), NULL);
+    }
+    /* Closures posted before the stop still run: they may own memory that
+     * only they free. */
+    while (run_posted(loop, &stop) > 0)
+        ;
+    current_loop = NULL;
+    return NULL;
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+/* Never cleaned up: other libcurl users in the host process may need it. */
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+static char **strv_dup(char *const *v)
+{
+    size_t n = 0, i;
+    char **out;
+
+    while (v && v[n])
+        n++;
+    if (!(out = kl__calloc(n + 1, sizeof(*out))))
+        return NULL;
+    for (i = 0; i < n; i++) {
+        if (!(out[i] = kl__strdup(v[i]))) {
+            while (i > 0)
+                kl__free(out[--i]);
+            kl__free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static void strv_free(char **v)
+{
+    size_t i;
+
+    for (i = 0; v && v[i]; i++)
+        kl__free(v[i]);
+    kl__free(v);
+}
+
+static void exec_free(kl__exec_config *e)
+{
+    if (!e)
+        return;
+    kl__free(e->api_version);
+    kl__free(e->command);
+    strv_free(e->args);
+    strv_free(e->env);
+    kl__free(e->config_dir);
+    kl__free(e);
+}
+
+static kl__exec_config *exec_dup(const kl__exec_config *src)
+{
+    kl__exec_config *e = kl__calloc(1, sizeof(*e));
+
+    if (!e)
+        return NULL;
+    e->api_version = src->api_version ? kl__strdup(src->api_version) : NULL;
+    e->command = src->command ? kl__strdup(src->command) : NULL;
+    e->args = strv_dup(src->args);
+    e->env = strv_dup(src->env);
+    e->config_dir = src->config_dir ? kl__strdup(src->config_dir) : NULL;
+    if ((src->api_version && !e->api_version) || (src->command && !e->command) || !e->args ||
+        !e->env || (src->config_dir && !e->config_dir)) {
+        exec_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Copy an optional string or blob; 0 on success. */
+static int dup_opt(char **dst, const char *src)
+{
+    *dst = src ? kl__strdup(src) : NULL;
+    return src && !*dst ? K8SLEASE_ENOMEM : 0;
+}
+
+static int dup_blob(char **dst, size_t *dst_len, const char *src, size_t len)
+{
+    *dst = NULL;
+    *dst_len = 0;
+    if (!src)
+        return 0;
+    if (!(*dst = kl__malloc(len + 1)))
+        return K8SLEASE_ENOMEM;
+    memcpy(*dst, src, len);
+    (*dst)[len] = '\0';
+    *dst_len = len;
+    return 0;
+}
+
+/* Parse the server URL into the request base and, with tls_server_name, a
+ * CONNECT_TO rule: the URL carries that name (so SNI and verification use
+ * it) while the connection goes to the configured host. */
+static int parse_server(kl__loop *loop, const kl__restconfig *cfg)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL, *url = NULL, *name = NULL;
+    const char *source = cfg->source ? cfg->source : "config";
+    size_t len;
+    int err = 0;
+
+    if (!u) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (curl_url_set(u, CURLUPART_URL, cfg->server, CURLU_DEFAULT_SCHEME) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "%s: server \"%s\" is not a valid URL", source,
+                            cfg->server);
+        goto out;
+    }
+    if (strcmp(scheme, "https") == 0) {
+        loop->protocols = "https";
+    } else if (strcmp(scheme, "http") == 0) {
+        loop->protocols = "http";
+    } else {
+        err = kl__error_set(K8SLEASE_ECONFIG, "%s: server \"%s\": scheme must be https or http",
+                            source, cfg->server);
+        goto out;
+    }
+    if (cfg->tls_server_name && cfg->tls_server_name[0]) {
+        struct curl_slist *l;
+        char *rule = kl__sprintf("::%s:%s", host, port);
+
+        name = strchr(cfg->tls_server_name, ':') ? kl__sprintf("[%s]", cfg->tls_server_name)
+                                                 : kl__strdup(cfg->tls_server_name);
+        l = rule ? curl_slist_append(NULL, rule) : NULL;
+        kl__free(rule);
+        if (!name || !l) {
+            curl_slist_free_all(l);
+            err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+            goto out;
+        }
+        loop->connect_to = l;
+        if (curl_url_set(u, CURLUPART_HOST, name, 0) != CURLUE_OK) {
+            err = kl__error_set(K8SLEASE_ECONFIG, "%s: tls-server-name \"%s\" is not a host name",
+                                source, cfg->tls_server_name);
+            goto out;
+        }
+    }
+    if (curl_url_get(u, CURLUPART_URL, &url, 0) != CURLUE_OK || !(loop->base = kl__strdup(url))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* Request paths start with '/'. */
+    len = strlen(loop->base);
+    while (len > 0 && loop->base[len - 1] == '/')
+        loop->base[--len] = '\0';
+out:
+    kl__free(name);
+    curl_free(url);
+    curl_free(port);
+    curl_free(host);
+    curl_free(scheme);
+    curl_url_cleanup(u);
+    return err;
+}
+
+static int copy_config(kl__loop *loop, const kl__restconfig *cfg)
+{
+    size_t len;
+    int err;
+
+    if (!cfg->server || !cfg->server[0])
+        return kl__error_set(K8SLEASE_ECONFIG, "%s: no server URL",
+                             cfg->source ? cfg->source : "config");
+    if ((err = dup_opt(&loop->server, cfg->server)) < 0 ||
+        (err = dup_opt(&loop->ca_file, cfg->ca_file)) < 0 ||
+        (err = dup_opt(&loop->cert_file, cfg->cert_file)) < 0 ||
+        (err = dup_opt(&loop->key_file, cfg->key_file)) < 0 ||
+        (err = dup_opt(&loop->token, cfg->token)) < 0 ||
+        (err = dup_opt(&loop->token_file, cfg->token_file)) < 0 ||
+        (err = dup_blob(&loop->ca_pem, &loop->ca_pem_len, cfg->ca_pem, cfg->ca_pem_len)) < 0 ||
+        (err = dup_blob(&loop->cert_pem, &loop->cert_pem_len, cfg->cert_pem, cfg->cert_pem_len)) <
+            0 ||
+        (err = dup_blob(&loop->key_pem, &loop->key_pem_len, cfg->key_pem, cfg->key_pem_len)) < 0 ||
+        (cfg->exec && !(loop->exec = exec_dup(cfg->exec))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    len = strlen(loop->server);
+    while (len > 0 && loop->server[len - 1] == '/')
+        loop->server[--len] = '\0';
+    loop->insecure = cfg->insecure;
+    return parse_server(loop, cfg);
+}
+
+static void loop_destroy(kl__loop *loop)
+{
+    closure *c;
+
+    while (loop->reqs)
+        req_free(loop, loop->reqs);
+    while ((c = loop->head)) {
+        loop->head = c->next;
+        kl__free(c);
+    }
+    if (loop->multi)
+        curl_multi_cleanup(loop->multi);
+    curl_slist_free_all(loop->connect_to);
+    kl__free(loop->heap);
+    kl__free(loop->server);
+    kl__free(loop->base);
+    kl__free(loop->ca_file);
+    kl__free(loop->cert_file);
+    kl__free(loop->key_file);
+    kl__free(loop->ca_pem);
+    kl__free(loop->cert_pem);
+    kl__free(loop->key_pem);
+    kl__free(loop->token);
+    kl__free(loop->token_file);
+    exec_free(loop->exec);
+    kl__exec_credential_clear(&loop->cred);
+    pthread_cond_destroy(&loop->cond);
+    pthread_mutex_destroy(&loop->mu);
+    kl__free(loop);
+}
+
+int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log)
+{
+    kl__loop *loop = NULL;
+    sigset_t all, old;
+    int err = 0, rc;
+
+    *out = NULL;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return kl__error_set(K8SLEASE_ETRANSPORT, "curl_global_init: %s",
+                             curl_easy_strerror(curl_init_rc));
+    if (!(loop = kl__calloc(1, sizeof(*loop))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    if (pthread_mutex_init(&loop->mu, NULL) != 0) {
+        kl__free(loop);
+        return kl__error_set(K8SLEASE_ENOMEM, "pthread_mutex_init failed");
+    }
+    if (pthread_cond_init(&loop->cond, NULL) != 0) {
+        pthread_mutex_destroy(&loop->mu);
+        kl__free(loop);
+        return kl__error_set(K8SLEASE_ENOMEM, "pthread_cond_init failed");
+    }
+    loop->log = log;
+    loop->now = kl__clock_mono_ns();
+    if ((err = copy_config(loop, cfg)) < 0)
+        goto out;
+    loop->heap_cap = HEAP_INITIAL;
+    if (!(loop->heap = kl__calloc(loop->heap_cap, sizeof(*loop->heap))) ||
+        !(loop->multi = curl_multi_init())) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, MAX_HOST_CONNECTIONS);
+    /* The host process's signal handlers stay on its own threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&loop->thread, NULL, loop_main, loop);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "cannot start the loop thread: error %d", rc);
+        goto out;
+    }
+    *out = loop;
+    loop = NULL;
+out:
+    if (loop)
+        loop_destroy(loop);
+    return err;
+}
+
+void kl__loop_free(kl__loop *loop)
+{
+    if (!loop)
+        return;
+    if (kl__loop_on_thread(loop)) {
+        kl__log_printf(loop->log, K8SLEASE_LOG_ERROR,
+                       "kl__loop_free called on the loop thread; not freed");
+        return;
+    }
+    pthread_mutex_lock(&loop->mu);
+    loop->stop = 1;
+    pthread_mutex_unlock(&loop->mu);
+    curl_multi_wakeup(loop->multi);
+    pthread_join(loop->thread, NULL);
+    loop_destroy(loop);
+}
+
+int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg)
+{
+    closure *c = kl__malloc(sizeof(*c));
+
+    if (!c)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    c->next = NULL;
+    c->fn = fn;
+    c->arg = arg;
+    pthread_mutex_lock(&loop->mu);
+    if (loop->tail)
+        loop->tail->next = c;
+    else
+        loop->head = c;
+    loop->tail = c;
+    pthread_mutex_unlock(&loop->mu);
+    curl_multi_wakeup(loop->multi);
+    return 0;
+}
+
+typedef struct call {
+    kl__loop *loop;
+    void (*fn)(void *arg);
+    void *arg;
+    int done;
+} call;
+
+static void call_run(void *arg)
+{
+    call *c = arg;
+
+    c->fn(c->arg);
+    pthread_mutex_lock(&c->loop->mu);
+    c->done = 1;
+    pthread_cond_broadcast(&c->loop->cond);
+    pthread_mutex_unlock(&c->loop->mu);
+}
+
+int kl__loop_call(kl__loop *loop, void (*fn)(void *arg), void *arg)
+{
+    call c = {loop, fn, arg, 0};
+    int err;
+
+    if (kl__loop_on_thread(loop))
+        return kl__error_set(K8SLEASE_ESTATE, "blocking call from the loop thread");
+    if ((err = kl__loop_post(loop, call_run, &c)) < 0)
+        return err;
+    pthread_mutex_lock(&loop->mu);
+    while (!c.done)
+        pthread_cond_wait(&loop->cond, &loop->mu);
+    pthread_mutex_unlock(&loop->mu);
+    return 0;
+}
+
+int kl__loop_on_thread(const kl__loop *loop)
+{
+    return current_loop == loop;
+}
+
+int64_t kl__loop_now(const kl__loop *loop)
+{
+    return loop->now;
+}
+
+const kl__log *kl__loop_log(const kl__loop *loop)
+{
+    return loop->log;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Blocking requests                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sync_req {
+    kl__loop *loop;
+    const kl__http_opts *opts;
+    int finished;
+    int err;
+    char errmsg[1024];
+    long status;
+    char *body;
+    size_t body_len;
+} sync_req;
+
+static void sync_finish(sync_req *s)
+{
+    pthread_mutex_lock(&s->loop->mu);
+    s->finished = 1;
+    pthread_cond_broadcast(&s->loop->cond);
+    pthread_mutex_unlock(&s->loop->mu);
+}
+
+static void sync_done(const kl__http_result *res, void *arg)
+{
+    sync_req *s = arg;
+
+    s->err = res->err;
+    s->status = res->status;
+    if (res->err) {
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", res->errmsg);
+    } else if ((s->body = kl__malloc(res->body_len + 1))) {
+        memcpy(s->body, res->body, res->body_len);
+        s->body[res->body_len] = '\0';
+        s->body_len = res->body_len;
+    } else {
+        s->err = K8SLEASE_ENOMEM;
+        snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+    }
+    sync_finish(s);
+}
+
+static void sync_start(void *arg)
+{
+    sync_req *s = arg;
+    kl__http_opts opts = *s->opts;
+
+    opts.on_data = NULL;
+    if (!kl__http_start(s->loop, &opts, sync_done, s)) {
+        s->err = K8SLEASE_ENOMEM;
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", kl__error_get());
+        sync_finish(s);
+    }
+}
+
+int kl__http_sync(kl__loop *loop, const kl__http_opts *opts, long *status, char **body,
+                  size_t *body_len)
+{
+    sync_req s = {0};
+    int err;
+
+    s.loop = loop;
+    s.opts = opts;
+    if (kl__loop_on_thread(loop))
+        return kl__error_set(K8SLEASE_ESTATE, "blocking request from the loop thread");
+    if ((err = kl__loop_post(loop, sync_start, &s)) < 0)
+        return err;
+    pthread_mutex_lock(&loop->mu);
+    while (!s.finished)
+        pthread_cond_wait(&loop->cond, &loop->mu);
+    pthread_mutex_unlock(&loop->mu);
+    if (s.err)
+        return kl__error_set(s.err, "%s", s.errmsg);
+    if (status)
+        *status = s.status;
+    if (body_len)
+        *body_len = s.body_len;
+    if (body)
+        *body = s.body;
+    else
+        kl__free(s.body);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Status errors, escaping                                                  */
+/* ------------------------------------------------------------------------ */
+
+int kl__http_status_error(long status, const char *body, size_t body_len, const char *what)
+{
+    json_t *root = body && body_len ? json_loadb(body, body_len, 0, NULL) : NULL;
+    const char *kind = json_string_value(json_object_get(root, "kind"));
+    const char *message = NULL, *reason = NULL;
+    int code;
+
+    if (!what)
+        what = "request";
+    if (status == 404)
+        code = K8SLEASE_ENOTFOUND;
+    else if (status == 409)
+        code = K8SLEASE_ECONFLICT;
+    else if (status == 401 || status == 403)
+        code = K8SLEASE_EAUTH;
+    else
+        code = K8SLEASE_ESERVER;
+    if (kind && strcmp(kind, "Status") == 0) {
+        message = json_string_value(json_object_get(root, "message"));
+        reason = json_string_value(json_object_get(root, "reason"));
+    }
+    if (message && message[0]) {
+        if (reason && reason[0])
+            kl__error_set(code, "%s: HTTP %ld %s: %s", what, status, reason, message);
+        else
+            kl__error_set(code, "%s: HTTP %ld: %s", what, status, message);
+    } else if (reason && reason[0]) {
+        kl__error_set(code, "%s: HTTP %ld %s", what, status, reason);
+    } else {
+        /* Not a Status (a proxy's HTML page, plain text): a printable prefix. */
+        char snippet[201];
+        size_t i, n = body && body_len < 200 ? body_len : (body ? 200 : 0);
+
+        for (i = 0; i < n; i++)
+            snippet[i] = (body[i] >= 0x20 && body[i] < 0x7f) ? body[i] : ' ';
+        while (n > 0 && snippet[n - 1] == ' ')
+            n--;
+        snippet[n] = '\0';
+        if (n > 0)
+            kl__error_set(code, "%s: HTTP %ld: %s", what, status, snippet);
+        else
+            kl__error_set(code, "%s: HTTP %ld", what, status);
+    }
+    json_decref(root);
+    return code;
+}
+
+static int unreserved(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_' || c == '~';
+}
+
+char *kl__url_escape(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *p;
+    size_t n = 0;
+    char *out, *o;
+
+    for (p = (const unsigned char *)s; *p; p++)
+        n += unreserved(*p) ? 1 : 3;
+    if (!(out = kl__malloc(n + 1))) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (o = out, p = (const unsigned char *)s; *p; p++) {
+        if (unreserved(*p)) {
+            *o++ = (char)*p;
+        } else {
+            *o++ = '%';
+            *o++ = hex[*p >> 4];
+            *o++ = hex[*p & 15];
+        }
+    }
+    *o = '\0';
+    return out;
+}

@@ -1,17 +1,1558 @@
+/* The event loop and the HTTP layer against a local HTTPS server
+ * (libmicrohttpd, certificates from tests/data/tls): requests, TLS, auth,
+ * streaming, timeouts, timers, closures, teardown.
+ *
+ * Every wait is bounded (WAIT_MS) and fails with a message; no test sleeps
+ * to synchronise. The server handlers that block wait on a condition
+ * variable the test (or teardown) signals, also bounded. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
 #include <cmocka.h>
 
-static void placeholder(void **state)
+#include <gnutls/gnutls.h>
+#include <microhttpd.h>
+
+#include "clock.h"
+#include "http.h"
+
+#ifndef K8SLEASE_TEST_DATA
+#error "K8SLEASE_TEST_DATA must name tests/data"
+#endif
+
+#define WAIT_MS        10000
+#define SERVER_WAIT_MS 20000
+#define BIG_BODY       (17 * 1024 * 1024)
+#define NRESULTS       4
+
+/* ------------------------------------------------------------------------ */
+/* Fixtures and synchronisation                                             */
+/* ------------------------------------------------------------------------ */
+
+static struct {
+    char *ca, *other_ca, *server_cert, *server_key, *client_cert, *client_key;
+} fx;
+
+static char *slurp(const char *name)
+{
+    char path[512];
+    FILE *f;
+    long n;
+    char *buf;
+
+    snprintf(path, sizeof(path), "%s/tls/%s", K8SLEASE_TEST_DATA, name);
+    if (!(f = fopen(path, "rb")))
+        return NULL;
+    fseek(f, 0, SEEK_END);
+    n = ftell(f);
+    rewind(f);
+    buf = malloc((size_t)n + 1);
+    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) {
+        free(buf);
+        buf = NULL;
+    }
+    if (buf)
+        buf[n] = '\0';
+    fclose(f);
+    return buf;
+}
+
+static void cond_init_mono(pthread_cond_t *c)
+{
+    pthread_condattr_t attr;
+
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(c, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static struct timespec deadline_after(int ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Wait on cond until *flag becomes nonzero or ms pass; mu held. */
+static int wait_flag(pthread_mutex_t *mu, pthread_cond_t *cond, const int *flag, int ms)
+{
+    struct timespec until = deadline_after(ms);
+
+    while (!*flag)
+        if (pthread_cond_timedwait(cond, mu, &until) == ETIMEDOUT)
+            break;
+    (void)mu;
+    return *flag;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The server                                                               */
+/* ------------------------------------------------------------------------ */
+
+/* What the server saw: written by its threads under srv.mu, read by the
+ * tests from a snapshot (the sockets order them, but TSan cannot see that). */
+typedef struct seen {
+    int requests;
+    int auth_requests;   /* requests to /auth */
+    int line2_after_ack; /* /stream sent line 2 only after the client saw line 1 */
+    char method[16], path[256], host[128], auth[256], auth_first[256], content_type[128];
+    char accept[128], user_agent[128];
+    char body[4096];
+    size_t body_len;
+} seen;
+
+static struct server {
+    struct MHD_Daemon *daemon;
+    int port;
+    char url[64];
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    char accept_token[64]; /* /auth accepts only "Bearer <this>" */
+    int released;          /* blocked handlers may return */
+    int line1_acked;       /* the client has seen line 1 of /stream */
+    seen rec;
+} srv;
+
+static seen S; /* snapshot of srv.rec */
+
+static void snap(void)
+{
+    pthread_mutex_lock(&srv.mu);
+    S = srv.rec;
+    pthread_mutex_unlock(&srv.mu);
+}
+
+static void set_accept_token(const char *token)
+{
+    pthread_mutex_lock(&srv.mu);
+    snprintf(srv.accept_token, sizeof(srv.accept_token), "%s", token);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+typedef struct conn_ctx {
+    char body[4096];
+    size_t len;
+} conn_ctx;
+
+static void copy_header(struct MHD_Connection *c, const char *name, char *dst, size_t len)
+{
+    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+
+    snprintf(dst, len, "%s", v ? v : "");
+}
+
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned int status,
+                             const char *content_type, const char *body)
+{
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
+    enum MHD_Result ret;
+
+    if (content_type)
+        MHD_add_response_header(r, "Content-Type", content_type);
+    ret = MHD_queue_response(c, status, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static int client_cert_ok(struct MHD_Connection *c)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    gnutls_session_t tls;
+    unsigned int n = 0, status = 1;
+
+    if (!ci)
+        return 0;
+    tls = (gnutls_session_t)ci->tls_session;
+    if (!gnutls_certificate_get_peers(tls, &n) || n == 0)
+        return 0;
+    return gnutls_certificate_verify_peers2(tls, &status) == 0 && status == 0;
+}
+
+/* Block until the test releases the server (bounded). */
+static void wait_released(void)
+{
+    pthread_mutex_lock(&srv.mu);
+    wait_flag(&srv.mu, &srv.cond, &srv.released, SERVER_WAIT_MS);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls;
+    (void)max;
+    if (pos == 0) {
+        memcpy(buf, "line 1\n", 7);
+        return 7;
+    }
+    if (pos == 7) {
+        pthread_mutex_lock(&srv.mu);
+        srv.rec.line2_after_ack = wait_flag(&srv.mu, &srv.cond, &srv.line1_acked, WAIT_MS);
+        pthread_mutex_unlock(&srv.mu);
+        memcpy(buf, "line 2\n", 7);
+        return 7;
+    }
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static ssize_t read_stall(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)cls;
+    (void)max;
+    if (pos == 0) {
+        memcpy(buf, "line 1\n", 7);
+        return 7;
+    }
+    wait_released();
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static ssize_t read_big(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    size_t n = BIG_BODY - (size_t)pos < max ? BIG_BODY - (size_t)pos : max;
+
+    (void)cls;
+    memset(buf, 'x', n);
+    return (ssize_t)n;
+}
+
+static enum MHD_Result reply_stream(struct MHD_Connection *c, uint64_t size,
+                                    MHD_ContentReaderCallback reader)
+{
+    struct MHD_Response *r = MHD_create_response_from_callback(size, 64 * 1024, reader, NULL, NULL);
+    enum MHD_Result ret;
+
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_size, void **con_cls)
+{
+    conn_ctx *ctx = *con_cls;
+    char auth[256];
+    int ok;
+
+    (void)cls;
+    (void)version;
+    if (!ctx) {
+        *con_cls = calloc(1, sizeof(conn_ctx));
+        return *con_cls ? MHD_YES : MHD_NO;
+    }
+    if (*upload_size) {
+        size_t n = *upload_size;
+
+        if (n > sizeof(ctx->body) - ctx->len)
+            n = sizeof(ctx->body) - ctx->len;
+        memcpy(ctx->body + ctx->len, upload, n);
+        ctx->len += n;
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    copy_header(c, "Authorization", auth, sizeof(auth));
+    pthread_mutex_lock(&srv.mu);
+    srv.rec.requests++;
+    snprintf(srv.rec.method, sizeof(srv.rec.method), "%s", method);
+    snprintf(srv.rec.path, sizeof(srv.rec.path), "%s", url);
+    snprintf(srv.rec.auth, sizeof(srv.rec.auth), "%s", auth);
+    copy_header(c, "Host", srv.rec.host, sizeof(srv.rec.host));
+    copy_header(c, "Content-Type", srv.rec.content_type, sizeof(srv.rec.content_type));
+    copy_header(c, "Accept", srv.rec.accept, sizeof(srv.rec.accept));
+    copy_header(c, "User-Agent", srv.rec.user_agent, sizeof(srv.rec.user_agent));
+    memcpy(srv.rec.body, ctx->body, ctx->len);
+    srv.rec.body_len = ctx->len;
+    if (strcmp(url, "/auth") == 0 && srv.rec.auth_requests++ == 0)
+        snprintf(srv.rec.auth_first, sizeof(srv.rec.auth_first), "%s", auth);
+    ok = strncmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, srv.accept_token) == 0;
+    pthread_mutex_unlock(&srv.mu);
+
+    if (strcmp(url, "/json") == 0)
+        return reply(c, 200, "application/json", "{\"kind\":\"Lease\",\"metadata\":{}}");
+    if (strcmp(url, "/echo") == 0)
+        return reply(c, 201, "application/json", "{}");
+    if (strcmp(url, "/notfound") == 0)
+        return reply(c, 404, "application/json",
+                     "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+                     "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
+                     "\"reason\":\"NotFound\",\"code\":404}");
+    if (strcmp(url, "/auth") == 0)
+        return ok ? reply(c, 200, "application/json", "{}")
+                  : reply(c, 401, "application/json",
+                          "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
+                          "\"reason\":\"Unauthorized\",\"code\":401}");
+    if (strcmp(url, "/cert") == 0)
+        return client_cert_ok(c) ? reply(c, 200, "application/json", "{}")
+                                 : reply(c, 401, "application/json", "{}");
+    if (strcmp(url, "/block") == 0) {
+        wait_released();
+        return reply(c, 200, "application/json", "{}");
+    }
+    if (strcmp(url, "/stream") == 0)
+        return reply_stream(c, MHD_SIZE_UNKNOWN, read_stream);
+    if (strcmp(url, "/stall") == 0)
+        return reply_stream(c, MHD_SIZE_UNKNOWN, read_stall);
+    if (strcmp(url, "/big") == 0)
+        return reply_stream(c, BIG_BODY, read_big);
+    return reply(c, 500, "text/plain", "no such test route");
+}
+
+static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+                              enum MHD_RequestTerminationCode code)
+{
+    (void)cls;
+    (void)c;
+    (void)code;
+    free(*con_cls);
+    *con_cls = NULL;
+}
+
+static void server_start(void)
+{
+    struct sockaddr_in sa;
+    const union MHD_DaemonInfo *info;
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_port = 0;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    /* A thread per connection: handlers block on purpose. */
+    srv.daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_TLS, 0, NULL,
+        NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_HTTPS_MEM_KEY,
+        fx.server_key, MHD_OPTION_HTTPS_MEM_CERT, fx.server_cert, MHD_OPTION_HTTPS_MEM_TRUST, fx.ca,
+        MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL, MHD_OPTION_END);
+    assert_non_null(srv.daemon);
+    info = MHD_get_daemon_info(srv.daemon, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    srv.port = info->port;
+    assert_true(srv.port > 0);
+    snprintf(srv.url, sizeof(srv.url), "https://127.0.0.1:%d", srv.port);
+}
+
+static void server_release(void)
+{
+    pthread_mutex_lock(&srv.mu);
+    srv.released = 1;
+    pthread_cond_broadcast(&srv.cond);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+static void server_ack_line1(void)
+{
+    pthread_mutex_lock(&srv.mu);
+    srv.line1_acked = 1;
+    pthread_cond_broadcast(&srv.cond);
+    pthread_mutex_unlock(&srv.mu);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The client side                                                          */
+/* ------------------------------------------------------------------------ */
+
+typedef struct result {
+    int done_calls;
+    int err;
+    char errmsg[1024];
+    long status;
+    char body[65536];
+    size_t body_len;
+    char content_type[128];
+    /* on_data */
+    int data_calls;
+    char data[256];
+    size_t data_len;
+    char first_chunk[64];
+    int abort_with;       /* on_data returns this after the first chunk */
+    int cancel_from_data; /* on_data cancels its own request */
+    kl__http_req *self;
+} result;
+
+/* Everything a test touches from the loop thread lives here, not on a test's
+ * stack: a failed assertion longjmps out while the loop may still run. */
+static struct {
+    kl__loop *loop;
+    result r[NRESULTS];
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    char tmpdir[64];
+    kl__log log;
+    char logs[16384];
+} T;
+
+static void on_log(k8slease_log_level level, const char *msg, void *arg)
+{
+    size_t len;
+
+    (void)level;
+    (void)arg;
+    pthread_mutex_lock(&T.mu);
+    len = strlen(T.logs);
+    snprintf(T.logs + len, sizeof(T.logs) - len, "%s\n", msg);
+    pthread_mutex_unlock(&T.mu);
+}
+
+static void on_done(const kl__http_result *res, void *arg)
+{
+    result *r = arg;
+    size_t n = res->body_len < sizeof(r->body) - 1 ? res->body_len : sizeof(r->body) - 1;
+
+    pthread_mutex_lock(&T.mu);
+    r->done_calls++;
+    r->err = res->err;
+    snprintf(r->errmsg, sizeof(r->errmsg), "%s", res->errmsg ? res->errmsg : "(null)");
+    r->status = res->status;
+    memcpy(r->body, res->body, n);
+    r->body[n] = '\0';
+    r->body_len = res->body_len;
+    snprintf(r->content_type, sizeof(r->content_type), "%s", res->content_type);
+    pthread_cond_broadcast(&T.cond);
+    pthread_mutex_unlock(&T.mu);
+}
+
+static int on_data(const char *data, size_t len, void *arg)
+{
+    result *r = arg;
+    size_t room;
+    int first, rc = 0;
+
+    pthread_mutex_lock(&T.mu);
+    first = r->data_calls++ == 0;
+    if (first)
+        snprintf(r->first_chunk, sizeof(r->first_chunk), "%.*s", (int)len, data);
+    room = sizeof(r->data) - 1 - r->data_len;
+    if (len < room)
+        room = len;
+    memcpy(r->data + r->data_len, data, room);
+    r->data_len += room;
+    r->data[r->data_len] = '\0';
+    if (r->abort_with)
+        rc = r->abort_with;
+    pthread_cond_broadcast(&T.cond);
+    pthread_mutex_unlock(&T.mu);
+    if (r->cancel_from_data)
+        kl__http_cancel(T.loop, r->self);
+    if (first && strstr(r->first_chunk, "line 1"))
+        server_ack_line1();
+    return rc;
+}
+
+typedef struct start_args {
+    kl__http_opts opts;
+    result *r;
+    kl__http_req *req;
+    int cancel_now;
+} start_args;
+
+static void do_start(void *arg)
+{
+    start_args *s = arg;
+
+    s->req = kl__http_start(T.loop, &s->opts, on_done, s->r);
+    s->r->self = s->req;
+    if (s->cancel_now)
+        kl__http_cancel(T.loop, s->req);
+}
+
+static kl__http_req *start_req(const kl__http_opts *opts, result *r, int cancel_now)
+{
+    start_args s;
+
+    s.opts = *opts;
+    s.r = r;
+    s.req = NULL;
+    s.cancel_now = cancel_now;
+    assert_int_equal(kl__loop_call(T.loop, do_start, &s), 0);
+    assert_non_null(s.req);
+    return s.req;
+}
+
+static void do_cancel(void *arg)
+{
+    kl__http_cancel(T.loop, arg);
+}
+
+static void wait_done(result *r)
+{
+    int done;
+
+    pthread_mutex_lock(&T.mu);
+    done = wait_flag(&T.mu, &T.cond, &r->done_calls, WAIT_MS);
+    pthread_mutex_unlock(&T.mu);
+    if (!done)
+        fail_msg("request did not complete within %d ms", WAIT_MS);
+    snap();
+}
+
+static void run(const char *method, const char *path, result *r)
+{
+    kl__http_opts o = {0};
+
+    o.method = method;
+    o.path = path;
+    o.timeout_ms = WAIT_MS;
+    start_req(&o, r, 0);
+    wait_done(r);
+}
+
+static kl__restconfig cfg_default(void)
+{
+    kl__restconfig c = {0};
+
+    c.server = srv.url;
+    c.source = "test";
+    c.ca_pem = fx.ca;
+    c.ca_pem_len = strlen(fx.ca);
+    return c;
+}
+
+static void loop_start(const kl__restconfig *cfg)
+{
+    assert_int_equal(kl__loop_new(&T.loop, cfg, &T.log), 0);
+    assert_non_null(T.loop);
+}
+
+static int count_in_file(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = -1;
+
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = -1;
+        fclose(f);
+    }
+    return n;
+}
+
+static void write_file(const char *path, const char *text, mode_t mode)
+{
+    FILE *f = fopen(path, "w");
+
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, mode), 0);
+}
+
+static void tmp_path(char *buf, size_t len, const char *name)
+{
+    snprintf(buf, len, "%s/%s", T.tmpdir, name);
+}
+
+static void rm_tmpdir(void)
+{
+    static const char *const names[] = {"token", "plugin.sh", "count"};
+    char path[128];
+    size_t i;
+
+    if (!T.tmpdir[0])
+        return;
+    for (i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        tmp_path(path, sizeof(path), names[i]);
+        unlink(path);
+    }
+    rmdir(T.tmpdir);
+    T.tmpdir[0] = '\0';
+}
+
+static int setup(void **state)
 {
     (void)state;
-    assert_true(1);
+    memset(&srv.rec, 0, sizeof(srv.rec));
+    memset(&S, 0, sizeof(S));
+    srv.released = srv.line1_acked = 0;
+    srv.accept_token[0] = '\0';
+    memset(T.r, 0, sizeof(T.r));
+    T.logs[0] = '\0';
+    T.log.cb = on_log;
+    T.log.user_data = NULL;
+    T.log.level = K8SLEASE_LOG_DEBUG;
+    snprintf(T.tmpdir, sizeof(T.tmpdir), "/tmp/k8slease-test-http-XXXXXX");
+    if (!mkdtemp(T.tmpdir))
+        return -1;
+    server_start();
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    kl__alloc_fail_after(-1);
+    /* The loop first: it closes its connections and calls nothing more. */
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    server_release();
+    MHD_stop_daemon(srv.daemon);
+    srv.daemon = NULL;
+    rm_tmpdir();
+    return 0;
+}
+
+static int group_setup(void **state)
+{
+    (void)state;
+    fx.ca = slurp("ca.crt");
+    fx.other_ca = slurp("other-ca.crt");
+    fx.server_cert = slurp("server.crt");
+    fx.server_key = slurp("server.key");
+    fx.client_cert = slurp("client.crt");
+    fx.client_key = slurp("client.key");
+    if (!fx.ca || !fx.other_ca || !fx.server_cert || !fx.server_key || !fx.client_cert ||
+        !fx.client_key) {
+        fprintf(stderr, "cannot read the fixtures in %s/tls\n", K8SLEASE_TEST_DATA);
+        return -1;
+    }
+    pthread_mutex_init(&srv.mu, NULL);
+    cond_init_mono(&srv.cond);
+    pthread_mutex_init(&T.mu, NULL);
+    cond_init_mono(&T.cond);
+    return 0;
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    free(fx.ca);
+    free(fx.other_ca);
+    free(fx.server_cert);
+    free(fx.server_key);
+    free(fx.client_cert);
+    free(fx.client_key);
+    pthread_mutex_destroy(&srv.mu);
+    pthread_cond_destroy(&srv.cond);
+    pthread_mutex_destroy(&T.mu);
+    pthread_cond_destroy(&T.cond);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_get_json(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+    assert_string_equal(T.r[0].body, "{\"kind\":\"Lease\",\"metadata\":{}}");
+    assert_int_equal(T.r[0].body_len, strlen(T.r[0].body));
+    assert_string_equal(T.r[0].content_type, "application/json");
+    assert_int_equal(T.r[0].done_calls, 1);
+    assert_string_equal(S.method, "GET");
+    assert_string_equal(S.path, "/json");
+    assert_string_equal(S.accept, "application/json");
+    assert_string_equal(S.user_agent, "k8slease/" K8SLEASE_VERSION_STRING);
+    assert_string_equal(S.auth, "");
+}
+
+static void test_body_and_content_type(void **state)
+{
+    static const char *const methods[] = {"PUT", "POST", "PATCH"};
+    static const char *const types[] = {"application/json", "application/json",
+                                        "application/merge-patch+json"};
+    kl__restconfig cfg = cfg_default();
+    size_t i;
+
+    (void)state;
+    loop_start(&cfg);
+    for (i = 0; i < 3; i++) {
+        kl__http_opts o = {0};
+        char body[64];
+
+        snprintf(body, sizeof(body), "{\"n\":%zu}", i);
+        o.method = methods[i];
+        o.path = "/echo";
+        o.content_type = types[i];
+        o.body = body;
+        o.body_len = strlen(body);
+        o.timeout_ms = WAIT_MS;
+        memset(&T.r[0], 0, sizeof(T.r[0]));
+        start_req(&o, &T.r[0], 0);
+        memset(body, 0, sizeof(body)); /* the request holds its own copy */
+        wait_done(&T.r[0]);
+        assert_int_equal(T.r[0].err, 0);
+        assert_int_equal(T.r[0].status, 201);
+        assert_string_equal(S.method, methods[i]);
+        assert_string_equal(S.content_type, types[i]);
+        snprintf(body, sizeof(body), "{\"n\":%zu}", i);
+        assert_int_equal(S.body_len, strlen(body));
+        assert_memory_equal(S.body, body, strlen(body));
+    }
+}
+
+static void test_status_404(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    int err;
+
+    (void)state;
+    loop_start(&cfg);
+    run("GET", "/notfound", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 404);
+    err = kl__http_status_error(T.r[0].status, T.r[0].body, T.r[0].body_len, "get lease ns/x");
+    assert_int_equal(err, K8SLEASE_ENOTFOUND);
+    assert_string_equal(kl__error_get(), "get lease ns/x: HTTP 404 NotFound: "
+                                         "leases.coordination.k8s.io \"x\" not found");
+}
+
+static void test_status_error_mapping(void **state)
+{
+    static const char conflict[] = "{\"kind\":\"Status\",\"message\":\"the object has been "
+                                   "modified\",\"reason\":\"Conflict\",\"code\":409}";
+    static const char no_reason[] = "{\"kind\":\"Status\",\"message\":\"forbidden: no\"}";
+    static const char not_status[] = "{\"kind\":\"Lease\",\"message\":\"not a status\"}";
+    char html[400];
+    char expect[300];
+
+    (void)state;
+    assert_int_equal(kl__http_status_error(409, conflict, strlen(conflict), "update"),
+                     K8SLEASE_ECONFLICT);
+    assert_string_equal(kl__error_get(), "update: HTTP 409 Conflict: the object has been modified");
+    assert_int_equal(kl__http_status_error(403, no_reason, strlen(no_reason), "get"),
+                     K8SLEASE_EAUTH);
+    assert_string_equal(kl__error_get(), "get: HTTP 403: forbidden: no");
+    assert_int_equal(kl__http_status_error(401, "", 0, "get"), K8SLEASE_EAUTH);
+    assert_string_equal(kl__error_get(), "get: HTTP 401");
+    assert_int_equal(kl__http_status_error(422, not_status, strlen(not_status), "create"),
+                     K8SLEASE_ESERVER);
+    assert_string_equal(kl__error_get(), "create: HTTP 422: {\"kind\":\"Lease\",\"message\":"
+                                         "\"not a status\"}");
+    /* A long non-Status body: its first 200 bytes, control characters blanked. */
+    memset(html, 'a', sizeof(html));
+    memcpy(html, "<h1>\n502</h1>", 13);
+    assert_int_equal(kl__http_status_error(502, html, sizeof(html), "get"), K8SLEASE_ESERVER);
+    snprintf(expect, sizeof(expect), "get: HTTP 502: <h1> 502</h1>%.*s", 200 - 13, html + 13);
+    assert_string_equal(kl__error_get(), expect);
+    assert_int_equal(kl__http_status_error(500, NULL, 0, NULL), K8SLEASE_ESERVER);
+    assert_string_equal(kl__error_get(), "request: HTTP 500");
+}
+
+static void test_url_escape(void **state)
+{
+    char *s;
+
+    (void)state;
+    s = kl__url_escape("metadata.name=a b/c?d&e~_-%é");
+    assert_non_null(s);
+    assert_string_equal(s, "metadata.name%3Da%20b%2Fc%3Fd%26e~_-%25%C3%A9");
+    kl__free(s);
+    s = kl__url_escape("");
+    assert_non_null(s);
+    assert_string_equal(s, "");
+    kl__free(s);
+}
+
+static void test_bad_server_url(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__loop *loop = NULL;
+
+    (void)state;
+    cfg.server = "ftp://127.0.0.1:1";
+    assert_int_equal(kl__loop_new(&loop, &cfg, NULL), K8SLEASE_ECONFIG);
+    assert_null(loop);
+    assert_non_null(strstr(kl__error_get(), "ftp://127.0.0.1:1"));
+    cfg.server = NULL;
+    assert_int_equal(kl__loop_new(&loop, &cfg, NULL), K8SLEASE_ECONFIG);
+    assert_null(loop);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Authentication                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void test_bearer_token(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char token[] = "static-secret-token";
+
+    (void)state;
+    set_accept_token(token);
+    cfg.token = token;
+    loop_start(&cfg);
+    run("GET", "/auth", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+    assert_string_equal(S.auth, "Bearer static-secret-token");
+    /* The debug log shows the requests, never the token. */
+    assert_non_null(strstr(T.logs, "/auth"));
+    assert_null(strstr(T.logs, token));
+}
+
+static void test_token_file_rotation(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char path[128];
+
+    (void)state;
+    tmp_path(path, sizeof(path), "token");
+    write_file(path, "old-token\n", 0600);
+    set_accept_token("old-token");
+    cfg.token_file = path;
+    loop_start(&cfg);
+    run("GET", "/auth", &T.r[0]);
+    assert_int_equal(T.r[0].status, 200);
+    assert_string_equal(S.auth, "Bearer old-token");
+
+    /* Rotated: the cached token is refused once, then re-read and retried. */
+    pthread_mutex_lock(&srv.mu);
+    snprintf(srv.accept_token, sizeof(srv.accept_token), "new-token");
+    srv.rec.auth_requests = 0;
+    pthread_mutex_unlock(&srv.mu);
+    write_file(path, "new-token\n", 0600);
+    run("GET", "/auth", &T.r[1]);
+    assert_int_equal(T.r[1].err, 0);
+    assert_int_equal(T.r[1].status, 200);
+    assert_int_equal(T.r[1].done_calls, 1);
+    assert_int_equal(S.auth_requests, 2);
+    assert_string_equal(S.auth_first, "Bearer old-token");
+    assert_string_equal(S.auth, "Bearer new-token");
+    assert_null(strstr(T.logs, "old-token"));
+    assert_null(strstr(T.logs, "new-token"));
+}
+
+static void test_token_file_missing(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char path[128];
+
+    (void)state;
+    tmp_path(path, sizeof(path), "token");
+    cfg.token_file = path;
+    loop_start(&cfg);
+    run("GET", "/auth", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ECONFIG);
+    assert_non_null(strstr(T.r[0].errmsg, path));
+    assert_int_equal(S.requests, 0);
+}
+
+static void test_client_cert_accepted(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    cfg.cert_pem = fx.client_cert;
+    cfg.cert_pem_len = strlen(fx.client_cert);
+    cfg.key_pem = fx.client_key;
+    cfg.key_pem_len = strlen(fx.client_key);
+    loop_start(&cfg);
+    run("GET", "/cert", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+}
+
+static void test_client_cert_files(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char cert[256], key[256];
+
+    (void)state;
+    snprintf(cert, sizeof(cert), "%s/tls/client.crt", K8SLEASE_TEST_DATA);
+    snprintf(key, sizeof(key), "%s/tls/client.key", K8SLEASE_TEST_DATA);
+    cfg.cert_file = cert;
+    cfg.key_file = key;
+    loop_start(&cfg);
+    run("GET", "/cert", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+}
+
+static void test_client_cert_missing(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    loop_start(&cfg);
+    run("GET", "/cert", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 401);
+}
+
+static void write_plugin(const char *expiry_expr)
+{
+    char path[128], script[1024];
+
+    tmp_path(path, sizeof(path), "plugin.sh");
+    snprintf(script, sizeof(script),
+             "#!/bin/sh\n"
+             "dir=$(dirname \"$0\")\n"
+             "n=$(cat \"$dir/count\" 2>/dev/null || echo 0)\n"
+             "echo $((n + 1)) >\"$dir/count\"\n"
+             "expiry=%s\n"
+             "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
+             "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"exec-token\","
+             "\"expirationTimestamp\":\"%%s\"}}\\n' \"$expiry\"\n",
+             expiry_expr);
+    write_file(path, script, 0700);
+}
+
+static void exec_requests(const char *expiry_expr, int expected_runs)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__exec_config exec = {0};
+    char *empty[] = {NULL};
+    char path[128], count[128];
+    int i;
+
+    write_plugin(expiry_expr);
+    tmp_path(path, sizeof(path), "plugin.sh");
+    tmp_path(count, sizeof(count), "count");
+    exec.api_version = "client.authentication.k8s.io/v1";
+    exec.command = path;
+    exec.args = empty;
+    exec.env = empty;
+    exec.config_dir = T.tmpdir;
+    cfg.exec = &exec;
+    set_accept_token("exec-token");
+    loop_start(&cfg);
+    for (i = 0; i < 3; i++) {
+        memset(&T.r[0], 0, sizeof(T.r[0]));
+        run("GET", "/auth", &T.r[0]);
+        assert_int_equal(T.r[0].err, 0);
+        assert_int_equal(T.r[0].status, 200);
+        assert_string_equal(S.auth, "Bearer exec-token");
+    }
+    assert_int_equal(count_in_file(count), expected_runs);
+    assert_null(strstr(T.logs, "exec-token"));
+}
+
+static void test_exec_plugin_cached(void **state)
+{
+    (void)state;
+    exec_requests("2099-01-01T00:00:00Z", 1);
+}
+
+static void test_exec_plugin_near_expiry(void **state)
+{
+    (void)state;
+    /* Expires in 10 s, inside the 30 s refresh margin: every request re-runs it. */
+    exec_requests("$(date -u -d \"@$(($(date +%s) + 10))\" +%Y-%m-%dT%H:%M:%SZ)", 3);
+}
+
+/* ------------------------------------------------------------------------ */
+/* TLS                                                                      */
+/* ------------------------------------------------------------------------ */
+
+static void test_wrong_ca(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    cfg.ca_pem = fx.other_ca;
+    cfg.ca_pem_len = strlen(fx.other_ca);
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETLS);
+    assert_int_equal(T.r[0].status, 0);
+    assert_true(strncmp(T.r[0].errmsg, srv.url, strlen(srv.url)) == 0);
+    assert_non_null(strstr(T.r[0].errmsg, ": TLS: "));
+    assert_int_equal(S.requests, 0);
+}
+
+static void test_ca_file(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char ca[256];
+
+    (void)state;
+    snprintf(ca, sizeof(ca), "%s/tls/ca.crt", K8SLEASE_TEST_DATA);
+    cfg.ca_pem = NULL;
+    cfg.ca_pem_len = 0;
+    cfg.ca_file = ca;
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+}
+
+static void test_insecure(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    cfg.ca_pem = NULL;
+    cfg.ca_pem_len = 0;
+    /* Without the CA, verification fails ... */
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETLS);
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    /* ... unless it is off. */
+    cfg.insecure = 1;
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[1]);
+    assert_int_equal(T.r[1].err, 0);
+    assert_int_equal(T.r[1].status, 200);
+}
+
+static void test_tls_server_name(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char host[64];
+
+    (void)state;
+    /* The URL carries the name (Host header, SNI, verification) while the
+     * connection goes to 127.0.0.1. */
+    cfg.tls_server_name = "localhost";
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+    snprintf(host, sizeof(host), "localhost:%d", srv.port);
+    assert_string_equal(S.host, host);
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+
+    /* A name the certificate does not carry (and DNS does not know) fails
+     * verification, not resolution: the name is checked, the IP dialled. */
+    cfg.tls_server_name = "wrong.invalid";
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[1]);
+    assert_int_equal(T.r[1].err, K8SLEASE_ETLS);
+    assert_non_null(strstr(T.r[1].errmsg, srv.url));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Failures                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void test_timeout(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+    int64_t t0;
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/block";
+    o.timeout_ms = 300;
+    t0 = kl__clock_mono_ns();
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETIMEOUT);
+    assert_non_null(strstr(T.r[0].errmsg, "/block: timeout"));
+    assert_true(kl__clock_mono_ns() - t0 < 10 * KL_NS_PER_S);
+}
+
+static void test_connection_refused(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    char url[64];
+    int fd;
+
+    (void)state;
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(fd >= 0);
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+    close(fd); /* bound, never listened, closed: nothing answers there */
+    snprintf(url, sizeof(url), "https://127.0.0.1:%d", ntohs(sa.sin_port));
+    cfg.server = url;
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETRANSPORT);
+    assert_int_equal(T.r[0].status, 0);
+    assert_true(strncmp(T.r[0].errmsg, url, strlen(url)) == 0);
+    assert_non_null(strstr(T.r[0].errmsg, ": connect: "));
+}
+
+static void test_body_cap(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char expect[128];
+
+    (void)state;
+    loop_start(&cfg);
+    run("GET", "/big", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_EPROTOCOL);
+    snprintf(expect, sizeof(expect), "response body from %s/big larger than 16 MiB", srv.url);
+    assert_string_equal(T.r[0].errmsg, expect);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void test_stream(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/stream";
+    o.on_data = on_data;
+    o.idle_timeout_ms = WAIT_MS;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    /* Line 1 reached on_data while the server still held line 2 back. */
+    assert_string_equal(T.r[0].first_chunk, "line 1\n");
+    assert_true(S.line2_after_ack);
+    assert_string_equal(T.r[0].data, "line 1\nline 2\n");
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+    assert_int_equal(T.r[0].body_len, 0);
+}
+
+static void test_stream_non_200_collected(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/notfound";
+    o.on_data = on_data;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 404);
+    assert_int_equal(T.r[0].data_calls, 0);
+    assert_non_null(strstr(T.r[0].body, "\"reason\":\"NotFound\""));
+}
+
+static void test_stream_idle_timeout(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/stall";
+    o.on_data = on_data;
+    o.idle_timeout_ms = 200;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_string_equal(T.r[0].data, "line 1\n");
+    assert_int_equal(T.r[0].err, K8SLEASE_ETIMEOUT);
+    assert_non_null(strstr(T.r[0].errmsg, "/stall: timeout: no data for 200 ms"));
+}
+
+static void test_stream_abort(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/stall";
+    o.on_data = on_data;
+    T.r[0].abort_with = K8SLEASE_EPROTOCOL;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].data_calls, 1);
+    assert_int_equal(T.r[0].err, K8SLEASE_EPROTOCOL);
+}
+
+static void test_cancel(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+    kl__http_req *req;
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/block";
+    o.timeout_ms = 300;
+    /* In flight, cancelled later; cancelled at once; cancelled from on_data. */
+    req = start_req(&o, &T.r[0], 0);
+    start_req(&o, &T.r[1], 1);
+    o.path = "/stall";
+    o.timeout_ms = 0;
+    o.on_data = on_data;
+    T.r[2].cancel_from_data = 1;
+    start_req(&o, &T.r[2], 0);
+    assert_int_equal(kl__loop_call(T.loop, do_cancel, req), 0);
+    pthread_mutex_lock(&T.mu);
+    wait_flag(&T.mu, &T.cond, &T.r[2].data_calls, WAIT_MS);
+    pthread_mutex_unlock(&T.mu);
+    assert_int_equal(T.r[2].data_calls, 1);
+
+    /* Had they not been cancelled, their 300 ms timeout would have passed
+     * by the time this one times out too. */
+    o.path = "/block";
+    o.on_data = NULL;
+    o.timeout_ms = 600;
+    start_req(&o, &T.r[3], 0);
+    wait_done(&T.r[3]);
+    assert_int_equal(T.r[3].err, K8SLEASE_ETIMEOUT);
+    assert_int_equal(T.r[0].done_calls, 0);
+    assert_int_equal(T.r[1].done_calls, 0);
+    assert_int_equal(T.r[2].done_calls, 0);
+}
+
+static void test_free_with_requests_in_flight(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+    int i;
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/block";
+    for (i = 0; i < 2; i++)
+        start_req(&o, &T.r[i], 0);
+    o.path = "/stall";
+    o.on_data = on_data;
+    start_req(&o, &T.r[2], 0);
+    o.path = "/json";
+    o.on_data = NULL;
+    start_req(&o, &T.r[3], 0);
+    pthread_mutex_lock(&T.mu);
+    wait_flag(&T.mu, &T.cond, &T.r[2].data_calls, WAIT_MS);
+    pthread_mutex_unlock(&T.mu);
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    for (i = 0; i < 3; i++)
+        assert_int_equal(T.r[i].done_calls, 0);
+    /* LeakSanitizer checks that the easy handles and buffers went too. */
+}
+
+/* ------------------------------------------------------------------------ */
+/* Loop: timers, closures, blocking calls                                   */
+/* ------------------------------------------------------------------------ */
+
+#define NTIMERS 200
+
+static struct {
+    kl__timer t[NTIMERS];
+    int64_t at[NTIMERS];
+    int armed[NTIMERS];
+    int order[NTIMERS];
+    int nfired, expected, early;
+    kl__timer last; /* after every other deadline, cancelled ones included */
+    int last_fired;
+} TT;
+
+static void on_timer(kl__timer *t, void *arg)
+{
+    int i = (int)(t - TT.t);
+
+    (void)arg;
+    if (kl__loop_now(T.loop) < t->at || t->slot != 0)
+        TT.early++;
+    TT.order[TT.nfired++] = i;
+}
+
+static void on_last_timer(kl__timer *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    pthread_mutex_lock(&T.mu);
+    TT.last_fired = 1;
+    pthread_cond_broadcast(&T.cond);
+    pthread_mutex_unlock(&T.mu);
+}
+
+static void arm_timers(void *arg)
+{
+    int64_t now = kl__loop_now(T.loop);
+    uint32_t seed = 12345;
+    int i;
+
+    (void)arg;
+    for (i = 0; i < NTIMERS; i++) {
+        seed = seed * 1103515245u + 12345u;
+        TT.at[i] = now + (int64_t)((seed >> 8) % 100 + 1) * KL_NS_PER_MS;
+        kl__timer_init(&TT.t[i], on_timer, NULL);
+        kl__timer_arm(T.loop, &TT.t[i], TT.at[i]);
+        TT.armed[i] = 1;
+    }
+    /* Cancel every third, move every seventh (earlier or later). */
+    for (i = 0; i < NTIMERS; i++) {
+        if (i % 3 == 0) {
+            kl__timer_cancel(T.loop, &TT.t[i]);
+            kl__timer_cancel(T.loop, &TT.t[i]); /* twice is harmless */
+            TT.armed[i] = 0;
+        } else if (i % 7 == 0) {
+            TT.at[i] = now + (int64_t)((i * 37) % 120 + 1) * KL_NS_PER_MS;
+            kl__timer_arm(T.loop, &TT.t[i], TT.at[i]);
+        }
+    }
+    for (i = 0; i < NTIMERS; i++)
+        TT.expected += TT.armed[i];
+    kl__timer_init(&TT.last, on_last_timer, NULL);
+    kl__timer_arm(T.loop, &TT.last, now + 200 * KL_NS_PER_MS);
+}
+
+static void test_timers(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    int i;
+
+    (void)state;
+    memset(&TT, 0, sizeof(TT));
+    loop_start(&cfg);
+    assert_int_equal(kl__loop_call(T.loop, arm_timers, NULL), 0);
+    pthread_mutex_lock(&T.mu);
+    wait_flag(&T.mu, &T.cond, &TT.last_fired, WAIT_MS);
+    pthread_mutex_unlock(&T.mu);
+    if (!TT.last_fired)
+        fail_msg("the last timer did not fire within %d ms", WAIT_MS);
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    assert_int_equal(TT.nfired, TT.expected);
+    assert_int_equal(TT.early, 0);
+    for (i = 0; i < TT.nfired; i++) {
+        assert_true(TT.armed[TT.order[i]]);
+        if (i > 0)
+            assert_true(TT.at[TT.order[i - 1]] <= TT.at[TT.order[i]]);
+    }
+}
+
+#define NPOSTS 2000
+
+static struct {
+    int seen[2][NPOSTS];
+    int count[2];
+    int out_of_order;
+} PP;
+
+static void record_post(void *arg)
+{
+    intptr_t v = (intptr_t)arg;
+    int producer = (int)(v / NPOSTS), n = (int)(v % NPOSTS);
+
+    if (n != PP.count[producer])
+        PP.out_of_order++;
+    PP.seen[producer][PP.count[producer]++] = n;
+}
+
+static void *producer(void *arg)
+{
+    intptr_t p = (intptr_t)arg, i;
+
+    for (i = 0; i < NPOSTS; i++)
+        if (kl__loop_post(T.loop, record_post, (void *)(p * NPOSTS + i)) != 0)
+            return (void *)1;
+    return NULL;
+}
+
+static void noop(void *arg)
+{
+    (void)arg;
+}
+
+static void test_post_fifo(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    pthread_t th[2];
+    void *rc[2];
+    intptr_t i;
+
+    (void)state;
+    memset(&PP, 0, sizeof(PP));
+    loop_start(&cfg);
+    for (i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&th[i], NULL, producer, (void *)i), 0);
+    for (i = 0; i < 2; i++) {
+        pthread_join(th[i], &rc[i]);
+        assert_null(rc[i]);
+    }
+    /* FIFO: this runs after every closure posted before it. */
+    assert_int_equal(kl__loop_call(T.loop, noop, NULL), 0);
+    assert_int_equal(PP.count[0], NPOSTS);
+    assert_int_equal(PP.count[1], NPOSTS);
+    assert_int_equal(PP.out_of_order, 0);
+}
+
+static struct {
+    int ran, on_thread, nested, sync_err, from_test_thread;
+} CC;
+
+static void call_probe(void *arg)
+{
+    kl__http_opts o = {0};
+
+    (void)arg;
+    CC.ran = 1;
+    CC.on_thread = kl__loop_on_thread(T.loop);
+    CC.nested = kl__loop_call(T.loop, noop, NULL);
+    o.method = "GET";
+    o.path = "/json";
+    CC.sync_err = kl__http_sync(T.loop, &o, NULL, NULL, NULL);
+}
+
+static void test_call(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    memset(&CC, 0, sizeof(CC));
+    loop_start(&cfg);
+    CC.from_test_thread = kl__loop_on_thread(T.loop);
+    assert_int_equal(kl__loop_call(T.loop, call_probe, NULL), 0);
+    assert_int_equal(CC.ran, 1); /* returned after the closure ran */
+    assert_int_equal(CC.on_thread, 1);
+    assert_int_equal(CC.from_test_thread, 0);
+    assert_int_equal(CC.nested, K8SLEASE_ESTATE);
+    assert_int_equal(CC.sync_err, K8SLEASE_ESTATE);
+    snap();
+    assert_int_equal(S.requests, 0);
+}
+
+static void test_sync(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+    long status = 0;
+    char *body = NULL;
+    size_t len = 0;
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/json";
+    o.timeout_ms = WAIT_MS;
+    assert_int_equal(kl__http_sync(T.loop, &o, &status, &body, &len), 0);
+    assert_int_equal(status, 200);
+    assert_non_null(body);
+    assert_string_equal(body, "{\"kind\":\"Lease\",\"metadata\":{}}");
+    assert_int_equal(len, strlen(body));
+    kl__free(body);
+    body = NULL;
+
+    o.path = "/block";
+    o.timeout_ms = 200;
+    assert_int_equal(kl__http_sync(T.loop, &o, &status, &body, &len), K8SLEASE_ETIMEOUT);
+    assert_null(body);
+    assert_non_null(strstr(k8slease_error_last(), "/block: timeout"));
+}
+
+/* Fail the Nth allocation of the library, for every N along new loop ->
+ * request -> free: each attempt fails cleanly (ENOMEM, no crash, no leak
+ * under LeakSanitizer) or succeeds. */
+static start_args alloc_start; /* not on the stack: see T */
+
+static void try_start(void *arg)
+{
+    start_args *s = arg;
+
+    s->req = kl__http_start(T.loop, &s->opts, on_done, s->r);
+}
+
+static void test_alloc_failures(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char token[] = "alloc-token";
+    int n, err, completed = 0;
+
+    (void)state;
+    set_accept_token(token);
+    cfg.token = token;
+    for (n = 0; n < 120; n++) {
+        memset(&T.r[0], 0, sizeof(T.r[0]));
+        memset(&alloc_start, 0, sizeof(alloc_start));
+        alloc_start.opts.method = "PUT";
+        alloc_start.opts.path = "/auth";
+        alloc_start.opts.content_type = "application/json";
+        alloc_start.opts.body = "{}";
+        alloc_start.opts.body_len = 2;
+        alloc_start.opts.timeout_ms = WAIT_MS;
+        alloc_start.r = &T.r[0];
+        kl__alloc_fail_after(n);
+        if ((err = kl__loop_new(&T.loop, &cfg, NULL)) < 0) {
+            kl__alloc_fail_after(-1);
+            assert_int_equal(err, K8SLEASE_ENOMEM);
+            assert_null(T.loop);
+            continue;
+        }
+        if (kl__loop_call(T.loop, try_start, &alloc_start) == 0 && alloc_start.req) {
+            wait_done(&T.r[0]);
+            if (T.r[0].err == 0) {
+                assert_int_equal(T.r[0].status, 200);
+                completed++;
+            } else {
+                assert_int_equal(T.r[0].err, K8SLEASE_ENOMEM);
+            }
+        }
+        kl__loop_free(T.loop);
+        T.loop = NULL;
+        kl__alloc_fail_after(-1);
+    }
+    /* The budget outgrew what a round needs. */
+    assert_true(completed > 10);
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(placeholder)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_get_json, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_body_and_content_type, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_status_404, setup, teardown),
+        cmocka_unit_test(test_status_error_mapping),
+        cmocka_unit_test(test_url_escape),
+        cmocka_unit_test_setup_teardown(test_bad_server_url, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bearer_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_file_rotation, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_token_file_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_cert_accepted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_cert_files, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_client_cert_missing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_plugin_cached, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_plugin_near_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_wrong_ca, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ca_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_insecure, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_tls_server_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connection_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_body_cap, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_non_200_collected, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_idle_timeout, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_abort, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_free_with_requests_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_timers, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_post_fifo, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_call, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sync, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
+    };
+
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

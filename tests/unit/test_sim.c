@@ -143,7 +143,10 @@ static void send_request(sim *s, int i, kl__elector_req req, const kl__lease_spe
     for (int k = 0; k < MAX_MSGS && !m; k++)
         if (!s->msgs[k].used)
             m = &s->msgs[k];
-    assert_non_null(m);
+    if (!m) {
+        fail_msg("simulation: more than %d messages in flight", MAX_MSGS);
+        return;
+    }
     memset(m, 0, sizeof(*m));
     m->used = 1;
     m->node = i;
