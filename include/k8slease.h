@@ -31,9 +31,9 @@ extern "C" {
 #define K8SLEASE_API
 #endif
 
-#define K8SLEASE_VERSION_MAJOR 0
-#define K8SLEASE_VERSION_MINOR 1
-#define K8SLEASE_VERSION_PATCH 0
+#define K8SLEASE_VERSION_MAJOR  0
+#define K8SLEASE_VERSION_MINOR  1
+#define K8SLEASE_VERSION_PATCH  0
 #define K8SLEASE_VERSION_STRING "0.1.0"
 
 /** Error codes. Every fallible function returns 0 or one of these. */
@@ -89,12 +89,15 @@ typedef struct k8slease_client_options {
     const char *kubeconfig;
     /** Context to use. NULL: the kubeconfig's current-context. */
     const char *context;
-    k8slease_log_cb log_cb;      /**< NULL: no logging */
-    void *log_user_data;         /**< passed to log_cb */
+    k8slease_log_cb log_cb;       /**< NULL: no logging */
+    void *log_user_data;          /**< passed to log_cb */
     k8slease_log_level log_level; /**< most verbose level passed to log_cb */
 } k8slease_client_options;
 
-#define K8SLEASE_CLIENT_OPTIONS_INIT {K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO}
+#define K8SLEASE_CLIENT_OPTIONS_INIT                                                               \
+    {                                                                                              \
+        K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO                 \
+    }
 
 /** Create a client: loads the configuration and starts the loop thread.
  *  opts may be NULL (defaults). No network I/O happens here.
@@ -145,14 +148,16 @@ typedef struct k8slease_elector_options {
     int64_t retry_period_ms;
     /** 1 (default): write holderIdentity "" when the election stops while leading. */
     int release_on_cancel;
-    k8slease_elector_started_cb on_started_leading;   /**< may be NULL */
-    k8slease_elector_stopped_cb on_stopped_leading;   /**< may be NULL */
-    k8slease_elector_new_leader_cb on_new_leader;     /**< may be NULL */
+    k8slease_elector_started_cb on_started_leading; /**< may be NULL */
+    k8slease_elector_stopped_cb on_stopped_leading; /**< may be NULL */
+    k8slease_elector_new_leader_cb on_new_leader;   /**< may be NULL */
     void *user_data;
 } k8slease_elector_options;
 
 #define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
-    {K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL}
+    {                                                                                              \
+        K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL     \
+    }
 
 /** Validate the options and start campaigning (asynchronously).
  *  An elector runs one term, as client-go: once leadership is lost (or the
@@ -200,13 +205,13 @@ K8SLEASE_API void k8slease_elector_free(k8slease_elector *elector);
 /* ------------------------------------------------------------------------ */
 
 typedef struct k8slease_holder {
-    char *identity;         /**< holderIdentity; "" when none (never NULL) */
-    int64_t epoch;          /**< leaseTransitions (0 when absent) */
-    int64_t renew_time_us;  /**< renewTime, µs since the Unix epoch (0 when absent) */
-    int64_t acquire_time_us; /**< acquireTime, µs since the Unix epoch (0 when absent) */
+    char *identity;           /**< holderIdentity; "" when none (never NULL) */
+    int64_t epoch;            /**< leaseTransitions (0 when absent) */
+    int64_t renew_time_us;    /**< renewTime, µs since the Unix epoch (0 when absent) */
+    int64_t acquire_time_us;  /**< acquireTime, µs since the Unix epoch (0 when absent) */
     int64_t lease_duration_s; /**< leaseDurationSeconds (0 when absent) */
-    int expired;            /**< 1 when renewTime + duration is in the past by our wall clock */
-    char *resource_version; /**< metadata.resourceVersion */
+    int expired;              /**< 1 when renewTime + duration is in the past by our wall clock */
+    char *resource_version;   /**< metadata.resourceVersion */
 } k8slease_holder;
 
 /** Read the Lease once (blocking, timeout_ms <= 0: 10 s).
@@ -232,9 +237,8 @@ typedef void (*k8slease_watch_cb)(const char *identity, int64_t epoch, void *use
 /** Start watching a Lease. The first callback reports the current state.
  *  The watch reconnects by itself until cancelled.
  *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOMEM. Any thread. */
-K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *client,
-                                      const char *ns, const char *name, k8slease_watch_cb cb,
-                                      void *user_data);
+K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *client, const char *ns,
+                                      const char *name, k8slease_watch_cb cb, void *user_data);
 
 /** Cancel the watch and free it; no callback runs after it returns.
  *  Accepts NULL. Not from a callback of the same client. */

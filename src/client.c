@@ -1,1 +1,340 @@
-/* placeholder: being written */
+/* The client: configuration + loop thread; one-shot calls (holder, labels). */
+#include "client.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "clock.h"
+#include "lease.h"
+
+#define DEFAULT_SYNC_TIMEOUT_MS 10000
+
+K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts)
+{
+    k8slease_client_options defaults = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+    int err;
+
+    if (!out)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_new: out is NULL");
+    *out = NULL;
+    if (!opts)
+        opts = &defaults;
+    if (opts->version != K8SLEASE_CLIENT_OPTIONS_VERSION)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_client_options.version is %u, expected %u (use "
+                             "K8SLEASE_CLIENT_OPTIONS_INIT)",
+                             opts->version, K8SLEASE_CLIENT_OPTIONS_VERSION);
+    if (opts->context && !opts->context[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.context is empty");
+
+    c = kl__calloc(1, sizeof(*c));
+    if (!c)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    c->log.cb = opts->log_cb;
+    c->log.user_data = opts->log_user_data;
+    c->log.level = opts->log_level;
+
+    if (opts->kubeconfig)
+        err = kl__restconfig_from_kubeconfig(&c->cfg, opts->kubeconfig, opts->context);
+    else
+        err = kl__restconfig_load(&c->cfg, NULL, opts->context);
+    if (err < 0)
+        goto out;
+    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
+                   c->cfg->server, c->cfg->ns);
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log)) < 0)
+        goto out;
+    *out = c;
+    c = NULL;
+out:
+    k8slease_client_free(c);
+    return err;
+}
+
+K8SLEASE_API void k8slease_client_free(k8slease_client *client)
+{
+    if (!client)
+        return;
+    kl__loop_free(client->loop);
+    kl__restconfig_free(client->cfg);
+    kl__free(client);
+}
+
+K8SLEASE_API const char *k8slease_client_namespace(const k8slease_client *client)
+{
+    return client ? client->cfg->ns : NULL;
+}
+
+K8SLEASE_API const char *k8slease_client_server(const k8slease_client *client)
+{
+    return client ? client->cfg->server : NULL;
+}
+
+static int is_alnum_lower(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+}
+
+/* RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most max bytes. */
+static int is_dns_label(const char *s, size_t len)
+{
+    if (len == 0 || len > 63 || !is_alnum_lower(s[0]) || !is_alnum_lower(s[len - 1]))
+        return 0;
+    for (size_t i = 0; i < len; i++)
+        if (!is_alnum_lower(s[i]) && s[i] != '-')
+            return 0;
+    return 1;
+}
+
+int kl__check_namespace(const char *ns)
+{
+    if (!ns)
+        return kl__error_set(K8SLEASE_EINVAL, "namespace is NULL");
+    if (!is_dns_label(ns, strlen(ns)))
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "namespace \"%.80s\": must be a lowercase RFC 1123 label "
+                             "(a-z, 0-9, '-', at most 63 characters)",
+                             ns);
+    return 0;
+}
+
+int kl__check_name(const char *what, const char *name)
+{
+    size_t len;
+    const char *p;
+
+    if (!name)
+        return kl__error_set(K8SLEASE_EINVAL, "%s is NULL", what);
+    len = strlen(name);
+    if (len == 0 || len > 253)
+        goto bad;
+    /* A subdomain is dot-separated labels. */
+    for (p = name; p <= name + len;) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+
+        if (!is_dns_label(p, n))
+            goto bad;
+        if (!dot)
+            break;
+        p = dot + 1;
+    }
+    return 0;
+bad:
+    return kl__error_set(K8SLEASE_EINVAL,
+                         "%s \"%.80s\": must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', "
+                         "'.', at most 253 characters)",
+                         what, name);
+}
+
+char *kl__lease_path(const char *ns, const char *name)
+{
+    /* Checked names need no escaping. */
+    if (name)
+        return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s", ns, name);
+    return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns);
+}
+
+int kl__lease_result(const kl__http_result *res, const char *what, kl__lease **lease)
+{
+    *lease = NULL;
+    if (res->err)
+        return kl__error_set(res->err, "%s: %s", what, res->errmsg);
+    if (res->status != 200 && res->status != 201)
+        return kl__http_status_error(res->status, res->body, res->body_len, what);
+    if (kl__lease_parse(lease, res->body, res->body_len) < 0)
+        return kl__error_wrap(K8SLEASE_EPROTOCOL, "%s", what);
+    return 0;
+}
+
+static const char *client_ns(const k8slease_client *client, const char *ns)
+{
+    return ns ? ns : client->cfg->ns;
+}
+
+K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, const char *name,
+                                     int64_t timeout_ms, k8slease_holder **out)
+{
+    kl__http_opts req = {0};
+    kl__http_result res = {0};
+    kl__lease *lease = NULL;
+    k8slease_holder *h = NULL;
+    char *path = NULL, *body = NULL;
+    char what[400];
+    size_t body_len = 0;
+    long status = 0;
+    int err;
+
+    if (!client || !out)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_holder_get: client or out is NULL");
+    *out = NULL;
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
+        return err;
+    snprintf(what, sizeof(what), "get lease %s/%s", ns, name);
+    if (!(path = kl__lease_path(ns, name))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS;
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    res.status = status;
+    res.body = body;
+    res.body_len = body_len;
+    if ((err = kl__lease_result(&res, what, &lease)) < 0)
+        goto out;
+
+    if (!(h = kl__calloc(1, sizeof(*h)))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    h->identity = kl__strdup(lease->spec.holder ? lease->spec.holder : "");
+    h->resource_version = kl__strdup(lease->rv);
+    if (!h->identity || !h->resource_version) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    h->epoch = lease->spec.transitions;
+    h->renew_time_us = lease->spec.renew_us;
+    h->acquire_time_us = lease->spec.acquire_us;
+    h->lease_duration_s = lease->spec.duration_s;
+    /* As the seed: expired by renewTime + duration against our wall clock. */
+    h->expired = h->identity[0] && h->renew_time_us &&
+                 h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
+    *out = h;
+    h = NULL;
+out:
+    k8slease_holder_free(h);
+    kl__lease_free(lease);
+    kl__free(body);
+    kl__free(path);
+    return err;
+}
+
+K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder)
+{
+    if (!holder)
+        return;
+    kl__free(holder->identity);
+    kl__free(holder->resource_version);
+    kl__free(holder);
+}
+
+static int check_label_key(const char *key)
+{
+    const char *slash;
+    const char *name;
+
+    if (!key || !key[0])
+        return kl__error_set(K8SLEASE_EINVAL, "label key is empty");
+    slash = strchr(key, '/');
+    name = slash ? slash + 1 : key;
+    if (slash) {
+        char prefix[254];
+        size_t n = (size_t)(slash - key);
+
+        if (n == 0 || n >= sizeof(prefix))
+            goto bad;
+        memcpy(prefix, key, n);
+        prefix[n] = '\0';
+        if (kl__check_name("label key prefix", prefix) < 0)
+            goto bad;
+    }
+    {
+        size_t n = strlen(name);
+
+        if (n == 0 || n > 63)
+            goto bad;
+        for (size_t i = 0; i < n; i++) {
+            char c = name[i];
+            int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+
+            if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '_' && c != '.')))
+                goto bad;
+        }
+    }
+    return 0;
+bad:
+    return kl__error_set(K8SLEASE_EINVAL,
+                         "label key \"%.80s\": must be [prefix/]name with name at most 63 "
+                         "characters of [A-Za-z0-9._-] starting and ending alphanumeric",
+                         key);
+}
+
+static int check_label_value(const char *value)
+{
+    size_t n = strlen(value);
+
+    if (n > 63)
+        goto bad;
+    for (size_t i = 0; i < n; i++) {
+        char c = value[i];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+
+        if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '_' && c != '.')))
+            goto bad;
+    }
+    return 0;
+bad:
+    return kl__error_set(K8SLEASE_EINVAL,
+                         "label value \"%.80s\": must be at most 63 characters of [A-Za-z0-9._-] "
+                         "starting and ending alphanumeric",
+                         value);
+}
+
+K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
+                                    const char *key, const char *value)
+{
+    kl__http_opts req = {0};
+    json_t *patch = NULL;
+    char *path = NULL, *body = NULL, *resp = NULL;
+    char what[400];
+    size_t resp_len = 0;
+    long status = 0;
+    int err;
+
+    if (!client)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_pod_label: client is NULL");
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("pod name", pod)) < 0 ||
+        (err = check_label_key(key)) < 0 || (value && (err = check_label_value(value)) < 0))
+        return err;
+    snprintf(what, sizeof(what), "%s label %s on pod %s/%s", value ? "set" : "remove", key, ns,
+             pod);
+
+    patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
+                      value ? json_string(value) : json_null());
+    path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod);
+    body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+    if (!patch || !path || !body) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    req.method = "PATCH";
+    req.path = path;
+    req.content_type = "application/merge-patch+json";
+    req.body = body;
+    req.body_len = strlen(body);
+    req.timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
+    if ((err = kl__http_sync(client->loop, &req, &status, &resp, &resp_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    if (status != 200)
+        err = kl__http_status_error(status, resp, resp_len, what);
+out:
+    kl__free(resp);
+    free(body); /* from jansson's allocator */
+    kl__free(path);
+    json_decref(patch);
+    return err;
+}

@@ -6,7 +6,7 @@
 #include <stdint.h>
 
 #define KL_NS_PER_MS INT64_C(1000000)
-#define KL_NS_PER_S INT64_C(1000000000)
+#define KL_NS_PER_S  INT64_C(1000000000)
 
 int64_t kl__clock_mono_ns(void); /* CLOCK_MONOTONIC in ns */
 int64_t kl__clock_wall_us(void); /* CLOCK_REALTIME in µs since the Unix epoch */

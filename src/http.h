@@ -51,10 +51,11 @@ void kl__timer_cancel(kl__loop *loop, kl__timer *t);
 
 /* A completed request. Valid during the callback only. */
 typedef struct kl__http_result {
-    int err;              /* 0: an HTTP response arrived (any status); else a K8SLEASE_E* code */
-    const char *errmsg;   /* err != 0: what went wrong ("connect to https://...: Connection refused") */
-    long status;          /* HTTP status, 0 if none */
-    const char *body;     /* NUL-terminated; "" if none */
+    int err; /* 0: an HTTP response arrived (any status); else a K8SLEASE_E* code */
+    const char
+        *errmsg;      /* err != 0: what went wrong ("connect to https://...: Connection refused") */
+    long status;      /* HTTP status, 0 if none */
+    const char *body; /* NUL-terminated; "" if none */
     size_t body_len;
     const char *content_type; /* "" if none */
 } kl__http_result;

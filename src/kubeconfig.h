@@ -19,22 +19,22 @@ typedef struct kl__exec_config {
 
 /* Result of running an exec plugin. */
 typedef struct kl__exec_credential {
-    char *token;          /* status.token, NULL if absent */
-    char *cert_pem;       /* status.clientCertificateData, NULL if absent */
-    char *key_pem;        /* status.clientKeyData, NULL if absent */
-    int64_t expiry_us;    /* status.expirationTimestamp, wall µs; 0 = never expires */
+    char *token;       /* status.token, NULL if absent */
+    char *cert_pem;    /* status.clientCertificateData, NULL if absent */
+    char *key_pem;     /* status.clientKeyData, NULL if absent */
+    int64_t expiry_us; /* status.expirationTimestamp, wall µs; 0 = never expires */
 } kl__exec_credential;
 
 typedef struct kl__restconfig {
-    char *server;        /* e.g. "https://127.0.0.1:6443" without trailing '/' */
-    char *source;        /* "in-cluster" or the kubeconfig path, for messages */
-    char *ns;            /* namespace: context's, in-cluster file's, else "default" */
+    char *server; /* e.g. "https://127.0.0.1:6443" without trailing '/' */
+    char *source; /* "in-cluster" or the kubeconfig path, for messages */
+    char *ns;     /* namespace: context's, in-cluster file's, else "default" */
 
     /* TLS. PEM data takes precedence over the file when both are given. */
     char *ca_file;
-    char *ca_pem;        /* certificate-authority-data, base64-decoded */
+    char *ca_pem; /* certificate-authority-data, base64-decoded */
     size_t ca_pem_len;
-    int insecure;        /* insecure-skip-tls-verify: true */
+    int insecure; /* insecure-skip-tls-verify: true */
     char *tls_server_name;
     char *cert_file;
     char *cert_pem;

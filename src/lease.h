@@ -22,11 +22,11 @@ typedef struct kl__lease_spec {
 } kl__lease_spec;
 
 typedef struct kl__lease {
-    json_t *root;       /* the whole object (owned) */
-    const char *ns;     /* metadata.namespace, "" if absent (borrowed from root) */
-    const char *name;   /* metadata.name (borrowed from root) */
-    const char *rv;     /* metadata.resourceVersion, "" if absent (borrowed) */
-    const char *uid;    /* metadata.uid, "" if absent (borrowed) */
+    json_t *root;        /* the whole object (owned) */
+    const char *ns;      /* metadata.namespace, "" if absent (borrowed from root) */
+    const char *name;    /* metadata.name (borrowed from root) */
+    const char *rv;      /* metadata.resourceVersion, "" if absent (borrowed) */
+    const char *uid;     /* metadata.uid, "" if absent (borrowed) */
     kl__lease_spec spec; /* spec.holder borrowed from root */
 } kl__lease;
 

@@ -1,17 +1,113 @@
+/* Errors, allocation, buffers, name checks. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+#include <string.h>
 #include <cmocka.h>
 
-static void placeholder(void **state)
+#include "client.h"
+#include "common.h"
+
+static void error_set_and_wrap(void **state)
 {
     (void)state;
-    assert_true(1);
+    assert_int_equal(kl__error_set(K8SLEASE_ECONFIG, "file %s: field %s", "a", "b"),
+                     K8SLEASE_ECONFIG);
+    assert_string_equal(k8slease_error_last(), "file a: field b");
+    assert_int_equal(kl__error_wrap(K8SLEASE_ECONFIG, "loading %d", 1), K8SLEASE_ECONFIG);
+    assert_string_equal(k8slease_error_last(), "loading 1: file a: field b");
+    kl__error_clear();
+    kl__error_wrap(K8SLEASE_EINVAL, "alone");
+    assert_string_equal(k8slease_error_last(), "alone");
+}
+
+static void long_messages_truncate(void **state)
+{
+    char big[4000];
+
+    (void)state;
+    memset(big, 'x', sizeof(big) - 1);
+    big[sizeof(big) - 1] = '\0';
+    kl__error_set(K8SLEASE_EINVAL, "%s", big);
+    assert_true(strlen(k8slease_error_last()) < sizeof(big));
+    kl__error_wrap(K8SLEASE_EINVAL, "%s", big);
+    assert_true(strlen(k8slease_error_last()) > 0);
+}
+
+static void strerror_names_every_code(void **state)
+{
+    (void)state;
+    for (int c = K8SLEASE_OK; c >= K8SLEASE_ESERVER; c--)
+        assert_string_not_equal(k8slease_strerror(c), "K8SLEASE_E?");
+    assert_string_equal(k8slease_strerror(K8SLEASE_ECONFLICT), "K8SLEASE_ECONFLICT");
+    assert_string_equal(k8slease_strerror(-99), "K8SLEASE_E?");
+    assert_string_equal(k8slease_version(), K8SLEASE_VERSION_STRING);
+}
+
+static void failing_allocator(void **state)
+{
+    void *a, *b;
+
+    (void)state;
+    kl__alloc_fail_after(1);
+    a = kl__malloc(10);
+    b = kl__malloc(10);
+    kl__alloc_fail_after(-1);
+    assert_non_null(a);
+    assert_null(b);
+    kl__free(a);
+    a = kl__malloc(10);
+    assert_non_null(a);
+    kl__free(a);
+}
+
+static void buffers_grow(void **state)
+{
+    kl__buf b = {0};
+
+    (void)state;
+    for (int i = 0; i < 1000; i++)
+        assert_int_equal(kl__buf_printf(&b, "%d,", i), 0);
+    assert_int_equal(strncmp(b.data, "0,1,2,", 6), 0);
+    assert_int_equal(b.len, strlen(b.data));
+    assert_int_equal(kl__buf_append(&b, "", 0), 0);
+    kl__buf_free(&b);
+    assert_null(b.data);
+
+    kl__alloc_fail_after(0);
+    assert_int_equal(kl__buf_append(&b, "x", 1), K8SLEASE_ENOMEM);
+    kl__alloc_fail_after(-1);
+    assert_null(b.data);
+}
+
+static void name_checks(void **state)
+{
+    static const char *good[] = {"a", "lease-1", "my.lease.example", "0abc"};
+    static const char *bad[] = {"", "Upper", "-lead", "trail-", "a..b", "a_b", "a/b", ".a"};
+
+    (void)state;
+    for (size_t i = 0; i < KL_ARRAY_LEN(good); i++)
+        assert_int_equal(kl__check_name("lease name", good[i]), 0);
+    for (size_t i = 0; i < KL_ARRAY_LEN(bad); i++) {
+        assert_int_equal(kl__check_name("lease name", bad[i]), K8SLEASE_EINVAL);
+        assert_non_null(strstr(k8slease_error_last(), "lease name"));
+    }
+    assert_int_equal(kl__check_name("lease name", NULL), K8SLEASE_EINVAL);
+    assert_int_equal(kl__check_namespace("default"), 0);
+    assert_int_equal(kl__check_namespace("kube.system"), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "namespace \"kube.system\""));
 }
 
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(placeholder)};
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(error_set_and_wrap),
+        cmocka_unit_test(long_messages_truncate),
+        cmocka_unit_test(strerror_names_every_code),
+        cmocka_unit_test(failing_allocator),
+        cmocka_unit_test(buffers_grow),
+        cmocka_unit_test(name_checks),
+    };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

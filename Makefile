@@ -1,0 +1,37 @@
+# Entry points; the real build is CMake (build/ and build-asan/).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CTEST_ARGS ?=
+
+.PHONY: all deps build test demo asan-test tsan-test clean format
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+	cmake --build $(BUILD) -j$(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+demo: build
+	$(BUILD)/examples/k8slease-demo
+
+asan-test: deps
+	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=address,undefined >/dev/null
+	cmake --build build-asan -j$(JOBS)
+	cd build-asan && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
+
+tsan-test: deps
+	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=thread >/dev/null
+	cmake --build build-tsan -j$(JOBS)
+	cd build-tsan && ctest --output-on-failure -j$(JOBS) -L 'unit|integration|abi' $(CTEST_ARGS)
+
+format:
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
+
+clean:
+	rm -rf build build-asan build-tsan

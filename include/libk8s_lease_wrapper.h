@@ -1,0 +1,89 @@
+/*
+ * The C ABI of the Go c-shared library k8slease replaces
+ * (libk8s_lease_wrapper.so, built from k8s_lease_wrapper.go with cgo),
+ * kept unchanged so programs built against it link against k8slease
+ * without a source change. Same signatures (non-const char*, long long*,
+ * int return), same behaviour:
+ *
+ *  - Return 0 on success, -1 on error with *errMsg set to a malloc'ed
+ *    message the caller free()s. K8sLeaseGetHolder returns 1 when the Lease
+ *    does not exist. Holder strings are malloc'ed; the caller free()s them.
+ *  - One process-wide client, created on first use from the in-cluster
+ *    config, else $KUBECONFIG, else ~/.kube/config.
+ *  - Elections and watches are keyed by "namespace/leaseName".
+ *
+ * Thread-safe: every function may be called from any thread. The holder
+ * callback runs on the library's loop thread and must not block: from it,
+ * only K8sLeaseCancelWatch and K8sLeaseCancelElection may be called. Its
+ * holder string is freed after it returns.
+ */
+#ifndef LIBK8S_LEASE_WRAPPER_H
+#define LIBK8S_LEASE_WRAPPER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(K8SLEASE_BUILDING) && defined(__GNUC__)
+#define K8SLEASE_COMPAT_API __attribute__((visibility("default")))
+#else
+#define K8SLEASE_COMPAT_API
+#endif
+
+/* holder is NULL (holderSize 0) when the Lease has no holder. */
+typedef void (*holder_change_cb_t)(void *ctx, const char *holder, size_t holderSize,
+                                   int64_t leaseTransitions);
+
+/* Create the process-wide client (idempotent). */
+K8SLEASE_COMPAT_API extern int K8sLeaseInit(char **errMsg);
+
+/* Start campaigning for ns/leaseName (release on cancel). Fails if an
+ * election for the same key is running; a finished one may be restarted. */
+K8SLEASE_COMPAT_API extern int K8sLeaseRunElection(char *ns, char *leaseName, char *identity,
+                                                   int leaseDurationSec, int renewDeadlineSec,
+                                                   int retryPeriodSec, char **errMsg);
+
+/* 0 and *leaseTransitions (the epoch) once elected; -1 if the election ended
+ * first; -1 after timeoutSec, having cancelled the election. */
+K8SLEASE_COMPAT_API extern int K8sLeaseWaitElected(char *ns, char *leaseName, int timeoutSec,
+                                                   long long int *leaseTransitions, char **errMsg);
+
+/* Block until the election is over; 0 at once if none exists. */
+K8SLEASE_COMPAT_API extern int K8sLeaseWaitLost(char *ns, char *leaseName, char **errMsg);
+
+/* Cancel the election (releasing the Lease if leading). Idempotent; does
+ * not wait: use K8sLeaseWaitLost. */
+K8SLEASE_COMPAT_API extern int K8sLeaseCancelElection(char *ns, char *leaseName, char **errMsg);
+
+/* Read the holder: *holderIdentity NULL when none or expired (renewTime +
+ * leaseDurationSeconds in the past); *leaseTransitions always. Returns 1
+ * when the Lease does not exist. */
+K8SLEASE_COMPAT_API extern int K8sLeaseGetHolder(char *ns, char *leaseName, char **holderIdentity,
+                                                 long long int *leaseTransitions, char **errMsg);
+
+/* Call callbackFunc(callbackCtx, holder, size, transitions) on every change
+ * of holder or transitions (first with the current state). Fails if a
+ * watch runs for the key or callbackFunc is NULL. */
+K8SLEASE_COMPAT_API extern int K8sLeaseWatchHolder(char *ns, char *leaseName, void *callbackCtx,
+                                                   holder_change_cb_t callbackFunc, char **errMsg);
+
+/* Stop the watch; no callback runs after it returns (unless called from the
+ * callback itself). Idempotent. */
+K8SLEASE_COMPAT_API extern int K8sLeaseCancelWatch(char *ns, char *leaseName, char **errMsg);
+
+/* Set metadata.labels[labelKey] = labelValue on the Pod ns/podName. */
+K8SLEASE_COMPAT_API extern int K8sPatchPodLabel(char *ns, char *podName, char *labelKey,
+                                                char *labelValue, char **errMsg);
+
+/* Remove metadata.labels[labelKey] from the Pod ns/podName. */
+K8SLEASE_COMPAT_API extern int K8sRemovePodLabel(char *ns, char *podName, char *labelKey,
+                                                 char **errMsg);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LIBK8S_LEASE_WRAPPER_H */

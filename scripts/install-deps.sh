@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install the Debian packages k8slease needs to build and test, if missing.
+# Needs root (or sudo) only when something is missing.
+set -eu
+pkgs="cmake make gcc g++ pkg-config libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev
+      libmicrohttpd-dev libcmocka-dev openssl curl"
+missing=""
+for p in $pkgs; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||
+        missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+echo "installing Debian packages:$missing"
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends $missing

@@ -1,0 +1,1 @@
+#include "seed_consumer.c"
