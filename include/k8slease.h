@@ -185,6 +185,41 @@ K8SLEASE_API int64_t k8slease_elector_leader_deadline(const k8slease_elector *el
 /** Epoch of the current (or last) term, -1 if never elected. Any thread. */
 K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *elector);
 
+/** Number of buckets of the renew latency histogram; bucket i counts renewals
+ *  that took at most K8SLEASE_LATENCY_BOUNDS_MS[i] ms, the last one the rest. */
+#define K8SLEASE_LATENCY_BUCKETS 12
+#define K8SLEASE_LATENCY_BOUNDS_MS                                                                 \
+    {                                                                                              \
+        1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, -1                                         \
+    }
+
+#define K8SLEASE_ELECTOR_STATS_VERSION 1
+
+/** Counters of one elector, for metrics and health checks. */
+typedef struct k8slease_elector_stats {
+    unsigned int version;      /**< K8SLEASE_ELECTOR_STATS_VERSION, set by the caller */
+    uint64_t requests;         /**< API requests completed (any outcome) */
+    uint64_t terms;            /**< times we became leader (0 or 1 for one elector) */
+    uint64_t renewals;         /**< successful renewals while leading */
+    uint64_t slow_path;        /**< times the leader's fast-path update failed and it
+                                    fell back to GET + UPDATE (client-go's slowpath) */
+    uint64_t conflicts;        /**< HTTP 409 answers */
+    uint64_t http_4xx;         /**< other 4xx answers (404 on GET excluded) */
+    uint64_t http_5xx;         /**< 5xx answers */
+    uint64_t transport_errors; /**< timeouts, TLS and connection failures */
+    uint64_t renew_latency_bucket[K8SLEASE_LATENCY_BUCKETS]; /**< not cumulative */
+    uint64_t renew_latency_count;
+    double renew_latency_sum_s;
+    /** CLOCK_MONOTONIC ns of the start of the last successful renewal (or
+     *  acquisition); 0 if none. */
+    int64_t last_renew_ns;
+} k8slease_elector_stats;
+
+/** Copy the elector's counters into *stats (stats->version must be set).
+ *  Returns 0 or K8SLEASE_EINVAL. Any thread. */
+K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *elector,
+                                            k8slease_elector_stats *stats);
+
 /** Block until the election is over (leadership lost or stopped), or
  *  timeout_ms passes (<0: no limit). Returns 0 when over, K8SLEASE_ETIMEOUT,
  *  K8SLEASE_ESTATE from a callback. Any thread but the loop thread. */
@@ -222,6 +257,16 @@ K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, co
                                      int64_t timeout_ms, k8slease_holder **out);
 
 K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder);
+
+/** Release a Lease held by identity (blocking, timeout_ms <= 0: 10 s): write
+ *  holderIdentity "", leaseDurationSeconds 1, renewTime = acquireTime = now,
+ *  leaseTransitions kept, retrying on 409. For operators: an elector
+ *  releases its own lease when stopped. If another identity holds the
+ *  Lease, K8SLEASE_ECONFLICT unless force is 1. Returns 0 (also when the
+ *  Lease has no holder), K8SLEASE_ENOTFOUND, K8SLEASE_ECONFLICT, or another
+ *  error code. Any thread but the loop thread. */
+K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns, const char *name,
+                                        const char *identity, int force, int64_t timeout_ms);
 
 /* ------------------------------------------------------------------------ */
 /* Watch                                                                    */

@@ -31,6 +31,8 @@ struct k8slease_elector {
     kl__lease *cached; /* last Lease object received: base of every UPDATE */
     kl__http_req *req; /* request in flight, if any */
     kl__elector_req req_kind;
+    int64_t req_started; /* monotonic ns */
+    int req_renewal;     /* the UPDATE in flight renews our term */
     kl__timer timer;
 
     /* Shared with the threads that wait. */
@@ -39,6 +41,7 @@ struct k8slease_elector {
     int elected;     /* STARTED happened */
     int done;        /* DONE happened */
     int stop_posted; /* a STOP was sent to the loop */
+    k8slease_elector_stats stats;
     _Atomic int64_t epoch;
     _Atomic int64_t leader_deadline; /* monotonic ns while leader, else 0 */
 };
@@ -51,6 +54,36 @@ static void on_timer(kl__timer *t, void *arg)
 
     (void)t;
     run(arg, &ev);
+}
+
+static void count(k8slease_elector *e, const kl__http_result *res, int status)
+{
+    static const int64_t bounds_ms[K8SLEASE_LATENCY_BUCKETS] = K8SLEASE_LATENCY_BOUNDS_MS;
+    k8slease_elector_stats *st = &e->stats;
+    int64_t took = kl__clock_mono_ns() - e->req_started;
+    int b = 0;
+
+    pthread_mutex_lock(&e->mu);
+    st->requests++;
+    if (res->err)
+        st->transport_errors++;
+    else if (res->status == 409)
+        st->conflicts++;
+    else if (res->status >= 500)
+        st->http_5xx++;
+    else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_REQ_GET))
+        st->http_4xx++;
+    if (status == 0 && e->req_kind != KL_REQ_GET)
+        st->last_renew_ns = e->req_started;
+    if (status == 0 && e->req_renewal) {
+        st->renewals++;
+        while (b < K8SLEASE_LATENCY_BUCKETS - 1 && took > bounds_ms[b] * KL_NS_PER_MS)
+            b++;
+        st->renew_latency_bucket[b]++;
+        st->renew_latency_count++;
+        st->renew_latency_sum_s += (double)took / KL_NS_PER_S;
+    }
+    pthread_mutex_unlock(&e->mu);
 }
 
 static void on_result(const kl__http_result *res, void *arg)
@@ -66,6 +99,7 @@ static void on_result(const kl__http_result *res, void *arg)
     e->req = NULL;
     snprintf(what, sizeof(what), "%s %s", verb, e->what);
     ev.status = kl__lease_result(res, what, &lease);
+    count(e, res, ev.status);
     if (ev.status == 0) {
         kl__lease_free(e->cached);
         e->cached = lease;
@@ -98,6 +132,13 @@ static void start_request(k8slease_elector *e, const kl__elector_action *a)
     char *body = NULL;
 
     req.timeout_ms = e->request_timeout_ms;
+    e->req_started = kl__clock_mono_ns();
+    e->req_renewal = a->type == KL_ACT_UPDATE && e->sm.state == KL_EL_LEADING;
+    if (a->type == KL_ACT_GET && e->sm.state == KL_EL_LEADING) {
+        pthread_mutex_lock(&e->mu);
+        e->stats.slow_path++;
+        pthread_mutex_unlock(&e->mu);
+    }
     switch (a->type) {
     case KL_ACT_GET:
         req.method = "GET";
@@ -170,6 +211,7 @@ static void exec_action(k8slease_elector *e, const kl__elector_action *a)
         atomic_store(&e->leader_deadline, kl__elector_leader_deadline(&e->sm));
         pthread_mutex_lock(&e->mu);
         e->elected = 1;
+        e->stats.terms++;
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
         if (e->opts.on_started_leading)
@@ -306,6 +348,7 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
     pthread_cond_init(&e->cv, &attr);
     pthread_condattr_destroy(&attr);
     e->client = client;
+    e->stats.version = K8SLEASE_ELECTOR_STATS_VERSION;
     e->opts = *opts;
     e->opts.ns = e->opts.name = e->opts.identity = NULL;
     atomic_init(&e->epoch, -1);
@@ -426,6 +469,23 @@ K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *e, int64_t timeout
         kl__error_set(err, "%s: election still running after %lld ms", e->what,
                       (long long)timeout_ms);
     return err;
+}
+
+K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *e,
+                                            k8slease_elector_stats *stats)
+{
+    k8slease_elector *m = (k8slease_elector *)e; /* the mutex, not the counters */
+
+    if (!e || !stats)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_stats_get: elector or stats is NULL");
+    if (stats->version != K8SLEASE_ELECTOR_STATS_VERSION)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_stats.version is %u, expected %u",
+                             stats->version, K8SLEASE_ELECTOR_STATS_VERSION);
+    pthread_mutex_lock(&m->mu);
+    *stats = e->stats;
+    pthread_mutex_unlock(&m->mu);
+    return 0;
 }
 
 /* Ask the loop to stop the election; does not wait. */

@@ -338,3 +338,92 @@ out:
     json_decref(patch);
     return err;
 }
+
+/* One GET + PUT round of k8slease_lease_release: 0 done, K8SLEASE_ECONFLICT
+ * on a 409 of the PUT (*retry set), or another error. */
+static int release_once(k8slease_client *client, const char *path, const char *what,
+                        const char *identity, int force, int64_t timeout_ms, int *retry)
+{
+    kl__http_opts req = {0};
+    kl__http_result res = {0};
+    kl__lease *lease = NULL;
+    kl__lease_spec spec;
+    char *body = NULL, *put = NULL;
+    size_t body_len = 0;
+    long status = 0;
+    int err;
+
+    *retry = 0;
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout_ms;
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    res.status = status;
+    res.body = body;
+    res.body_len = body_len;
+    if ((err = kl__lease_result(&res, what, &lease)) < 0)
+        goto out;
+    if (!lease->spec.holder || !lease->spec.holder[0])
+        goto out; /* nobody holds it */
+    if (strcmp(lease->spec.holder, identity) != 0 && !force) {
+        err = kl__error_set(K8SLEASE_ECONFLICT,
+                            "%s: held by \"%s\", not \"%s\" (force to release anyway)", what,
+                            lease->spec.holder, identity);
+        goto out;
+    }
+    spec = lease->spec;
+    spec.holder = "";
+    spec.duration_s = 1;
+    spec.acquire_us = spec.renew_us = kl__clock_wall_us();
+    if (!(put = kl__lease_encode_update(lease, &spec))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "%s: out of memory", what);
+        goto out;
+    }
+    kl__free(body);
+    body = NULL;
+    req.method = "PUT";
+    req.content_type = "application/json";
+    req.body = put;
+    req.body_len = strlen(put);
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    if (status != 200 && status != 201) {
+        err = kl__http_status_error(status, body, body_len, what);
+        *retry = err == K8SLEASE_ECONFLICT;
+    }
+out:
+    kl__free(put);
+    kl__free(body);
+    kl__lease_free(lease);
+    return err;
+}
+
+K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns, const char *name,
+                                        const char *identity, int force, int64_t timeout_ms)
+{
+    char what[400];
+    char *path = NULL;
+    int err, retry = 1;
+
+    if (!client || !identity)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_lease_release: client or identity is NULL");
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
+        return err;
+    if (!identity[0] && !force)
+        return kl__error_set(K8SLEASE_EINVAL, "identity is empty");
+    snprintf(what, sizeof(what), "release lease %s/%s", ns, name);
+    if (!(path = kl__lease_path(ns, name)))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    /* A 409 means the Lease changed between our GET and PUT: look again. */
+    for (int i = 0; i < 5 && retry; i++)
+        err = release_once(client, path, what, identity, force,
+                           timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS, &retry);
+    kl__free(path);
+    return err;
+}

@@ -7,6 +7,7 @@
  * on_data after curl_multi_perform returns. So every callback may start or
  * cancel any request, its own included. */
 #include "http.h"
+#include "lease.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -1383,8 +1384,7 @@ int kl__http_sync(kl__loop *loop, const kl__http_opts *opts, long *status, char 
 
 int kl__http_status_error(long status, const char *body, size_t body_len, const char *what)
 {
-    json_t *root = body && body_len ? json_loadb(body, body_len, 0, NULL) : NULL;
-    const char *kind = json_string_value(json_object_get(root, "kind"));
+    kl__status st = {0};
     const char *message = NULL, *reason = NULL;
     int code;
 
@@ -1398,9 +1398,9 @@ int kl__http_status_error(long status, const char *body, size_t body_len, const 
         code = K8SLEASE_EAUTH;
     else
         code = K8SLEASE_ESERVER;
-    if (kind && strcmp(kind, "Status") == 0) {
-        message = json_string_value(json_object_get(root, "message"));
-        reason = json_string_value(json_object_get(root, "reason"));
+    if (body && body_len && kl__status_parse(&st, body, body_len) == 0) {
+        message = st.message;
+        reason = st.reason;
     }
     if (message && message[0]) {
         if (reason && reason[0])
@@ -1424,7 +1424,7 @@ int kl__http_status_error(long status, const char *body, size_t body_len, const 
         else
             kl__error_set(code, "%s: HTTP %ld", what, status);
     }
-    json_decref(root);
+    kl__status_clear(&st);
     return code;
 }
 
