@@ -153,10 +153,12 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
     if ((old = find(g_elections, key))) {
         if (k8slease_elector_wait_lost(old->elector, 0) != 0) {
             pthread_mutex_unlock(&g_mu);
+            old = NULL;
             rc = fail(errMsg, "election already running for %s", key);
             goto out;
         }
-        /* The previous election for this key is over: it may start again. */
+        /* The previous election for this key is over: it may start again;
+         * the map's reference to it goes with the unlinking. */
         unlink_entry(&g_elections, old);
     }
     if (k8slease_elector_start(&e->elector, g_client, &opts) < 0) {
