@@ -46,11 +46,15 @@ int e2e_setup(k8slease_client **client)
     return 0;
 }
 
-void e2e_teardown(k8slease_client *client)
+int e2e_teardown(k8slease_client *client)
 {
+    int status = 0;
+
     k8slease_client_free(client);
-    ts_stop(server);
+    if (server && (status = ts_stop(server)) != 0)
+        fprintf(stderr, "e2e: k8slease-testserver exited with status %d\n", status);
     server = NULL;
+    return status == 0 ? 0 : -1;
 }
 
 int e2e_is_testserver(void)

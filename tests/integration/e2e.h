@@ -9,7 +9,8 @@
  * seed ABI. client may be NULL. Called again, it reuses the server and
  * makes another client. Returns 0 or -1 (message printed). */
 int e2e_setup(k8slease_client **client);
-void e2e_teardown(k8slease_client *client);
+/* Free the client, stop the test server; -1 if it did not exit cleanly. */
+int e2e_teardown(k8slease_client *client);
 /* 1 when the server is our test server (fault injection available). */
 int e2e_is_testserver(void);
 struct ts_server *e2e_server(void);

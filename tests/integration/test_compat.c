@@ -40,8 +40,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    e2e_teardown(NULL);
-    return 0;
+    return e2e_teardown(NULL);
 }
 
 /* Assert rc == 0, printing and freeing the error message otherwise. */

@@ -31,8 +31,7 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    e2e_teardown(client);
-    return 0;
+    return e2e_teardown(client);
 }
 
 static k8slease_elector *start(const char *name, const char *identity, int release)

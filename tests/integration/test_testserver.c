@@ -1,0 +1,1761 @@
+/*
+ * test_testserver.c - k8slease-testserver against the behaviour of a real
+ * kube-apiserver (tests/data/k8s-api-samples) and its own control API.
+ *
+ * Talks HTTP with libcurl only: this suite must pass while the library is
+ * still being written. Waits are bounded; nothing sleeps to synchronise
+ * (the few bounded waits for an absence of events say so).
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <curl/curl.h>
+#include <jansson.h>
+
+#ifndef K8SLEASE_TEST_DATA
+#define K8SLEASE_TEST_DATA "tests/data"
+#endif
+#define SAMPLES K8SLEASE_TEST_DATA "/k8s-api-samples/"
+
+#define LEASES "/apis/coordination.k8s.io/v1/namespaces/default/leases"
+#define PODS   "/api/v1/namespaces/default/pods"
+#define MERGE  "application/merge-patch+json"
+
+static ts_server *srv; /* shared by the tests that do not restart or rotate */
+
+/* ---- small helpers ------------------------------------------------------ */
+
+static long long now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static char *fmt(const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    va_start(ap, f);
+    vsnprintf(s, (size_t)n + 1, f, ap);
+    va_end(ap);
+    return s;
+}
+
+static char *slurp(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    assert_non_null(s);
+    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+/* A request on server s whose transport must succeed; returns the parsed body. */
+static json_t *call(ts_server *s, const char *method, const char *path, const char *ctype,
+                    const char *body, long *status)
+{
+    char *resp = NULL;
+    assert_int_equal(ts_request(s, method, path, ctype, body, status, &resp), 0);
+    json_t *j = json_loads(resp, 0, NULL);
+    if (!j)
+        print_message("unparsable body for %s %s: %s\n", method, path, resp);
+    free(resp);
+    return j;
+}
+
+static json_t *api(const char *method, const char *path, const char *ctype, const char *body,
+                   long *status)
+{
+    return call(srv, method, path, ctype, body, status);
+}
+
+/* j at a dotted path ("metadata.name"; "details.causes.0.field"). */
+static json_t *at(json_t *j, const char *path)
+{
+    char buf[256];
+    snprintf(buf, sizeof(buf), "%s", path);
+    for (char *save = NULL, *t = strtok_r(buf, ".", &save); t && j;
+         t = strtok_r(NULL, ".", &save)) {
+        if (json_is_array(j))
+            j = json_array_get(j, (size_t)atoi(t));
+        else
+            j = json_object_get(j, t);
+    }
+    return j;
+}
+
+static const char *str(json_t *j, const char *path)
+{
+    const char *s = json_string_value(at(j, path));
+    return s ? s : "";
+}
+
+static unsigned long long rv_of(json_t *obj)
+{
+    return strtoull(str(obj, "metadata.resourceVersion"), NULL, 10);
+}
+
+static json_t *stats(ts_server *s)
+{
+    long st;
+    json_t *j = call(s, "GET", "/testserver/v1/stats", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    return j;
+}
+
+static long long stat_int(ts_server *s, const char *path)
+{
+    json_t *j = stats(s);
+    long long v = json_integer_value(at(j, path));
+    json_decref(j);
+    return v;
+}
+
+static void control(ts_server *s, const char *method, const char *path, const char *body, long want)
+{
+    long st;
+    char *resp = NULL;
+    assert_int_equal(ts_control(s, method, path, body, &st, &resp), 0);
+    if (st != want)
+        print_message("%s %s -> %ld: %s\n", method, path, st, resp);
+    assert_int_equal(st, want);
+    free(resp);
+}
+
+static void clear_faults(void)
+{
+    control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
+}
+
+static json_t *create_lease(ts_server *s, const char *name, const char *holder)
+{
+    long st;
+    char *body = fmt("{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\","
+                     "\"metadata\":{\"name\":\"%s\"},\"spec\":{\"holderIdentity\":\"%s\","
+                     "\"leaseDurationSeconds\":15,\"leaseTransitions\":0}}",
+                     name, holder);
+    json_t *j = call(s, "POST", LEASES, NULL, body, &st);
+    free(body);
+    assert_int_equal(st, 201);
+    return j;
+}
+
+/* A raw libcurl GET with full control over credentials and agent. */
+static CURLcode raw_get(const char *url, const char *token, const char *cert_dir, const char *agent,
+                        long *status, char **body);
+
+/* ---- a watch stream on its own thread --------------------------------- */
+
+typedef struct watcher {
+    pthread_t thread;
+    CURLM *multi;
+    CURL *easy;
+    struct curl_slist *hdr;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    json_t *events; /* parsed lines */
+    char *partial;
+    size_t plen;
+    bool done;
+    bool stop;
+    CURLcode result;
+    long status;
+} watcher;
+
+static size_t watch_data(char *p, size_t size, size_t n, void *ud)
+{
+    watcher *w = ud;
+    size_t len = size * n;
+    pthread_mutex_lock(&w->mu);
+    char *np = realloc(w->partial, w->plen + len + 1);
+    if (!np) {
+        pthread_mutex_unlock(&w->mu);
+        return 0;
+    }
+    w->partial = np;
+    memcpy(w->partial + w->plen, p, len);
+    w->plen += len;
+    w->partial[w->plen] = '\0';
+    char *nl;
+    while ((nl = memchr(w->partial, '\n', w->plen))) {
+        *nl = '\0';
+        json_t *ev = json_loads(w->partial, 0, NULL);
+        json_array_append_new(w->events, ev ? ev : json_string(w->partial));
+        size_t used = (size_t)(nl - w->partial) + 1;
+        memmove(w->partial, nl + 1, w->plen - used);
+        w->plen -= used;
+    }
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    return len;
+}
+
+static void *watch_main(void *arg)
+{
+    watcher *w = arg;
+    for (;;) {
+        int running = 0;
+        curl_multi_perform(w->multi, &running);
+        int left;
+        CURLMsg *m;
+        while ((m = curl_multi_info_read(w->multi, &left)))
+            if (m->msg == CURLMSG_DONE) {
+                pthread_mutex_lock(&w->mu);
+                w->result = m->data.result;
+                curl_easy_getinfo(w->easy, CURLINFO_RESPONSE_CODE, &w->status);
+                w->done = true;
+                pthread_cond_broadcast(&w->cv);
+                pthread_mutex_unlock(&w->mu);
+            }
+        pthread_mutex_lock(&w->mu);
+        bool stop = w->stop || w->done;
+        pthread_mutex_unlock(&w->mu);
+        if (stop)
+            break;
+        curl_multi_poll(w->multi, NULL, 0, 1000, NULL);
+    }
+    return NULL;
+}
+
+static watcher *watch_start(ts_server *s, const char *path, const char *agent)
+{
+    watcher *w = calloc(1, sizeof(*w));
+    pthread_condattr_t ca;
+    assert_non_null(w);
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&w->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    w->events = json_array();
+    char *tok = ts_token(s);
+    char *auth = fmt("Authorization: Bearer %s", tok);
+    char *url = fmt("%s%s", ts_url(s), path);
+    w->hdr = curl_slist_append(NULL, auth);
+    free(tok);
+    free(auth);
+    w->easy = curl_easy_init();
+    curl_easy_setopt(w->easy, CURLOPT_URL, url);
+    curl_easy_setopt(w->easy, CURLOPT_CAINFO, ts_ca_file(s));
+    curl_easy_setopt(w->easy, CURLOPT_HTTPHEADER, w->hdr);
+    curl_easy_setopt(w->easy, CURLOPT_USERAGENT, agent ? agent : "test-watcher");
+    curl_easy_setopt(w->easy, CURLOPT_WRITEFUNCTION, watch_data);
+    curl_easy_setopt(w->easy, CURLOPT_WRITEDATA, w);
+    curl_easy_setopt(w->easy, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(w->easy, CURLOPT_TIMEOUT, 120L);
+    free(url);
+    w->multi = curl_multi_init();
+    curl_multi_add_handle(w->multi, w->easy);
+    assert_int_equal(pthread_create(&w->thread, NULL, watch_main, w), 0);
+    return w;
+}
+
+static struct timespec deadline_in(long ms)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
+/* Waits until at least n events arrived (true) or the time/stream is over. */
+static bool watch_wait(watcher *w, size_t n, long ms)
+{
+    struct timespec dl = deadline_in(ms);
+    pthread_mutex_lock(&w->mu);
+    while (json_array_size(w->events) < n && !w->done)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT)
+            break;
+    bool ok = json_array_size(w->events) >= n;
+    pthread_mutex_unlock(&w->mu);
+    return ok;
+}
+
+static bool watch_wait_done(watcher *w, long ms)
+{
+    struct timespec dl = deadline_in(ms);
+    pthread_mutex_lock(&w->mu);
+    while (!w->done)
+        if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT)
+            break;
+    bool done = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return done;
+}
+
+/* Event i (borrowed; the array only grows, under the lock). */
+static json_t *watch_event(watcher *w, size_t i)
+{
+    pthread_mutex_lock(&w->mu);
+    json_t *e = json_array_get(w->events, i);
+    pthread_mutex_unlock(&w->mu);
+    return e;
+}
+
+static size_t watch_count(watcher *w)
+{
+    pthread_mutex_lock(&w->mu);
+    size_t n = json_array_size(w->events);
+    pthread_mutex_unlock(&w->mu);
+    return n;
+}
+
+/* Events of one type, skipping bookmarks unless asked for. */
+static json_t *watch_nth(watcher *w, size_t n, bool skip_bookmarks)
+{
+    size_t seen = 0;
+    for (size_t i = 0; i < watch_count(w); i++) {
+        json_t *e = watch_event(w, i);
+        if (skip_bookmarks && !strcmp(str(e, "type"), "BOOKMARK"))
+            continue;
+        if (seen++ == n)
+            return e;
+    }
+    return NULL;
+}
+
+/* Waits for n non-bookmark events. */
+static bool watch_wait_real(watcher *w, size_t n, long ms)
+{
+    long long end = now_ms() + ms;
+    for (;;) {
+        if (watch_nth(w, n - 1, true))
+            return true;
+        long left = (long)(end - now_ms());
+        if (left <= 0 || !watch_wait(w, watch_count(w) + 1, left))
+            return watch_nth(w, n - 1, true) != NULL;
+    }
+}
+
+static void watch_stop(watcher *w)
+{
+    pthread_mutex_lock(&w->mu);
+    w->stop = true;
+    pthread_mutex_unlock(&w->mu);
+    curl_multi_wakeup(w->multi);
+    pthread_join(w->thread, NULL);
+    curl_multi_remove_handle(w->multi, w->easy);
+    curl_easy_cleanup(w->easy);
+    curl_multi_cleanup(w->multi);
+    curl_slist_free_all(w->hdr);
+    json_decref(w->events);
+    free(w->partial);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    free(w);
+}
+
+/* Waits (bounded) until server s has at least n watch streams open. */
+static void wait_open_watches(ts_server *s, long long n)
+{
+    long long end = now_ms() + 10000;
+    while (stat_int(s, "watches.open") < n) {
+        assert_true(now_ms() < end);
+        struct timespec ts = {0, 2 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* ---- raw curl ------------------------------------------------------------- */
+
+typedef struct raw_buf {
+    char *data;
+    size_t len;
+} raw_buf;
+
+static size_t raw_data(char *p, size_t size, size_t n, void *ud)
+{
+    raw_buf *b = ud;
+    char *d = realloc(b->data, b->len + size * n + 1);
+    if (!d)
+        return 0;
+    memcpy(d + b->len, p, size * n);
+    b->data = d;
+    b->len += size * n;
+    d[b->len] = '\0';
+    return size * n;
+}
+
+static CURLcode raw_get(const char *url, const char *token, const char *cert_dir, const char *agent,
+                        long *status, char **body)
+{
+    raw_buf b = {NULL, 0};
+    struct curl_slist *hdr = NULL;
+    char *auth = token ? fmt("Authorization: Bearer %s", token) : NULL;
+    char *ca = fmt("%s/ca.crt", ts_dir(srv));
+    char *crt = cert_dir ? fmt("%s/client.crt", cert_dir) : NULL;
+    char *key = cert_dir ? fmt("%s/client.key", cert_dir) : NULL;
+    CURL *h = curl_easy_init();
+    if (auth)
+        hdr = curl_slist_append(hdr, auth);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, agent ? agent : "raw");
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    if (crt) {
+        curl_easy_setopt(h, CURLOPT_SSLCERT, crt);
+        curl_easy_setopt(h, CURLOPT_SSLKEY, key);
+    }
+    CURLcode rc = curl_easy_perform(h);
+    *status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    if (body)
+        *body = b.data ? b.data : strdup("");
+    else
+        free(b.data);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    free(auth);
+    free(ca);
+    free(crt);
+    free(key);
+    return rc;
+}
+
+/* ---- fixtures ----------------------------------------------------------- */
+
+static int group_setup(void **state)
+{
+    (void)state;
+    /* Short bookmarks keep the bookmark test quick. */
+    static const char *const args[] = {"--bookmark-interval", "200", NULL};
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    return ts_start(&srv, args);
+}
+
+static int group_teardown(void **state)
+{
+    (void)state;
+    int rc = ts_stop(srv);
+    curl_global_cleanup();
+    if (rc != 0)
+        fprintf(stderr, "the test server exited with %d\n", rc);
+    return rc == 0 ? 0 : -1;
+}
+
+/* ---- Leases --------------------------------------------------------------- */
+
+static bool is_uuid4(const char *s)
+{
+    if (strlen(s) != 36 || s[14] != '4')
+        return false;
+    for (int i = 0; i < 36; i++) {
+        bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+        if (dash ? s[i] != '-' : !strchr("0123456789abcdef", s[i]))
+            return false;
+    }
+    return strchr("89ab", s[19]) != NULL;
+}
+
+static void test_lease_crud(void **state)
+{
+    long st;
+    (void)state;
+    json_t *c = create_lease(srv, "crud", "a");
+    assert_string_equal(str(c, "kind"), "Lease");
+    assert_string_equal(str(c, "metadata.namespace"), "default");
+    assert_true(is_uuid4(str(c, "metadata.uid")));
+    assert_int_equal(strlen(str(c, "metadata.creationTimestamp")), 20);
+    unsigned long long rv1 = rv_of(c);
+    assert_true(rv1 > 0);
+
+    json_t *g = api("GET", LEASES "/crud", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_true(json_equal(g, c));
+    json_decref(g);
+
+    /* POST again: AlreadyExists */
+    json_t *e = api("POST", LEASES, NULL, "{\"metadata\":{\"name\":\"crud\"}}", &st);
+    assert_int_equal(st, 409);
+    assert_string_equal(str(e, "reason"), "AlreadyExists");
+    json_decref(e);
+
+    /* PUT with the current resourceVersion */
+    json_object_set_new(at(c, "spec"), "holderIdentity", json_string("b"));
+    char *body = json_dumps(c, JSON_COMPACT);
+    json_t *u = api("PUT", LEASES "/crud", NULL, body, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(u, "spec.holderIdentity"), "b");
+    unsigned long long rv2 = rv_of(u);
+    assert_true(rv2 > rv1);
+
+    /* the same body again is now stale: Conflict */
+    e = api("PUT", LEASES "/crud", NULL, body, &st);
+    free(body);
+    assert_int_equal(st, 409);
+    assert_string_equal(str(e, "reason"), "Conflict");
+    json_decref(e);
+
+    /* no resourceVersion: unconditional */
+    u = (json_decref(u), api("PUT", LEASES "/crud", NULL,
+                             "{\"metadata\":{\"name\":\"crud\"},\"spec\":{\"holderIdentity\":\"c\","
+                             "\"leaseDurationSeconds\":7}}",
+                             &st));
+    assert_int_equal(st, 200);
+    assert_true(rv_of(u) > rv2);
+    assert_string_equal(str(c, "metadata.uid"), str(u, "metadata.uid"));
+    json_decref(u);
+
+    /* merge patch: change one field, remove another with null */
+    u = api("PATCH", LEASES "/crud", MERGE,
+            "{\"spec\":{\"holderIdentity\":\"d\",\"leaseDurationSeconds\":null}}", &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(u, "spec.holderIdentity"), "d");
+    assert_null(at(u, "spec.leaseDurationSeconds"));
+    json_decref(u);
+
+    /* patch with a stale resourceVersion precondition */
+    body = fmt("{\"metadata\":{\"resourceVersion\":\"%llu\"},\"spec\":{\"holderIdentity\":\"x\"}}",
+               rv1);
+    e = api("PATCH", LEASES "/crud", MERGE, body, &st);
+    free(body);
+    assert_int_equal(st, 409);
+    assert_string_equal(str(e, "reason"), "Conflict");
+    json_decref(e);
+
+    json_t *d = api("DELETE", LEASES "/crud", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(d, "status"), "Success");
+    assert_string_equal(str(d, "details.uid"), str(c, "metadata.uid"));
+    json_decref(d);
+
+    static const char *const methods[] = {"GET", "DELETE", "PATCH"};
+    for (int i = 0; i < 3; i++) {
+        e = api(methods[i], LEASES "/crud", i == 2 ? MERGE : NULL, i == 2 ? "{}" : NULL, &st);
+        assert_int_equal(st, 404);
+        assert_string_equal(str(e, "reason"), "NotFound");
+        json_decref(e);
+    }
+    json_decref(c);
+}
+
+static void test_put_missing_creates(void **state)
+{
+    long st;
+    (void)state;
+    json_t *j = api("PUT", LEASES "/put-created", NULL,
+                    "{\"metadata\":{\"name\":\"put-created\",\"resourceVersion\":\"424242\"},"
+                    "\"spec\":{\"holderIdentity\":\"x\"}}",
+                    &st);
+    assert_int_equal(st, 201);
+    assert_string_equal(str(j, "spec.holderIdentity"), "x");
+    assert_true(is_uuid4(str(j, "metadata.uid")));
+    json_decref(j);
+}
+
+static void expect_invalid(const char *spec, const char *field)
+{
+    long st;
+    char *body = fmt("{\"metadata\":{\"name\":\"invalid\"},\"spec\":%s}", spec);
+    json_t *j = api("POST", LEASES, NULL, body, &st);
+    free(body);
+    assert_int_equal(st, 422);
+    assert_string_equal(str(j, "kind"), "Status");
+    assert_string_equal(str(j, "status"), "Failure");
+    assert_string_equal(str(j, "reason"), "Invalid");
+    assert_int_equal(json_integer_value(at(j, "code")), 422);
+    assert_string_equal(str(j, "details.kind"), "Lease");
+    assert_string_equal(str(j, "details.group"), "coordination.k8s.io");
+    assert_string_equal(str(j, "details.causes.0.field"), field);
+    assert_string_equal(str(j, "details.causes.0.reason"), "FieldValueInvalid");
+    json_decref(j);
+}
+
+static void test_validation(void **state)
+{
+    long st;
+    (void)state;
+    expect_invalid("{\"leaseTransitions\":-1}", "spec.leaseTransitions");
+    expect_invalid("{\"leaseDurationSeconds\":0}", "spec.leaseDurationSeconds");
+    expect_invalid("{\"renewTime\":\"2026-11-30T10:02:59Z\"}", "spec.renewTime");
+    expect_invalid("{\"acquireTime\":\"yesterday\"}", "spec.acquireTime");
+
+    json_t *j = api("POST", LEASES, NULL, "{\"metadata\":", &st);
+    assert_int_equal(st, 400);
+    assert_string_equal(str(j, "reason"), "BadRequest");
+    json_decref(j);
+
+    j = api("POST", LEASES, NULL,
+            "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"leaseTransitions\":\"1\"}}", &st);
+    assert_int_equal(st, 400);
+    json_decref(j);
+
+    j = api("PUT", LEASES "/url-name", NULL, "{\"metadata\":{\"name\":\"body-name\"}}", &st);
+    assert_int_equal(st, 400);
+    assert_string_equal(str(j, "reason"), "BadRequest");
+    json_decref(j);
+
+    j = api("POST", LEASES, NULL, "{\"metadata\":{\"name\":\"x\",\"namespace\":\"other\"}}", &st);
+    assert_int_equal(st, 400);
+    assert_string_equal(str(j, "reason"), "BadRequest");
+    json_decref(j);
+
+    /* valid MicroTimes in another zone come back in UTC with 6 digits */
+    j = api("POST", LEASES, NULL,
+            "{\"metadata\":{\"name\":\"microtime\"},\"spec\":{\"renewTime\":"
+            "\"2026-11-30T12:02:59.123456+02:00\"}}",
+            &st);
+    assert_int_equal(st, 201);
+    assert_string_equal(str(j, "spec.renewTime"), "2026-11-30T10:02:59.123456Z");
+    json_decref(j);
+}
+
+/* Loads a sample, drops managedFields and takes the server-owned fields from ours. */
+static char *sample_like(const char *file, json_t *ours, size_t flags)
+{
+    char *path = fmt("%s%s", SAMPLES, file);
+    json_t *s = json_load_file(path, JSON_PRESERVE_ORDER, NULL);
+    free(path);
+    assert_non_null(s);
+    json_t *obj = json_object_get(s, "object") ? json_object_get(s, "object") : s;
+    json_t *meta = json_object_get(obj, "metadata");
+    if (meta && json_object_get(meta, "uid")) {
+        json_object_del(meta, "managedFields");
+        json_t *om = json_object_get(
+            json_object_get(ours, "object") ? json_object_get(ours, "object") : ours, "metadata");
+        static const char *const keys[] = {"uid", "resourceVersion", "creationTimestamp"};
+        for (int i = 0; i < 3; i++)
+            json_object_set(meta, keys[i], json_object_get(om, keys[i]));
+    }
+    json_t *details = json_object_get(s, "details");
+    if (details && json_object_get(details, "uid"))
+        json_object_set(details, "uid", at(ours, "details.uid"));
+    char *text = json_dumps(s, flags);
+    json_decref(s);
+    return text;
+}
+
+/* The server's bodies next to the ones a real kube-apiserver wrote. */
+static void test_sample_bodies(void **state)
+{
+    long st;
+    char *resp, *want;
+    (void)state;
+
+    struct {
+        const char *method, *file;
+    } missing[] = {{"GET", "404_notfound_get.json"},
+                   {"DELETE", "404_notfound_delete.json"},
+                   {"PATCH", "404_notfound_patch.json"}};
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(ts_request(srv, missing[i].method, LEASES "/sample-lease?pretty=true",
+                                    i == 2 ? MERGE : NULL, i == 2 ? "{}" : NULL, &st, &resp),
+                         0);
+        assert_int_equal(st, 404);
+        want = fmt("%s%s", SAMPLES, missing[i].file);
+        char *sample = slurp(want);
+        assert_string_equal(resp, sample);
+        free(sample);
+        free(want);
+        free(resp);
+    }
+
+    /* Create as in 201_create.json. */
+    const char *create = "{\"kind\":\"Lease\",\"apiVersion\":\"coordination.k8s.io/v1\","
+                         "\"metadata\":{\"name\":\"sample-lease\",\"namespace\":\"default\"},"
+                         "\"spec\":{\"holderIdentity\":\"node-a\",\"leaseDurationSeconds\":15,"
+                         "\"acquireTime\":\"2026-11-30T10:02:59.000000Z\",\"renewTime\":"
+                         "\"2026-11-30T10:02:59.000000Z\",\"leaseTransitions\":0}}";
+    assert_int_equal(ts_request(srv, "POST", LEASES "?pretty=true", NULL, create, &st, &resp), 0);
+    assert_int_equal(st, 201);
+    json_t *created = json_loads(resp, JSON_PRESERVE_ORDER, NULL);
+    want = sample_like("201_create.json", created, JSON_INDENT(2));
+    assert_string_equal(resp, want);
+    free(want);
+    free(resp);
+
+    assert_int_equal(ts_request(srv, "POST", LEASES "?pretty=true", NULL, create, &st, &resp), 0);
+    assert_int_equal(st, 409);
+    char *sample = slurp(SAMPLES "409_alreadyexists.json");
+    assert_string_equal(resp, sample);
+    free(sample);
+    free(resp);
+
+    /* Watch from the creation, then update as request_put_update_body.json does. */
+    char *wpath = fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dsample-lease&"
+                             "resourceVersion=%s",
+                      str(created, "metadata.resourceVersion"));
+    watcher *w = watch_start(srv, wpath, NULL);
+    free(wpath);
+
+    json_t *put = json_load_file(SAMPLES "request_put_update_body.json", JSON_PRESERVE_ORDER, NULL);
+    json_t *stale =
+        json_load_file(SAMPLES "request_put_stale_body.json", JSON_PRESERVE_ORDER, NULL);
+    assert_non_null(put);
+    assert_non_null(stale);
+    json_t *cm = at(created, "metadata");
+    json_object_set(at(put, "metadata"), "uid", json_object_get(cm, "uid"));
+    json_object_set(at(put, "metadata"), "resourceVersion", json_object_get(cm, "resourceVersion"));
+    json_object_set(at(stale, "metadata"), "uid", json_object_get(cm, "uid"));
+    json_object_set(at(stale, "metadata"), "resourceVersion",
+                    json_object_get(cm, "resourceVersion"));
+    char *body = json_dumps(put, JSON_COMPACT);
+    assert_int_equal(
+        ts_request(srv, "PUT", LEASES "/sample-lease?pretty=true", NULL, body, &st, &resp), 0);
+    free(body);
+    assert_int_equal(st, 200);
+    json_t *updated = json_loads(resp, JSON_PRESERVE_ORDER, NULL);
+    want = sample_like("200_update.json", updated, JSON_INDENT(2));
+    assert_string_equal(resp, want);
+    free(want);
+    free(resp);
+
+    /* The event line as in watch_event_modified.json. */
+    assert_true(watch_wait(w, 1, 10000));
+    json_t *ev = watch_event(w, 0);
+    char *line = json_dumps(ev, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    want = sample_like("watch_event_modified.json", updated, JSON_COMPACT);
+    assert_string_equal(line, want);
+    free(line);
+    free(want);
+    watch_stop(w);
+
+    /* The stale body now conflicts: 409_conflict.json. */
+    body = json_dumps(stale, JSON_COMPACT);
+    assert_int_equal(
+        ts_request(srv, "PUT", LEASES "/sample-lease?pretty=true", NULL, body, &st, &resp), 0);
+    free(body);
+    assert_int_equal(st, 409);
+    sample = slurp(SAMPLES "409_conflict.json");
+    assert_string_equal(resp, sample);
+    free(sample);
+    free(resp);
+
+    /* GET and LIST shapes: 200_get.json, 200_list.json */
+    assert_int_equal(
+        ts_request(srv, "GET", LEASES "/sample-lease?pretty=true", NULL, NULL, &st, &resp), 0);
+    want = sample_like("200_get.json", updated, JSON_INDENT(2));
+    assert_string_equal(resp, want);
+    free(want);
+    free(resp);
+
+    /* DELETE: 200_delete.json */
+    assert_int_equal(
+        ts_request(srv, "DELETE", LEASES "/sample-lease?pretty=true", NULL, NULL, &st, &resp), 0);
+    assert_int_equal(st, 200);
+    json_t *del = json_loads(resp, 0, NULL);
+    want = sample_like("200_delete.json", del, JSON_INDENT(2));
+    assert_string_equal(resp, want);
+    free(want);
+    free(resp);
+    json_decref(del);
+
+    /* 401, as curl sees it (pretty for curl's User-Agent). */
+    char *url = fmt("%s/api", ts_url(srv));
+    assert_int_equal(raw_get(url, NULL, NULL, "curl/7.88.1", &st, &resp), CURLE_OK);
+    assert_int_equal(st, 401);
+    sample = slurp(SAMPLES "401_unauthorized.json");
+    assert_string_equal(resp, sample);
+    free(sample);
+    free(resp);
+    free(url);
+
+    json_decref(put);
+    json_decref(stale);
+    json_decref(created);
+    json_decref(updated);
+}
+
+static void test_auth(void **state)
+{
+    long st;
+    char *body;
+    (void)state;
+    char *url = fmt("%s%s", ts_url(srv), LEASES);
+    assert_int_equal(raw_get(url, NULL, NULL, NULL, &st, NULL), CURLE_OK);
+    assert_int_equal(st, 401);
+    assert_int_equal(raw_get(url, "not-the-token", NULL, NULL, &st, &body), CURLE_OK);
+    assert_int_equal(st, 401);
+    json_t *j = json_loads(body, 0, NULL);
+    assert_string_equal(str(j, "reason"), "Unauthorized");
+    json_decref(j);
+    free(body);
+
+    /* client certificate, no token */
+    assert_int_equal(raw_get(url, NULL, ts_dir(srv), NULL, &st, NULL), CURLE_OK);
+    assert_int_equal(st, 200);
+
+    /* plain HTTP on the TLS port gets no HTTP answer */
+    char *plain = fmt("http://127.0.0.1:%d%s", ts_port(srv), LEASES);
+    CURLcode rc = raw_get(plain, NULL, NULL, NULL, &st, NULL);
+    assert_int_not_equal(rc, CURLE_OK);
+    assert_int_equal(st, 0);
+    free(plain);
+    free(url);
+}
+
+/* ---- watches -------------------------------------------------------------- */
+
+static char *current_rv(void)
+{
+    long st;
+    json_t *l = api("GET", LEASES "?limit=1", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    char *rv = strdup(str(l, "metadata.resourceVersion"));
+    json_decref(l);
+    return rv;
+}
+
+static void test_watch_order(void **state)
+{
+    long st;
+    (void)state;
+    char *rv = current_rv();
+    char *path =
+        fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dwatched&resourceVersion=%s", rv);
+    watcher *w = watch_start(srv, path, NULL);
+    free(path);
+    free(rv);
+
+    json_decref(create_lease(srv, "watched", "a"));
+    json_decref(
+        api("PATCH", LEASES "/watched", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st));
+    assert_int_equal(st, 200);
+    json_decref(create_lease(srv, "unrelated", "z")); /* filtered out */
+    json_decref(api("DELETE", LEASES "/watched", NULL, NULL, &st));
+    assert_int_equal(st, 200);
+
+    assert_true(watch_wait_real(w, 3, 10000));
+    static const char *const want[] = {"ADDED", "MODIFIED", "DELETED"};
+    unsigned long long last = 0;
+    for (size_t i = 0; i < 3; i++) {
+        json_t *e = watch_nth(w, i, true);
+        assert_string_equal(str(e, "type"), want[i]);
+        assert_string_equal(str(e, "object.metadata.name"), "watched");
+        assert_true(rv_of(at(e, "object")) > last);
+        last = rv_of(at(e, "object"));
+    }
+    assert_string_equal(str(watch_nth(w, 1, true), "object.spec.holderIdentity"), "b");
+    watch_stop(w);
+}
+
+static void test_watch_initial_and_resume(void **state)
+{
+    long st;
+    (void)state;
+    json_t *c = create_lease(srv, "resume", "a");
+    /* No resourceVersion: a synthetic ADDED of the current object first. */
+    watcher *w = watch_start(srv, LEASES "?watch=true&fieldSelector=metadata.name%3Dresume", NULL);
+    assert_true(watch_wait_real(w, 1, 10000));
+    assert_string_equal(str(watch_nth(w, 0, true), "type"), "ADDED");
+    assert_string_equal(str(watch_nth(w, 0, true), "object.metadata.uid"), str(c, "metadata.uid"));
+    watch_stop(w);
+
+    json_t *u1 =
+        api("PATCH", LEASES "/resume", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st);
+    json_t *u2 =
+        api("PATCH", LEASES "/resume", MERGE, "{\"spec\":{\"holderIdentity\":\"c\"}}", &st);
+    /* Resuming from the first update: only what came after it. */
+    char *path = fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dresume&resourceVersion=%s",
+                     str(u1, "metadata.resourceVersion"));
+    w = watch_start(srv, path, NULL);
+    free(path);
+    assert_true(watch_wait_real(w, 1, 10000));
+    assert_string_equal(str(watch_nth(w, 0, true), "type"), "MODIFIED");
+    assert_string_equal(str(watch_nth(w, 0, true), "object.metadata.resourceVersion"),
+                        str(u2, "metadata.resourceVersion"));
+    watch_stop(w);
+    json_decref(c);
+    json_decref(u1);
+    json_decref(u2);
+}
+
+static void test_watch_compacted(void **state)
+{
+    long st;
+    (void)state;
+    json_t *c = create_lease(srv, "compacted", "a");
+    json_decref(
+        api("PATCH", LEASES "/compacted", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st));
+    long long before = stat_int(srv, "faults.compact");
+    control(srv, "POST", "/testserver/v1/compact", "{}", 200);
+    assert_int_equal(stat_int(srv, "faults.compact"), before + 1);
+
+    char *path = fmt(LEASES "?watch=1&resourceVersion=%s", str(c, "metadata.resourceVersion"));
+    watcher *w = watch_start(srv, path, NULL);
+    free(path);
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_equal(w->result, CURLE_OK);
+    assert_int_equal(w->status, 200);
+    assert_int_equal(watch_count(w), 1);
+    json_t *e = watch_event(w, 0);
+    assert_string_equal(str(e, "type"), "ERROR");
+    assert_string_equal(str(e, "object.kind"), "Status");
+    assert_string_equal(str(e, "object.reason"), "Expired");
+    assert_int_equal(json_integer_value(at(e, "object.code")), 410);
+    assert_string_equal(str(e, "object.message"),
+                        "The resourceVersion for the provided watch is too old.");
+    watch_stop(w);
+    json_decref(c);
+}
+
+static void test_watch_bookmarks(void **state)
+{
+    (void)state;
+    char *rv = current_rv();
+    char *path = fmt(LEASES "?watch=1&allowWatchBookmarks=true&resourceVersion=%s", rv);
+    watcher *w = watch_start(srv, path, NULL);
+    free(path);
+    free(rv);
+    assert_true(watch_wait(w, 2, 10000)); /* bookmark interval is 200 ms here */
+    json_t *e = watch_event(w, 0);
+    assert_string_equal(str(e, "type"), "BOOKMARK");
+    assert_string_equal(str(e, "object.kind"), "Lease");
+    assert_true(rv_of(at(e, "object")) > 0);
+    watch_stop(w);
+
+    /* Without allowWatchBookmarks: none, and timeoutSeconds ends the stream. */
+    w = watch_start(srv, LEASES "?watch=1&timeoutSeconds=1&fieldSelector=metadata.name%3Dnone",
+                    NULL);
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_equal(w->result, CURLE_OK);
+    assert_int_equal(watch_count(w), 0);
+    watch_stop(w);
+}
+
+/* A client that hangs up on an idle (parked) stream frees it on the server. */
+static void test_watch_client_gone(void **state)
+{
+    (void)state;
+    long long open0 = stat_int(srv, "watches.open");
+    watcher *w = watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dnobody", NULL);
+    wait_open_watches(srv, open0 + 1);
+    watch_stop(w);
+    long long end = now_ms() + 10000;
+    while (stat_int(srv, "watches.open") > open0 && now_ms() < end) {
+        struct timespec ts = {0, 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(stat_int(srv, "watches.open"), open0);
+}
+
+/*
+ * A filtered stream that waits quietly must not expire because unrelated
+ * traffic overflowed the history (the watch cache would not do that either),
+ * while a resume from a version that fell out of it gets the cache's 410.
+ */
+static void test_watch_quiet_stream_survives(void **state)
+{
+    ts_server *s;
+    long st;
+    (void)state;
+    static const char *const args[] = {"--history", "50", NULL};
+    assert_int_equal(ts_start(&s, args), 0);
+    json_t *c = create_lease(s, "quiet", "a");
+    char *path = fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dquiet&resourceVersion=%s",
+                     str(c, "metadata.resourceVersion"));
+    watcher *w = watch_start(s, path, NULL);
+    free(path);
+    wait_open_watches(s, 1); /* the noise must come after the stream started */
+    for (int i = 0; i < 200; i++) {
+        char *name = fmt("noise-%d", i);
+        json_decref(create_lease(s, name, "n"));
+        free(name);
+    }
+    json_decref(
+        call(s, "PATCH", LEASES "/quiet", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st));
+    assert_int_equal(st, 200);
+    assert_true(watch_wait_real(w, 1, 10000));
+    assert_string_equal(str(watch_nth(w, 0, true), "type"), "MODIFIED");
+    watch_stop(w);
+
+    path = fmt(LEASES "?watch=1&resourceVersion=%s", str(c, "metadata.resourceVersion"));
+    w = watch_start(s, path, NULL);
+    free(path);
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_equal(watch_count(w), 1);
+    assert_string_equal(str(watch_event(w, 0), "type"), "ERROR");
+    assert_int_equal(json_integer_value(at(watch_event(w, 0), "object.code")), 410);
+    assert_non_null(strstr(str(watch_event(w, 0), "object.message"), "too old resource version"));
+    watch_stop(w);
+    json_decref(c);
+    assert_int_equal(ts_stop(s), 0);
+}
+
+static void test_discovery(void **state)
+{
+    long st;
+    (void)state;
+    json_t *j = api("GET", "/version", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(j, "major"), "1");
+    json_decref(j);
+
+    j = api("GET", "/apis", NULL, NULL, &st);
+    assert_string_equal(str(j, "kind"), "APIGroupList");
+    assert_string_equal(str(j, "groups.0.name"), "coordination.k8s.io");
+    assert_string_equal(str(j, "groups.0.preferredVersion.groupVersion"), "coordination.k8s.io/v1");
+    json_decref(j);
+
+    j = api("GET", "/apis/coordination.k8s.io/v1", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(j, "kind"), "APIResourceList");
+    assert_string_equal(str(j, "resources.0.name"), "leases");
+    assert_string_equal(str(j, "resources.0.kind"), "Lease");
+    assert_true(json_is_true(at(j, "resources.0.namespaced")));
+    assert_null(at(j, "resources.0.shortNames"));
+    bool watch = false;
+    for (size_t i = 0; i < json_array_size(at(j, "resources.0.verbs")); i++)
+        watch |= !strcmp(json_string_value(json_array_get(at(j, "resources.0.verbs"), i)), "watch");
+    assert_true(watch);
+    json_decref(j);
+
+    j = api("GET", "/api/v1", NULL, NULL, &st);
+    assert_string_equal(str(j, "groupVersion"), "v1");
+    json_decref(j);
+
+    j = api("GET", "/api/v1/namespaces/anything", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(j, "kind"), "Namespace");
+    assert_string_equal(str(j, "status.phase"), "Active");
+    json_decref(j);
+    j = api("GET", "/api/v1/namespaces", NULL, NULL, &st);
+    assert_string_equal(str(j, "kind"), "NamespaceList");
+    assert_string_equal(str(j, "items.0.metadata.name"), "default");
+    json_decref(j);
+
+    /* kubectl's Table form */
+    json_decref(create_lease(srv, "tabled", "holder-t"));
+    char *resp;
+    const char *accept = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
+    char *url = fmt("%s%s/tabled", ts_url(srv), LEASES);
+    char *tok = ts_token(srv);
+    char *auth = fmt("Authorization: Bearer %s", tok);
+    struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, auth), accept);
+    raw_buf b = {NULL, 0};
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    resp = b.data;
+    j = json_loads(resp, 0, NULL);
+    assert_string_equal(str(j, "kind"), "Table");
+    assert_string_equal(str(j, "columnDefinitions.1.name"), "Holder");
+    assert_string_equal(str(j, "rows.0.cells.0"), "tabled");
+    assert_string_equal(str(j, "rows.0.cells.1"), "holder-t");
+    assert_string_equal(str(j, "rows.0.object.kind"), "PartialObjectMetadata");
+    json_decref(j);
+    free(resp);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    free(auth);
+    free(tok);
+    free(url);
+}
+
+/* ---- Pods ----------------------------------------------------------------- */
+
+static size_t pod_count(const char *selector)
+{
+    long st;
+    char *path = fmt(PODS "?labelSelector=%s", selector);
+    json_t *l = api("GET", path, NULL, NULL, &st);
+    free(path);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(l, "kind"), "PodList");
+    size_t n = json_array_size(at(l, "items"));
+    json_decref(l);
+    return n;
+}
+
+static void test_pods_labels(void **state)
+{
+    long st;
+    (void)state;
+    json_t *p = api("POST", PODS, NULL,
+                    "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"cand-0\","
+                    "\"labels\":{\"app\":\"demo\"}},\"spec\":{\"containers\":[{\"name\":\"c\","
+                    "\"image\":\"busybox\"}]}}",
+                    &st);
+    assert_int_equal(st, 201);
+    json_decref(p);
+    json_decref(api("POST", PODS, NULL,
+                    "{\"metadata\":{\"name\":\"cand-1\",\"labels\":{\"app\":\"demo\"}}}", &st));
+    assert_int_equal(st, 201);
+
+    p = api("PATCH", PODS "/cand-0", MERGE, "{\"metadata\":{\"labels\":{\"role\":\"leader\"}}}",
+            &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(p, "metadata.labels.role"), "leader");
+    assert_string_equal(str(p, "metadata.labels.app"), "demo");
+    json_decref(p);
+
+    assert_int_equal(pod_count("role%3Dleader"), 1);
+    assert_int_equal(pod_count("role%3D%3Dleader,app%3Ddemo"), 1);
+    assert_int_equal(pod_count("app%3Ddemo,role!%3Dleader"), 1);
+    assert_int_equal(pod_count("role"), 1);
+    assert_int_equal(pod_count("app,!role"), 1);
+    assert_int_equal(pod_count("role%20in%20(leader,follower)"), 1);
+
+    /* null removes the label */
+    p = api("PATCH", PODS "/cand-0", MERGE, "{\"metadata\":{\"labels\":{\"role\":null}}}", &st);
+    assert_int_equal(st, 200);
+    assert_null(at(p, "metadata.labels.role"));
+    json_decref(p);
+    assert_int_equal(pod_count("role%3Dleader"), 0);
+    assert_int_equal(pod_count("app%3Ddemo"), 2);
+
+    json_t *e = api("GET", PODS "?labelSelector=a%20b%20c", NULL, NULL, &st);
+    assert_int_equal(st, 400);
+    json_decref(e);
+
+    json_decref(api("DELETE", PODS "/cand-1", NULL, NULL, &st));
+    assert_int_equal(st, 200);
+    assert_int_equal(pod_count("app%3Ddemo"), 1);
+}
+
+/* ---- faults --------------------------------------------------------------- */
+
+static void test_fault_errors(void **state)
+{
+    long st;
+    char *resp;
+    (void)state;
+    json_decref(create_lease(srv, "faulty", "a"));
+    long long before = stat_int(srv, "faults.error");
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"error\",\"status\":503,\"count\":2,\"match\":{\"path_prefix\":"
+            "\"" LEASES "/faulty\"}}",
+            201);
+    /* Out of scope: not affected. */
+    json_decref(api("GET", LEASES, NULL, NULL, &st));
+    assert_int_equal(st, 200);
+    for (int i = 0; i < 2; i++) {
+        json_t *e = api("GET", LEASES "/faulty", NULL, NULL, &st);
+        assert_int_equal(st, 503);
+        assert_string_equal(str(e, "reason"), "ServiceUnavailable");
+        json_decref(e);
+    }
+    json_decref(api("GET", LEASES "/faulty", NULL, NULL, &st));
+    assert_int_equal(st, 200);
+    assert_int_equal(stat_int(srv, "faults.error"), before + 2);
+
+    /* 429 carries Retry-After */
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"error\",\"status\":429,\"retry_after\":3,\"count\":1,\"match\":"
+            "{\"verb\":\"get\"}}",
+            201);
+    char *url = fmt("%s%s/faulty", ts_url(srv), LEASES);
+    char *tok = ts_token(srv);
+    CURL *h = curl_easy_init();
+    struct curl_slist *hdr = NULL;
+    char *auth = fmt("Authorization: Bearer %s", tok);
+    raw_buf hb = {NULL, 0}, bb = {NULL, 0};
+    hdr = curl_slist_append(hdr, auth);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, &hb);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &bb);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+    assert_int_equal(st, 429);
+    assert_non_null(strstr(hb.data, "Retry-After: 3"));
+    json_t *e = json_loads(bb.data, 0, NULL);
+    assert_string_equal(str(e, "reason"), "TooManyRequests");
+    assert_int_equal(json_integer_value(at(e, "details.retryAfterSeconds")), 3);
+    json_decref(e);
+    free(hb.data);
+    free(bb.data);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    free(auth);
+    free(tok);
+    free(url);
+
+    /* 500 by fraction, with a seeded PRNG: some fail, some pass */
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"error\",\"status\":500,\"probability\":0.5,\"seed\":7,\"match\":"
+            "{\"path_prefix\":\"" LEASES "/faulty\"}}",
+            201);
+    int fails = 0;
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(ts_request(srv, "GET", LEASES "/faulty", NULL, NULL, &st, &resp), 0);
+        free(resp);
+        assert_true(st == 200 || st == 500);
+        fails += st == 500;
+    }
+    assert_true(fails > 10 && fails < 90);
+    json_t *f = api("GET", "/testserver/v1/faults", NULL, NULL, &st);
+    assert_int_equal(json_integer_value(at(f, "faults.0.hits")), fails);
+    json_decref(f);
+    clear_faults();
+}
+
+static void test_fault_reset_latency_hang(void **state)
+{
+    long st;
+    (void)state;
+    long long resets = stat_int(srv, "faults.reset");
+    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"reset\",\"count\":1}", 201);
+    /*
+     * A fresh connection: on a reused one libcurl (like Go's transport)
+     * silently retries a request whose connection died unanswered.
+     */
+    char *url = fmt("%s%s", ts_url(srv), LEASES);
+    char *tok = ts_token(srv);
+    assert_int_not_equal(raw_get(url, tok, NULL, NULL, &st, NULL), CURLE_OK);
+    assert_int_equal(st, 0);
+    free(url);
+    free(tok);
+    assert_int_equal(stat_int(srv, "faults.reset"), resets + 1);
+    json_t *s = stats(srv);
+    assert_true(json_integer_value(at(s, "requests.by_status.reset")) >= 1);
+    json_decref(s);
+
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"latency\",\"delay_ms\":300,\"count\":1}", 201);
+    long long t0 = now_ms();
+    json_decref(api("GET", LEASES, NULL, NULL, &st));
+    assert_int_equal(st, 200);
+    assert_true(now_ms() - t0 >= 290);
+    assert_true(stat_int(srv, "faults.latency") >= 1);
+
+    /* A hang window holds requests until it ends. */
+    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"hang\",\"duration_ms\":600}", 201);
+    t0 = now_ms();
+    json_decref(api("GET", LEASES, NULL, NULL, &st));
+    assert_int_equal(st, 200);
+    assert_true(now_ms() - t0 >= 400);
+    assert_true(stat_int(srv, "faults.hang") >= 1);
+
+    /* An open-ended hang lasts until the rule is deleted: a watcher is held... */
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"hang\",\"match\":{\"user_agent\":\"held-client\"}}", 201);
+    watcher *w = watch_start(srv, LEASES "?limit=1", "held-client");
+    long long end = now_ms() + 10000;
+    while (stat_int(srv, "suspended") < 1 && now_ms() < end) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_true(stat_int(srv, "suspended") >= 1);
+    assert_false(watch_wait_done(w, 300)); /* bounded check that it is still held */
+    clear_faults();                        /* ...and released by the delete */
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_equal(w->result, CURLE_OK);
+    assert_int_equal(w->status, 200);
+    watch_stop(w);
+}
+
+static void test_fault_client_scope(void **state)
+{
+    long st;
+    char *body;
+    (void)state;
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"error\",\"status\":500,\"match\":{\"user_agent\":\"cand-b\"}}", 201);
+    char *url = fmt("%s%s", ts_url(srv), LEASES);
+    char *tok = ts_token(srv);
+    assert_int_equal(raw_get(url, tok, NULL, "elector/1.0 cand-a", &st, NULL), CURLE_OK);
+    assert_int_equal(st, 200);
+    assert_int_equal(raw_get(url, tok, NULL, "elector/1.0 cand-b", &st, &body), CURLE_OK);
+    assert_int_equal(st, 500);
+    json_t *e = json_loads(body, 0, NULL);
+    assert_string_equal(str(e, "reason"), "InternalError");
+    json_decref(e);
+    free(body);
+    clear_faults();
+
+    /* Scoped to a token nobody uses: no effect. */
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"reset\",\"match\":{\"token\":\"someone-else\"}}", 201);
+    assert_int_equal(raw_get(url, tok, NULL, NULL, &st, NULL), CURLE_OK);
+    assert_int_equal(st, 200);
+    clear_faults();
+    free(tok);
+    free(url);
+}
+
+static void test_fault_watch_freeze_and_close(void **state)
+{
+    long st;
+    (void)state;
+    json_decref(create_lease(srv, "frozen", "a"));
+    long long open0 = stat_int(srv, "watches.open");
+    watcher *w =
+        watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dfrozen", "froze-me");
+    assert_true(watch_wait_real(w, 1, 10000)); /* the synthetic ADDED */
+
+    long long frozen = stat_int(srv, "faults.freeze_watch");
+    control(srv, "POST", "/testserver/v1/faults",
+            "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"froze-me\"}}", 201);
+    json_decref(
+        api("PATCH", LEASES "/frozen", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st));
+    assert_int_equal(st, 200);
+    /* Bounded check for an absence: the frozen stream delivers nothing. */
+    assert_false(watch_wait(w, 2, 500));
+    assert_int_equal(stat_int(srv, "faults.freeze_watch"), frozen + 1);
+    clear_faults();
+    assert_true(watch_wait_real(w, 2, 10000));
+    assert_string_equal(str(watch_nth(w, 1, true), "type"), "MODIFIED");
+
+    /* close: a clean end of the stream */
+    long long closed = stat_int(srv, "faults.close_watch");
+    control(srv, "POST", "/testserver/v1/watches/close",
+            "{\"match\":{\"user_agent\":\"froze-me\"}}", 200);
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_equal(w->result, CURLE_OK);
+    watch_stop(w);
+
+    /* abort: the connection is cut mid-stream */
+    w = watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dfrozen", "cut-me");
+    assert_true(watch_wait_real(w, 1, 10000));
+    control(srv, "POST", "/testserver/v1/watches/close",
+            "{\"abort\":true,\"match\":{\"user_agent\":\"cut-me\"}}", 200);
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_not_equal(w->result, CURLE_OK);
+    watch_stop(w);
+    assert_int_equal(stat_int(srv, "faults.close_watch"), closed + 2);
+    long long end = now_ms() + 10000;
+    while (stat_int(srv, "watches.open") > open0 && now_ms() < end) {
+        struct timespec ts = {0, 5 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    assert_int_equal(stat_int(srv, "watches.open"), open0);
+}
+
+/* ---- token rotation and restarts (own servers) ---------------------------- */
+
+static void test_token_rotation(void **state)
+{
+    ts_server *s;
+    long st;
+    (void)state;
+    assert_int_equal(ts_start(&s, NULL), 0);
+    char *old = ts_token(s);
+    json_t *r = call(s, "POST", "/testserver/v1/token", NULL, "{}", &st);
+    assert_int_equal(st, 200);
+    char *fresh = ts_token(s); /* DIR/token now holds the new one */
+    assert_string_equal(str(r, "token"), fresh);
+    assert_string_not_equal(old, fresh);
+    json_decref(r);
+
+    char *url = fmt("%s%s", ts_url(s), LEASES);
+    char *ca = fmt("%s/ca.crt", ts_dir(s));
+    /* raw_get uses the shared server's CA: same code path, so use a local handle */
+    CURL *h = curl_easy_init();
+    for (int i = 0; i < 2; i++) {
+        char *auth = fmt("Authorization: Bearer %s", i == 0 ? old : fresh);
+        struct curl_slist *hdr = curl_slist_append(NULL, auth);
+        raw_buf b = {NULL, 0};
+        curl_easy_setopt(h, CURLOPT_URL, url);
+        curl_easy_setopt(h, CURLOPT_CAINFO, ca);
+        curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+        curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+        assert_int_equal(curl_easy_perform(h), CURLE_OK);
+        curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
+        assert_int_equal(st, i == 0 ? 401 : 200);
+        free(b.data);
+        curl_slist_free_all(hdr);
+        free(auth);
+    }
+    curl_easy_cleanup(h);
+    /* The embedded-token kubeconfig was rewritten too. */
+    char *kc = slurp(ts_kubeconfig(s));
+    assert_non_null(strstr(kc, fresh));
+    free(kc);
+    json_t *sj = stats(s);
+    assert_int_equal(json_integer_value(at(sj, "faults.rotate_token")), 1);
+    json_decref(sj);
+    free(url);
+    free(ca);
+    free(old);
+    free(fresh);
+    assert_int_equal(ts_stop(s), 0);
+}
+
+static void test_restart(void **state)
+{
+    ts_server *s;
+    long st;
+    (void)state;
+    char dir[] = "/tmp/k8slease-ts-restart.XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    const char *args[] = {"--dir", dir, NULL};
+    assert_int_equal(ts_start(&s, args), 0);
+    char *ca_before = slurp(ts_ca_file(s));
+
+    json_decref(create_lease(s, "survivor", "a"));
+    watcher *w = watch_start(s, LEASES "?watch=1", NULL);
+    assert_true(watch_wait_real(w, 1, 10000));
+
+    assert_int_equal(ts_restart(s, true, 0), 0);
+    /* The watch was dropped with the connection... */
+    assert_true(watch_wait_done(w, 10000));
+    assert_int_not_equal(w->result, CURLE_OK);
+    watch_stop(w);
+    /* ...the state was kept. */
+    json_decref(call(s, "GET", LEASES "/survivor", NULL, NULL, &st));
+    assert_int_equal(st, 200);
+
+    /* Down for a while, then back without state. */
+    assert_int_equal(ts_restart(s, false, 200), 0);
+    json_t *e = call(s, "GET", LEASES "/survivor", NULL, NULL, &st);
+    assert_int_equal(st, 404);
+    json_decref(e);
+    assert_int_equal(stat_int(s, "faults.restart"), 2);
+    assert_int_equal(stat_int(s, "leases"), 0);
+    assert_int_equal(ts_stop(s), 0);
+
+    /* A new server on the same directory keeps the CA. */
+    assert_int_equal(ts_start(&s, args), 0);
+    char *ca_after = slurp(ts_ca_file(s));
+    assert_string_equal(ca_before, ca_after);
+    assert_int_equal(ts_stop(s), 0);
+    free(ca_before);
+    free(ca_after);
+    char *rm = fmt("rm -rf '%s'", dir);
+    assert_int_equal(system(rm), 0);
+    free(rm);
+}
+
+/* ---- kubectl -------------------------------------------------------------- */
+
+/* Runs a shell command, bounded by timeout(1); returns its output. */
+static char *run(int *status, const char *f, ...)
+{
+    va_list ap;
+    va_start(ap, f);
+    int n = vsnprintf(NULL, 0, f, ap);
+    va_end(ap);
+    char *cmd = malloc((size_t)n + 1);
+    va_start(ap, f);
+    vsnprintf(cmd, (size_t)n + 1, f, ap);
+    va_end(ap);
+    FILE *p = popen(cmd, "r");
+    assert_non_null(p);
+    raw_buf b = {NULL, 0};
+    char chunk[4096];
+    size_t r;
+    while ((r = fread(chunk, 1, sizeof(chunk), p)) > 0)
+        raw_data(chunk, 1, r, &b);
+    int rc = pclose(p);
+    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    if (*status != 0)
+        print_message("%s\n-> %d: %s\n", cmd, *status, b.data ? b.data : "");
+    free(cmd);
+    return b.data ? b.data : strdup("");
+}
+
+#define KUBECTL "timeout 60 /usr/bin/kubectl --kubeconfig '%s' --cache-dir '%s/kubecache' "
+
+static void test_kubectl(void **state)
+{
+    long st;
+    int rc;
+    (void)state;
+    if (access("/usr/bin/kubectl", X_OK) != 0) {
+        print_message("kubectl not installed: skipping the kubectl checks\n");
+        skip();
+    }
+    const char *kc = ts_kubeconfig(srv), *dir = ts_dir(srv);
+    json_t *c = create_lease(srv, "kubectl-lease", "kholder");
+
+    char *out = run(&rc, KUBECTL "get lease kubectl-lease -o json 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    json_t *k = json_loads(out, 0, NULL);
+    assert_non_null(k);
+    assert_string_equal(str(k, "metadata.uid"), str(c, "metadata.uid"));
+    assert_string_equal(str(k, "metadata.resourceVersion"), str(c, "metadata.resourceVersion"));
+    assert_string_equal(str(k, "spec.holderIdentity"), "kholder");
+    assert_int_equal(json_integer_value(at(k, "spec.leaseDurationSeconds")), 15);
+    json_decref(k);
+    free(out);
+
+    out = run(&rc, KUBECTL "get lease 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "HOLDER"));
+    assert_non_null(strstr(out, "kubectl-lease"));
+    assert_non_null(strstr(out, "kholder"));
+    free(out);
+
+    out = run(&rc, KUBECTL "get lease kubectl-lease -o yaml 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "holderIdentity: kholder"));
+    free(out);
+
+    json_decref(api("POST", PODS, NULL,
+                    "{\"metadata\":{\"name\":\"kubectl-pod\"},\"spec\":{\"containers\":[{\"name\":"
+                    "\"c\",\"image\":\"busybox\"}]}}",
+                    &st));
+    assert_int_equal(st, 201);
+    out = run(&rc, KUBECTL "label pod kubectl-pod role=leader 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "labeled"));
+    free(out);
+    out = run(&rc, KUBECTL "get pod --show-labels 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "kubectl-pod"));
+    assert_non_null(strstr(out, "role=leader"));
+    free(out);
+    out = run(&rc, KUBECTL "label pod kubectl-pod role- 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    free(out);
+    json_t *p = api("GET", PODS "/kubectl-pod", NULL, NULL, &st);
+    assert_null(at(p, "metadata.labels.role"));
+    json_decref(p);
+
+    /* apply with client-side dry run (validation goes through /openapi/v3) */
+    char *yaml = fmt("%s/lease.yaml", dir);
+    FILE *f = fopen(yaml, "w");
+    assert_non_null(f);
+    fputs("apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: applied\n"
+          "spec:\n  holderIdentity: me\n",
+          f);
+    fclose(f);
+    out = run(&rc, KUBECTL "apply --dry-run=client -f '%s' 2>&1", kc, dir, yaml);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "dry run"));
+    free(out);
+    free(yaml);
+
+    /*
+     * get -w sees a change made while it watches; stopped once it has.
+     * kubectl GETs the object, then watches from resourceVersion "0" and
+     * skips the synthetic ADDED: change the object only once that watch is
+     * open, or the change folds into the skipped event.
+     */
+    long long open0 = stat_int(srv, "watches.open");
+    char *cmd = fmt("exec timeout 60 /usr/bin/kubectl --kubeconfig '%s' --cache-dir "
+                    "'%s/kubecache' get lease kubectl-lease -w 2>&1",
+                    kc, dir);
+    int fds[2];
+    assert_int_equal(pipe(fds), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], STDOUT_FILENO);
+        close(fds[0]);
+        close(fds[1]);
+        execl("/bin/sh", "sh", "-c", cmd, (char *)NULL);
+        _exit(127);
+    }
+    free(cmd);
+    close(fds[1]);
+    FILE *wp = fdopen(fds[0], "r");
+    assert_non_null(wp);
+    char line[512];
+    assert_non_null(fgets(line, sizeof(line), wp)); /* header */
+    assert_non_null(fgets(line, sizeof(line), wp)); /* the row from the GET */
+    wait_open_watches(srv, open0 + 1);
+    json_decref(api("PATCH", LEASES "/kubectl-lease", MERGE,
+                    "{\"spec\":{\"holderIdentity\":\"new-holder\"}}", &st));
+    assert_int_equal(st, 200);
+    bool seen = false;
+    while (!seen && fgets(line, sizeof(line), wp)) {
+        seen = strstr(line, "new-holder") != NULL;
+        if (!seen)
+            print_message("kubectl get -w: %s", line);
+    }
+    kill(pid, SIGTERM); /* timeout(1) passes it on to kubectl */
+    fclose(wp);
+    waitpid(pid, NULL, 0);
+    assert_true(seen);
+    json_decref(c);
+}
+
+/* ---- load ----------------------------------------------------------------- */
+
+/* Runs n requests over `par` kept-alive connections; returns how many got `want`. */
+static int blast(int n, int par, bool create, long want, double *secs)
+{
+    CURLM *m = curl_multi_init();
+    CURL *h[16];
+    struct curl_slist *hdr = NULL;
+    char *tok = ts_token(srv);
+    char *auth = fmt("Authorization: Bearer %s", tok);
+    char *bodies[16] = {0};
+    char *urls[16] = {0};
+    int next = 0, ok = 0, done = 0;
+    hdr = curl_slist_append(hdr, auth);
+    hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    long long t0 = now_ms(), deadline = t0 + 240000;
+
+    for (int i = 0; i < par; i++) {
+        h[i] = curl_easy_init();
+        curl_easy_setopt(h[i], CURLOPT_CAINFO, ts_ca_file(srv));
+        curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, raw_data);
+        curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 30L);
+        curl_easy_setopt(h[i], CURLOPT_PRIVATE, (char *)(intptr_t)i);
+    }
+    raw_buf sink[16] = {{0}};
+    for (int i = 0; i < par && next < n; i++, next++) {
+        free(urls[i]);
+        free(bodies[i]);
+        if (create) {
+            urls[i] = fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases", ts_url(srv));
+            bodies[i] = fmt("{\"metadata\":{\"name\":\"l-%05d\"},\"spec\":{\"holderIdentity\":"
+                            "\"h\",\"leaseDurationSeconds\":15}}",
+                            next);
+            curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
+        } else {
+            urls[i] = fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases/l-%05d",
+                          ts_url(srv), next);
+            bodies[i] = NULL;
+            curl_easy_setopt(h[i], CURLOPT_HTTPGET, 1L);
+        }
+        curl_easy_setopt(h[i], CURLOPT_URL, urls[i]);
+        curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &sink[i]);
+        curl_multi_add_handle(m, h[i]);
+    }
+    while (done < n && now_ms() < deadline) {
+        int running;
+        curl_multi_perform(m, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            char *priv;
+            long code = 0;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &priv);
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_RESPONSE_CODE, &code);
+            int i = (int)(intptr_t)priv;
+            done++;
+            ok += msg->data.result == CURLE_OK && code == want;
+            sink[i].len = 0;
+            curl_multi_remove_handle(m, h[i]);
+            if (next < n) {
+                free(urls[i]);
+                free(bodies[i]);
+                if (create) {
+                    urls[i] =
+                        fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases", ts_url(srv));
+                    bodies[i] = fmt("{\"metadata\":{\"name\":\"l-%05d\"},\"spec\":{"
+                                    "\"holderIdentity\":\"h\",\"leaseDurationSeconds\":15}}",
+                                    next);
+                    curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
+                } else {
+                    urls[i] = fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases/l-%05d",
+                                  ts_url(srv), next);
+                    bodies[i] = NULL;
+                }
+                curl_easy_setopt(h[i], CURLOPT_URL, urls[i]);
+                next++;
+                curl_multi_add_handle(m, h[i]);
+            }
+        }
+        if (done < n)
+            curl_multi_poll(m, NULL, 0, 100, NULL);
+    }
+    *secs = (double)(now_ms() - t0) / 1000.0;
+    for (int i = 0; i < par; i++) {
+        curl_multi_remove_handle(m, h[i]);
+        curl_easy_cleanup(h[i]);
+        free(urls[i]);
+        free(bodies[i]);
+        free(sink[i].data);
+    }
+    curl_multi_cleanup(m);
+    curl_slist_free_all(hdr);
+    free(auth);
+    free(tok);
+    return ok;
+}
+
+static void test_load_10k(void **state)
+{
+    long st;
+    double secs;
+    (void)state;
+    const int n = 10000;
+    int created = blast(n, 8, true, 201, &secs);
+    print_message("created %d leases in %.2f s: %.0f requests/s (8 connections)\n", created, secs,
+                  created / secs);
+    assert_int_equal(created, n);
+    int got = blast(n, 8, false, 200, &secs);
+    print_message("read %d leases in %.2f s: %.0f requests/s (8 connections)\n", got, secs,
+                  got / secs);
+    assert_int_equal(got, n);
+
+    json_t *l = api("GET", "/apis/coordination.k8s.io/v1/namespaces/load/leases", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(at(l, "items")), (size_t)n);
+    json_decref(l);
+    /* paging as kubectl and client-go do it */
+    l = api("GET", "/apis/coordination.k8s.io/v1/namespaces/load/leases?limit=500", NULL, NULL,
+            &st);
+    assert_int_equal(json_array_size(at(l, "items")), 500);
+    assert_int_equal(json_integer_value(at(l, "metadata.remainingItemCount")), n - 500);
+    char *cont = curl_easy_escape(NULL, str(l, "metadata.continue"), 0);
+    char *path =
+        fmt("/apis/coordination.k8s.io/v1/namespaces/load/leases?limit=500&continue=%s", cont);
+    curl_free(cont);
+    json_t *l2 = api("GET", path, NULL, NULL, &st);
+    free(path);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(l2, "items.0.metadata.name"), "l-00500");
+    json_decref(l2);
+    json_decref(l);
+    assert_true(stat_int(srv, "leases") >= n);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_lease_crud),
+        cmocka_unit_test(test_put_missing_creates),
+        cmocka_unit_test(test_validation),
+        cmocka_unit_test(test_sample_bodies),
+        cmocka_unit_test(test_auth),
+        cmocka_unit_test(test_watch_order),
+        cmocka_unit_test(test_watch_initial_and_resume),
+        cmocka_unit_test(test_watch_compacted),
+        cmocka_unit_test(test_watch_bookmarks),
+        cmocka_unit_test(test_watch_client_gone),
+        cmocka_unit_test(test_watch_quiet_stream_survives),
+        cmocka_unit_test(test_discovery),
+        cmocka_unit_test(test_pods_labels),
+        cmocka_unit_test(test_fault_errors),
+        cmocka_unit_test(test_fault_reset_latency_hang),
+        cmocka_unit_test(test_fault_client_scope),
+        cmocka_unit_test(test_fault_watch_freeze_and_close),
+        cmocka_unit_test(test_token_rotation),
+        cmocka_unit_test(test_restart),
+        cmocka_unit_test(test_kubectl),
+        cmocka_unit_test(test_load_10k),
+    };
+    return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}

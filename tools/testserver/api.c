@@ -1,0 +1,1024 @@
+/*
+ * api.c - the Kubernetes REST API: discovery, Leases, Pods, Namespaces.
+ *
+ * Handlers run with the server lock held and answer through ts_response;
+ * server.c serialises the body before it lets go of the lock (bodies share
+ * values with stored objects).
+ */
+#include "server.h"
+#include "util.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* A larger ?limit= is treated as "no limit". */
+#define MAX_LIST_LIMIT 100000
+
+enum route_kind {
+    RT_NONE,       /* unknown path */
+    RT_STATIC,     /* discovery, /version, /openapi, health */
+    RT_NAMESPACES, /* /api/v1/namespaces */
+    RT_NAMESPACE,  /* /api/v1/namespaces/NS */
+    RT_COLLECTION, /* .../leases, .../namespaces/NS/leases */
+    RT_OBJECT      /* .../namespaces/NS/leases/NAME */
+};
+
+typedef struct route {
+    enum route_kind kind;
+    ts_res res;
+    char ns[256];
+    char name[256];
+    bool all_namespaces;
+} route;
+
+/* Copies one path segment; false if it is empty or too long. */
+static bool segment(const char *s, size_t n, char out[256])
+{
+    if (n == 0 || n >= 256)
+        return false;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    return true;
+}
+
+static route parse_route(const char *path)
+{
+    route r = {0};
+    const char *seg[8];
+    size_t len[8], n = 0;
+
+    static const char *const statics[] = {"/api",
+                                          "/api/v1",
+                                          "/apis",
+                                          "/apis/coordination.k8s.io",
+                                          "/apis/coordination.k8s.io/v1",
+                                          "/version",
+                                          "/openapi/v2",
+                                          "/openapi/v3",
+                                          "/healthz",
+                                          "/livez",
+                                          "/readyz"};
+    for (size_t i = 0; i < sizeof(statics) / sizeof(statics[0]); i++) {
+        size_t sl = strlen(statics[i]);
+        if (!strncmp(path, statics[i], sl) && (path[sl] == '\0' || !strcmp(path + sl, "/"))) {
+            r.kind = RT_STATIC;
+            return r;
+        }
+    }
+    if (!strncmp(path, "/openapi/v3/", 12)) {
+        r.kind = RT_STATIC;
+        return r;
+    }
+
+    for (const char *p = path; *p && n < 8;) {
+        while (*p == '/')
+            p++;
+        if (!*p)
+            break;
+        const char *e = strchr(p, '/');
+        size_t l = e ? (size_t)(e - p) : strlen(p);
+        seg[n] = p;
+        len[n++] = l;
+        p += l;
+    }
+#define SEG(i, s) (len[i] == strlen(s) && !strncmp(seg[i], s, len[i]))
+    size_t base;
+    if (n >= 3 && SEG(0, "apis") && SEG(1, "coordination.k8s.io") && SEG(2, "v1")) {
+        r.res = TS_LEASE;
+        base = 3;
+    } else if (n >= 2 && SEG(0, "api") && SEG(1, "v1")) {
+        r.res = TS_POD;
+        base = 2;
+        if (n == 3 && SEG(2, "namespaces")) {
+            r.kind = RT_NAMESPACES;
+            return r;
+        }
+        if (n == 4 && SEG(2, "namespaces")) {
+            r.kind = segment(seg[3], len[3], r.ns) ? RT_NAMESPACE : RT_NONE;
+            return r;
+        }
+    } else {
+        return r;
+    }
+    const char *plural = ts_resdefs[r.res].plural;
+    if (n == base + 1 && SEG(base, plural)) {
+        r.kind = RT_COLLECTION;
+        r.all_namespaces = true;
+    } else if ((n == base + 3 || n == base + 4) && SEG(base, "namespaces") &&
+               SEG(base + 2, plural) && segment(seg[base + 1], len[base + 1], r.ns)) {
+        if (n == base + 3)
+            r.kind = RT_COLLECTION;
+        else if (segment(seg[base + 3], len[base + 3], r.name))
+            r.kind = RT_OBJECT;
+    }
+#undef SEG
+    return r;
+}
+
+const char *ts_api_verb(const char *method, const char *path, bool watch)
+{
+    route r = parse_route(path);
+    bool obj = r.kind == RT_OBJECT || r.kind == RT_NAMESPACE;
+    bool coll = r.kind == RT_COLLECTION || r.kind == RT_NAMESPACES;
+    if (!strcmp(method, "GET"))
+        return watch && (obj || coll) ? "watch" : coll ? "list" : "get";
+    if (!strcmp(method, "POST"))
+        return "create";
+    if (!strcmp(method, "PUT"))
+        return "update";
+    if (!strcmp(method, "PATCH"))
+        return "patch";
+    if (!strcmp(method, "DELETE"))
+        return coll ? "deletecollection" : "delete";
+    return "other";
+}
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static void reply(ts_response *rs, unsigned code, json_t *body)
+{
+    rs->code = code;
+    rs->body = body;
+}
+
+static void bad_request(ts_response *rs, const char *msg)
+{
+    reply(rs, 400, ts_status_bad_request(msg));
+}
+
+static void not_found_path(ts_response *rs)
+{
+    reply(rs, 404,
+          ts_status_failure(404, "NotFound", "the server could not find the requested resource",
+                            json_object()));
+}
+
+static void method_not_allowed(ts_response *rs)
+{
+    reply(rs, 405,
+          ts_status_failure(405, "MethodNotAllowed",
+                            "the server does not allow this method on the requested resource",
+                            json_object()));
+}
+
+static void internal_error(ts_response *rs)
+{
+    reply(rs, 500, ts_status_failure(500, "InternalError", "out of memory", NULL));
+}
+
+/* strconv.ParseBool */
+static bool query_bool(const ts_request *rq, const char *key)
+{
+    const char *v = ts_request_query(rq, key);
+    return v && (!strcmp(v, "1") || !strcmp(v, "t") || !strcmp(v, "T") || !strcmp(v, "true") ||
+                 !strcmp(v, "TRUE") || !strcmp(v, "True"));
+}
+
+/* A non-negative integer query parameter; -1 absent, -2 malformed. */
+static long long query_uint(const ts_request *rq, const char *key)
+{
+    const char *v = ts_request_query(rq, key);
+    if (!v || !*v)
+        return -1;
+    char *end;
+    errno = 0;
+    long long n = strtoll(v, &end, 10);
+    return (*end || errno || n < 0) ? -2 : n;
+}
+
+/* A resourceVersion: decimal digits. Returns 0 and sets *rv, or -1. */
+static int parse_rv(const char *s, uint64_t *rv)
+{
+    if (!s || !*s)
+        return -1;
+    uint64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || v > UINT64_MAX / 10)
+            return -1;
+        v = v * 10 + (uint64_t)(*p - '0');
+    }
+    *rv = v;
+    return 0;
+}
+
+static void rv_string(uint64_t rv, char out[24])
+{
+    snprintf(out, 24, "%" PRIu64, rv);
+}
+
+static bool wants_table(const ts_request *rq, ts_res res)
+{
+    const char *accept = ts_request_header(rq, "Accept");
+    return accept && ts_table_supported(res) && strstr(accept, "as=Table") &&
+           strstr(accept, "g=meta.k8s.io");
+}
+
+static ts_include include_object(const ts_request *rq)
+{
+    const char *v = ts_request_query(rq, "includeObject");
+    if (v && !strcmp(v, "None"))
+        return TS_INCLUDE_NONE;
+    if (v && !strcmp(v, "Object"))
+        return TS_INCLUDE_OBJECT;
+    return TS_INCLUDE_METADATA;
+}
+
+static bool dry_run(const ts_request *rq)
+{
+    const char *v = ts_request_query(rq, "dryRun");
+    return v && !strcmp(v, "All");
+}
+
+/* Parses the request body as a JSON object; on failure answers 400. */
+static json_t *body_object(const ts_request *rq, ts_response *rs, ts_res res)
+{
+    json_error_t err;
+    json_t *j = json_loadb(rq->body ? rq->body : "", rq->body_len, 0, &err);
+    if (!j || !json_is_object(j)) {
+        ts_buf m = {0};
+        ts_buf_printf(&m, "%s in version \"v1\" cannot be handled as a %s: %s",
+                      ts_resdefs[res].kind, ts_resdefs[res].kind,
+                      j ? "json: cannot unmarshal non-object into Go value" : err.text);
+        bad_request(rs, m.data ? m.data : "invalid body");
+        ts_buf_free(&m);
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* apiVersion/kind, if present, must be this resource's. */
+static bool check_type_meta(const json_t *body, ts_res res, ts_response *rs)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    const char *av = json_string_value(json_object_get(body, "apiVersion"));
+    const char *kind = json_string_value(json_object_get(body, "kind"));
+    ts_buf m = {0};
+    if (av && *av && strcmp(av, rd->api_version))
+        ts_buf_printf(&m,
+                      "the API version in the data (%s) does not match the expected API "
+                      "version (%s)",
+                      av, rd->api_version);
+    else if (kind && *kind && strcmp(kind, rd->kind))
+        ts_buf_printf(&m, "the kind in the data (%s) does not match the expected kind (%s)", kind,
+                      rd->kind);
+    if (m.data) {
+        bad_request(rs, m.data);
+        ts_buf_free(&m);
+        return false;
+    }
+    return true;
+}
+
+static bool check_namespace(const json_t *body, const char *ns, ts_response *rs)
+{
+    const char *bns = ts_meta_str(body, "namespace");
+    if (bns && *bns && strcmp(bns, ns)) {
+        bad_request(rs, "the namespace of the provided object does not match the namespace sent "
+                        "on the request");
+        return false;
+    }
+    return true;
+}
+
+static bool check_name_matches(const json_t *body, const char *name, ts_response *rs)
+{
+    const char *bname = ts_meta_str(body, "name");
+    if (!bname || strcmp(bname, name)) {
+        ts_buf m = {0};
+        ts_buf_printf(&m, "the name of the object (%s) does not match the name on the URL (%s)",
+                      bname ? bname : "", name);
+        bad_request(rs, m.data);
+        ts_buf_free(&m);
+        return false;
+    }
+    return true;
+}
+
+/* ---- discovery ---------------------------------------------------------- */
+
+static json_t *group_version(void)
+{
+    return json_pack("{s:s, s:s}", "groupVersion", "coordination.k8s.io/v1", "version", "v1");
+}
+
+static json_t *api_resource(const char *name, const char *singular, bool namespaced,
+                            const char *kind, const char *verbs, const char *short_name,
+                            const char *hash)
+{
+    json_t *r = json_pack("{s:s, s:s, s:b, s:s}", "name", name, "singularName", singular,
+                          "namespaced", namespaced, "kind", kind);
+    json_t *v = json_array();
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", verbs);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        json_array_append_new(v, json_string(t));
+    json_object_set_new(r, "verbs", v);
+    if (short_name)
+        json_object_set_new(r, "shortNames", json_pack("[s]", short_name));
+    if (!strcmp(kind, "Pod"))
+        json_object_set_new(r, "categories", json_pack("[s]", "all"));
+    json_object_set_new(r, "storageVersionHash", json_string(hash));
+    return r;
+}
+
+/* The OpenAPI v3 document for one group-version: enough for kubectl. */
+static json_t *openapi_gv(const char *path, const char *group, const char *kind, const char *op_id)
+{
+    /*
+     * kubectl's validator asks whether the PATCH operation of the kind takes
+     * the fieldValidation parameter; if so it leaves validation to the server
+     * and needs no schema. No requestBody: kubectl apply then computes its
+     * patch from its built-in types instead of from this (empty) schema.
+     */
+    json_t *params = json_array();
+    static const char *const names[] = {"dryRun", "fieldManager", "fieldValidation", "force"};
+    for (size_t i = 0; i < 4; i++)
+        json_array_append_new(params, json_pack("{s:s, s:s, s:{s:s, s:b}}", "name", names[i], "in",
+                                                "query", "schema", "type",
+                                                i == 3 ? "boolean" : "string", "uniqueItems", 1));
+    json_t *patch =
+        json_pack("{s:[s], s:s, s:o, s:{s:{s:s}}, s:s, s:{s:s, s:s, s:s}}", "tags",
+                  group[0] ? "coordination_v1" : "core_v1", "operationId", op_id, "parameters",
+                  params, "responses", "200", "description", "OK", "x-kubernetes-action", "patch",
+                  "x-kubernetes-group-version-kind", "group", group, "kind", kind, "version", "v1");
+    json_t *paths = json_object();
+    json_object_set_new(paths, path, json_pack("{s:o}", "patch", patch));
+    return json_pack("{s:s, s:{s:s, s:s}, s:o, s:{s:{}}}", "openapi", "3.0.0", "info", "title",
+                     "Kubernetes", "version", "v1.32.0", "paths", paths, "components", "schemas");
+}
+
+static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
+{
+    const char *p = rq->path;
+    char addr[96];
+    json_t *j = NULL;
+
+    if (strcmp(rq->method, "GET")) {
+        method_not_allowed(rs);
+        return;
+    }
+    if (!strncmp(p, "/healthz", 8) || !strncmp(p, "/livez", 6) || !strncmp(p, "/readyz", 7)) {
+        rs->code = 200;
+        rs->text = "ok";
+        return;
+    }
+    if (!strcmp(p, "/version")) {
+        j = json_pack("{s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s, s:s}", "major", "1", "minor", "32",
+                      "gitVersion", "v1.32.0+k8slease-testserver", "gitCommit",
+                      "0000000000000000000000000000000000000000", "gitTreeState", "clean",
+                      "buildDate", "2026-01-01T00:00:00Z", "goVersion", "go1.23.0", "compiler",
+                      "gc", "platform", "linux/amd64");
+    } else if (!strcmp(p, "/api") || !strcmp(p, "/api/")) {
+        snprintf(addr, sizeof(addr), "%s%s%s:%u", strchr(srv->cfg.address, ':') ? "[" : "",
+                 srv->cfg.address, strchr(srv->cfg.address, ':') ? "]" : "", srv->port);
+        j = json_pack("{s:s, s:[s], s:[{s:s, s:s}]}", "kind", "APIVersions", "versions", "v1",
+                      "serverAddressByClientCIDRs", "clientCIDR", "0.0.0.0/0", "serverAddress",
+                      addr);
+    } else if (!strcmp(p, "/apis") || !strcmp(p, "/apis/")) {
+        j = json_pack("{s:s, s:s, s:[{s:s, s:[o], s:o}]}", "kind", "APIGroupList", "apiVersion",
+                      "v1", "groups", "name", "coordination.k8s.io", "versions", group_version(),
+                      "preferredVersion", group_version());
+    } else if (!strncmp(p, "/apis/coordination.k8s.io", 25) &&
+               (p[25] == '\0' || !strcmp(p + 25, "/"))) {
+        j = json_pack("{s:s, s:s, s:s, s:[o], s:o}", "kind", "APIGroup", "apiVersion", "v1", "name",
+                      "coordination.k8s.io", "versions", group_version(), "preferredVersion",
+                      group_version());
+    } else if (!strncmp(p, "/api/v1", 7)) {
+        j = json_pack(
+            "{s:s, s:s, s:[o, o]}", "kind", "APIResourceList", "groupVersion", "v1", "resources",
+            api_resource("namespaces", "namespace", false, "Namespace", "get,list", "ns",
+                         "Q3oi5N2YM8M="),
+            api_resource("pods", "pod", true, "Pod", "create,delete,get,list,patch,update,watch",
+                         "po", "xPOwRZ+Yhw8="));
+    } else if (!strncmp(p, "/apis/coordination.k8s.io/v1", 28)) {
+        j = json_pack("{s:s, s:s, s:s, s:[o]}", "kind", "APIResourceList", "apiVersion", "v1",
+                      "groupVersion", "coordination.k8s.io/v1", "resources",
+                      api_resource("leases", "lease", true, "Lease",
+                                   "create,delete,get,list,patch,update,watch", NULL,
+                                   "gqkMMb/YqFM="));
+    } else if (!strcmp(p, "/openapi/v3") || !strcmp(p, "/openapi/v3/")) {
+        j = json_pack("{s:{s:{s:s}, s:{s:s}}}", "paths", "api/v1", "serverRelativeURL",
+                      "/openapi/v3/api/v1?hash=K8SLEASETESTSERVER1", "apis/coordination.k8s.io/v1",
+                      "serverRelativeURL",
+                      "/openapi/v3/apis/coordination.k8s.io/v1?hash=K8SLEASETESTSERVER1");
+    } else if (!strcmp(p, "/openapi/v3/apis/coordination.k8s.io/v1")) {
+        j = openapi_gv("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
+                       "coordination.k8s.io", "Lease", "patchCoordinationV1NamespacedLease");
+    } else if (!strcmp(p, "/openapi/v3/api/v1")) {
+        j = openapi_gv("/api/v1/namespaces/{namespace}/pods/{name}", "", "Pod",
+                       "patchCoreV1NamespacedPod");
+    } else {
+        /* /openapi/v2 is protobuf-first and large; kubectl copes without it. */
+        not_found_path(rs);
+        return;
+    }
+    if (!j)
+        internal_error(rs);
+    else
+        reply(rs, 200, j);
+}
+
+/* ---- namespaces ---------------------------------------------------------- */
+
+static json_t *namespace_object(ts_server *srv, const char *name)
+{
+    /* Stable per name, so repeated GETs agree. */
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+    char uid[40], created[32];
+    snprintf(uid, sizeof(uid), "%08x-%04x-4%03x-8%03x-%012" PRIx64, (unsigned)(h >> 32),
+             (unsigned)(h >> 16) & 0xffff, (unsigned)h & 0xfff, (unsigned)(h >> 20) & 0xfff,
+             (uint64_t)(h & 0xffffffffffffULL));
+    ts_format_time(time(NULL) - (ts_mono_ms() - srv->started_ms) / 1000, created);
+    return json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s, s:{s:s}}, s:{s:[s]}, s:{s:s}}", "kind",
+                     "Namespace", "apiVersion", "v1", "metadata", "name", name, "uid", uid,
+                     "resourceVersion", "1", "creationTimestamp", created, "labels",
+                     "kubernetes.io/metadata.name", name, "spec", "finalizers", "kubernetes",
+                     "status", "phase", "Active");
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+static void handle_namespaces(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    if (strcmp(rq->method, "GET")) {
+        method_not_allowed(rs);
+        return;
+    }
+    if (r->kind == RT_NAMESPACE) {
+        json_t *ns = namespace_object(srv, r->ns);
+        if (ns)
+            reply(rs, 200, ns);
+        else
+            internal_error(rs);
+        return;
+    }
+    /* Namespaces exist implicitly: the usual four plus any that hold objects. */
+    json_t *set = json_object();
+    static const char *const defaults[] = {"default", "kube-node-lease", "kube-public",
+                                           "kube-system"};
+    for (size_t i = 0; i < 4; i++)
+        json_object_set_new(set, defaults[i], json_true());
+    for (int res = 0; res < TS_NRES; res++) {
+        ts_filter f = {.res = (ts_res)res};
+        ts_obj **objs;
+        size_t n;
+        if (ts_store_list(&srv->store, &f, NULL, &objs, &n) == 0) {
+            for (size_t i = 0; i < n; i++)
+                json_object_set_new(set, objs[i]->ns, json_true());
+            free(objs);
+        }
+    }
+    size_t n = json_object_size(set), i = 0;
+    const char **names = calloc(n ? n : 1, sizeof(*names));
+    if (!names) {
+        json_decref(set);
+        internal_error(rs);
+        return;
+    }
+    const char *k;
+    json_t *v;
+    json_object_foreach(set, k, v) names[i++] = k;
+    qsort(names, n, sizeof(*names), str_cmp);
+    json_t *items = json_array();
+    for (i = 0; i < n; i++) {
+        json_t *ns = namespace_object(srv, names[i]);
+        json_array_append_new(items, ts_list_item(ns));
+        json_decref(ns);
+    }
+    free(names);
+    char rv[24];
+    rv_string(srv->store.rv, rv);
+    reply(rs, 200,
+          json_pack("{s:s, s:s, s:{s:s}, s:o}", "kind", "NamespaceList", "apiVersion", "v1",
+                    "metadata", "resourceVersion", rv, "items", items));
+    json_decref(set);
+}
+
+/* ---- reads ---------------------------------------------------------------- */
+
+static bool parse_filter(const ts_request *rq, const route *r, ts_filter *f, ts_response *rs)
+{
+    char *err = NULL;
+    memset(f, 0, sizeof(*f));
+    f->res = r->res;
+    if (!r->all_namespaces && !(f->ns = strdup(r->ns)))
+        goto oom;
+    if (ts_field_selector_parse(ts_request_query(rq, "fieldSelector"), &f->fields, &err) < 0 ||
+        ts_label_selector_parse(ts_request_query(rq, "labelSelector"), &f->labels, &err) < 0) {
+        if (!err)
+            goto oom;
+        bad_request(rs, err);
+        free(err);
+        ts_filter_free(f);
+        return false;
+    }
+    return true;
+oom:
+    ts_filter_free(f);
+    internal_error(rs);
+    return false;
+}
+
+static void handle_get(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    ts_obj *o = ts_store_get(&srv->store, r->res, r->ns, r->name);
+    if (!o) {
+        reply(rs, 404, ts_status_not_found(r->res, r->name));
+        return;
+    }
+    if (wants_table(rq, r->res)) {
+        json_t *t = ts_table_new(r->res, true);
+        char rv[24];
+        rv_string(o->rv, rv);
+        if (!t || ts_table_add_row(t, r->res, o->json, include_object(rq), time(NULL)) < 0) {
+            json_decref(t);
+            internal_error(rs);
+            return;
+        }
+        json_object_set_new(json_object_get(t, "metadata"), "resourceVersion", json_string(rv));
+        reply(rs, 200, t);
+        return;
+    }
+    reply(rs, 200, json_incref(o->json));
+}
+
+/* Continue tokens look like the apiserver's: base64 of {"v","rv","start"}. */
+static char *make_continue(uint64_t rv, const ts_obj *last)
+{
+    json_t *j = json_object();
+    ts_buf start = {0};
+    ts_buf_printf(&start, "%s/%s", last->ns, last->name);
+    ts_buf_append(&start, "", 1); /* the key just after: "<key>\x00" */
+    json_object_set_new(j, "v", json_string("meta.k8s.io/v1"));
+    json_object_set_new(j, "rv", json_integer((json_int_t)rv));
+    json_object_set_new(j, "start", json_stringn(start.data, start.len));
+    char *s = json_dumps(j, JSON_COMPACT);
+    char *tok = s ? ts_base64_encode(s, strlen(s)) : NULL;
+    free(s);
+    json_decref(j);
+    ts_buf_free(&start);
+    return tok;
+}
+
+static char *parse_continue(const char *tok)
+{
+    unsigned char *raw;
+    char *after = NULL;
+    if (ts_base64_decode(tok, &raw) < 0)
+        return NULL;
+    json_t *j = json_loads((const char *)raw, JSON_ALLOW_NUL, NULL);
+    const char *start = json_string_value(json_object_get(j, "start"));
+    if (start && strchr(start, '/'))
+        after = strdup(start); /* json_string_value stops at the NUL: "<ns>/<name>" */
+    json_decref(j);
+    free(raw);
+    return after;
+}
+
+static void handle_list(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    const ts_resdef *rd = &ts_resdefs[r->res];
+    ts_filter f;
+    ts_obj **objs = NULL;
+    size_t n = 0;
+    char *after = NULL;
+    char rv[24];
+
+    long long limit = query_uint(rq, "limit");
+    if (limit == -2) {
+        bad_request(rs, "limit must be a non-negative integer");
+        return;
+    }
+    if (limit > MAX_LIST_LIMIT)
+        limit = 0;
+    /* resourceVersionMatch=Exact on a compacted version: a real 410. */
+    const char *match = ts_request_query(rq, "resourceVersionMatch");
+    uint64_t want;
+    if (match && !strcmp(match, "Exact") &&
+        parse_rv(ts_request_query(rq, "resourceVersion"), &want) == 0 && want < srv->store.floor) {
+        reply(rs, 410,
+              ts_status_failure(410, "Expired",
+                                "The resourceVersion for the provided list is too old.", NULL));
+        return;
+    }
+    const char *cont = ts_request_query(rq, "continue");
+    if (cont && *cont && !(after = parse_continue(cont))) {
+        bad_request(rs, "continue key is not valid: illegal base64 data at input byte 0");
+        return;
+    }
+    if (!parse_filter(rq, r, &f, rs)) {
+        free(after);
+        return;
+    }
+    if (ts_store_list(&srv->store, &f, after, &objs, &n) < 0) {
+        internal_error(rs);
+        goto out;
+    }
+    size_t take = (limit > 0 && (size_t)limit < n) ? (size_t)limit : n;
+    rv_string(srv->store.rv, rv);
+
+    json_t *meta = json_pack("{s:s}", "resourceVersion", rv);
+    if (take < n) {
+        char *tok = make_continue(srv->store.rv, objs[take - 1]);
+        json_object_set_new(meta, "continue", json_string(tok ? tok : ""));
+        json_object_set_new(meta, "remainingItemCount", json_integer((json_int_t)(n - take)));
+        free(tok);
+    }
+    json_t *body;
+    if (wants_table(rq, r->res)) {
+        body = ts_table_new(r->res, true);
+        json_object_set_new(body, "metadata", meta);
+        ts_include inc = include_object(rq);
+        time_t now = time(NULL);
+        for (size_t i = 0; i < take; i++)
+            ts_table_add_row(body, r->res, objs[i]->json, inc, now);
+    } else {
+        json_t *items = json_array();
+        for (size_t i = 0; i < take; i++)
+            json_array_append_new(items, ts_list_item(objs[i]->json));
+        body = json_pack("{s:s, s:s, s:o, s:o}", "kind", rd->list_kind, "apiVersion",
+                         rd->api_version, "metadata", meta, "items", items);
+    }
+    if (body)
+        reply(rs, 200, body);
+    else
+        internal_error(rs);
+out:
+    free(objs);
+    free(after);
+    ts_filter_free(&f);
+}
+
+static void handle_watch(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    ts_watch_opts o = {0};
+    const char *rvq = ts_request_query(rq, "resourceVersion");
+    long long timeout = query_uint(rq, "timeoutSeconds");
+
+    if (timeout == -2) {
+        bad_request(rs, "timeoutSeconds must be a non-negative integer");
+        return;
+    }
+    if (rvq && *rvq && strcmp(rvq, "0")) {
+        if (parse_rv(rvq, &o.since) < 0) {
+            ts_buf m = {0};
+            ts_buf_printf(&m, "invalid resource version: %s", rvq);
+            bad_request(rs, m.data);
+            ts_buf_free(&m);
+            return;
+        }
+        o.since_set = true;
+    }
+    if (!parse_filter(rq, r, &o.filter, rs))
+        return;
+    if (r->kind == RT_OBJECT) {
+        /* A watch on a named object is a watch with metadata.name=NAME. */
+        ts_selector extra;
+        char *err = NULL;
+        ts_buf sel = {0};
+        ts_buf_printf(&sel, "metadata.name=%s", r->name);
+        if (!sel.data || ts_field_selector_parse(sel.data, &extra, &err) < 0) {
+            free(err);
+            ts_buf_free(&sel);
+            ts_filter_free(&o.filter);
+            internal_error(rs);
+            return;
+        }
+        ts_buf_free(&sel);
+        ts_selreq *nr = realloc(o.filter.fields.reqs, (o.filter.fields.n + 1) * sizeof(*nr));
+        if (!nr) {
+            ts_selector_free(&extra);
+            ts_filter_free(&o.filter);
+            internal_error(rs);
+            return;
+        }
+        nr[o.filter.fields.n++] = extra.reqs[0];
+        o.filter.fields.reqs = nr;
+        free(extra.reqs);
+    }
+    o.bookmarks = query_bool(rq, "allowWatchBookmarks");
+    o.initial_events = query_bool(rq, "sendInitialEvents");
+    o.timeout_ms = timeout > 0 ? timeout * 1000 : 0;
+    o.as_table = wants_table(rq, r->res);
+    o.include = include_object(rq);
+    rs->stream = ts_watch_open(srv, rq->conn, rq->client, &o);
+    if (rs->stream)
+        rs->code = 200;
+    else
+        internal_error(rs);
+}
+
+/* ---- writes --------------------------------------------------------------- */
+
+static json_t *stored_result(ts_store *st, ts_res res, json_t *obj, bool dry)
+{
+    if (dry)
+        return obj;
+    ts_obj *o = ts_store_put(st, res, obj);
+    return o ? json_incref(o->json) : NULL;
+}
+
+/* "abcde"-style suffix for generateName, from the apiserver's alphabet. */
+static void random_suffix(char out[6])
+{
+    static const char alphabet[] = "bcdfghjklmnpqrstvwxz2456789";
+    char hex[11];
+    if (ts_random_hex(hex, 5) < 0)
+        snprintf(hex, sizeof(hex), "%010lx", (unsigned long)ts_mono_ms());
+    for (int i = 0; i < 5; i++)
+        out[i] = alphabet[strtoul((char[]){hex[2 * i], hex[2 * i + 1], 0}, NULL, 16) %
+                          (sizeof(alphabet) - 1)];
+    out[5] = '\0';
+}
+
+/* Create a new object named name from body: 201 or an error. */
+static void create_object(ts_server *srv, const ts_request *rq, ts_res res, const char *ns,
+                          const char *name, const json_t *body, ts_response *rs)
+{
+    char uid[37], created[32];
+    unsigned code;
+    json_t *status;
+
+    if (ts_store_get(&srv->store, res, ns, name)) {
+        reply(rs, 409, ts_status_already_exists(res, name));
+        return;
+    }
+    ts_uuid4(uid);
+    ts_format_time(time(NULL), created);
+    ts_sysmeta sys = {ns, name, uid, created};
+    json_t *obj = ts_object_build(res, body, &sys, NULL, &code, &status);
+    if (!obj) {
+        reply(rs, code, status);
+        return;
+    }
+    json_t *out = stored_result(&srv->store, res, obj, dry_run(rq));
+    if (out)
+        reply(rs, 201, out);
+    else
+        internal_error(rs);
+}
+
+static void handle_create(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    if (r->all_namespaces) {
+        method_not_allowed(rs);
+        return;
+    }
+    json_t *body = body_object(rq, rs, r->res);
+    if (!body)
+        return;
+    if (check_type_meta(body, r->res, rs) && check_namespace(body, r->ns, rs)) {
+        const char *name = ts_meta_str(body, "name");
+        const char *gen = ts_meta_str(body, "generateName");
+        char generated[300];
+        if ((!name || !*name) && gen && *gen && strlen(gen) < 250) {
+            char suffix[6];
+            random_suffix(suffix);
+            snprintf(generated, sizeof(generated), "%s%s", gen, suffix);
+            name = generated;
+        }
+        if (!name || !*name)
+            reply(rs, 422, ts_status_name_required(r->res));
+        else
+            create_object(srv, rq, r->res, r->ns, name, body, rs);
+    }
+    json_decref(body);
+}
+
+/*
+ * The update path shared by PUT and PATCH: preconditions from the new body
+ * (metadata.resourceVersion, metadata.uid), then build, validate and store.
+ */
+static void update_object(ts_server *srv, const ts_request *rq, const route *r, ts_obj *cur,
+                          const json_t *body, ts_response *rs)
+{
+    const char *want_rv = ts_meta_str(body, "resourceVersion");
+    const char *want_uid = ts_meta_str(body, "uid");
+    const char *cur_uid = ts_meta_str(cur->json, "uid");
+    unsigned code;
+    json_t *status;
+
+    if (want_uid && *want_uid && strcmp(want_uid, cur_uid)) {
+        ts_buf m = {0};
+        ts_buf_printf(&m, "Precondition failed: UID in precondition: %s, UID in object meta: %s",
+                      want_uid, cur_uid);
+        reply(rs, 409, ts_status_conflict(r->res, r->name, m.data));
+        ts_buf_free(&m);
+        return;
+    }
+    if (want_rv && *want_rv) {
+        uint64_t rv;
+        if (parse_rv(want_rv, &rv) < 0) {
+            /* What the etcd3 versioner says about a non-numeric version. */
+            ts_buf m = {0};
+            ts_buf_printf(&m,
+                          "metadata.resourceVersion: Invalid value: \"%s\": must be a "
+                          "decimal integer",
+                          want_rv);
+            bad_request(rs, m.data);
+            ts_buf_free(&m);
+            return;
+        }
+        if (rv != cur->rv) {
+            reply(rs, 409,
+                  ts_status_conflict(r->res, r->name,
+                                     "the object has been modified; please apply your changes "
+                                     "to the latest version and try again"));
+            return;
+        }
+    }
+    ts_sysmeta sys = {r->ns, r->name, cur_uid, ts_meta_str(cur->json, "creationTimestamp")};
+    json_t *obj = ts_object_build(r->res, body, &sys, cur->json, &code, &status);
+    if (!obj) {
+        reply(rs, code, status);
+        return;
+    }
+    /* An update that changes nothing is not written (no new version, no event). */
+    json_object_set(json_object_get(obj, "metadata"), "resourceVersion",
+                    json_object_get(json_object_get(cur->json, "metadata"), "resourceVersion"));
+    if (json_equal(obj, cur->json)) {
+        json_decref(obj);
+        reply(rs, 200, json_incref(cur->json));
+        return;
+    }
+    json_t *out = stored_result(&srv->store, r->res, obj, dry_run(rq));
+    if (out)
+        reply(rs, 200, out);
+    else
+        internal_error(rs);
+}
+
+static void handle_update(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    json_t *body = body_object(rq, rs, r->res);
+    if (!body)
+        return;
+    if (check_type_meta(body, r->res, rs) && check_name_matches(body, r->name, rs) &&
+        check_namespace(body, r->ns, rs)) {
+        ts_obj *cur = ts_store_get(&srv->store, r->res, r->ns, r->name);
+        if (cur) {
+            update_object(srv, rq, r, cur, body, rs);
+        } else {
+            /* Leases (and Pods) allow create-on-update: 201_put_create_on_update.json. */
+            const char *uid = ts_meta_str(body, "uid");
+            if (uid && *uid) {
+                /* The UID precondition cannot hold for an object that is gone. */
+                ts_buf m = {0};
+                ts_buf_printf(&m,
+                              "Precondition failed: UID in precondition: %s, UID in object "
+                              "meta: ",
+                              uid);
+                reply(rs, 409, ts_status_conflict(r->res, r->name, m.data));
+                ts_buf_free(&m);
+            } else {
+                create_object(srv, rq, r->res, r->ns, r->name, body, rs);
+            }
+        }
+    }
+    json_decref(body);
+}
+
+static void handle_patch(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    const char *ct = ts_request_header(rq, "Content-Type");
+    /*
+     * Strategic merge patch is served as a JSON merge patch: for the fields
+     * these objects have (maps of strings and scalars) the two agree.
+     */
+    if (!ct || (strncmp(ct, "application/merge-patch+json", 28) &&
+                strncmp(ct, "application/strategic-merge-patch+json", 38))) {
+        ts_buf m = {0};
+        ts_buf_printf(&m,
+                      "the body of the request was in an unknown format - accepted media types "
+                      "include: application/merge-patch+json, "
+                      "application/strategic-merge-patch+json (got %s)",
+                      ct ? ct : "none");
+        reply(rs, 415, ts_status_failure(415, "UnsupportedMediaType", m.data, NULL));
+        ts_buf_free(&m);
+        return;
+    }
+    ts_obj *cur = ts_store_get(&srv->store, r->res, r->ns, r->name);
+    if (!cur) {
+        reply(rs, 404, ts_status_not_found(r->res, r->name));
+        return;
+    }
+    json_error_t err;
+    json_t *patch = json_loadb(rq->body ? rq->body : "", rq->body_len, 0, &err);
+    if (!patch || !json_is_object(patch)) {
+        bad_request(rs, patch ? "the patch must be a JSON object" : err.text);
+        json_decref(patch);
+        return;
+    }
+    json_t *merged = ts_merge_patch(cur->json, patch);
+    json_decref(patch);
+    if (!merged) {
+        internal_error(rs);
+        return;
+    }
+    if (check_type_meta(merged, r->res, rs) && check_name_matches(merged, r->name, rs) &&
+        check_namespace(merged, r->ns, rs))
+        update_object(srv, rq, r, cur, merged, rs);
+    json_decref(merged);
+}
+
+static void handle_delete(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
+{
+    ts_obj *cur = ts_store_get(&srv->store, r->res, r->ns, r->name);
+    if (!cur) {
+        reply(rs, 404, ts_status_not_found(r->res, r->name));
+        return;
+    }
+    /* DeleteOptions.preconditions, if a body was sent. */
+    if (rq->body_len) {
+        json_t *opts = json_loadb(rq->body, rq->body_len, 0, NULL);
+        json_t *pre = json_object_get(opts, "preconditions");
+        const char *uid = json_string_value(json_object_get(pre, "uid"));
+        const char *rvs = json_string_value(json_object_get(pre, "resourceVersion"));
+        const char *cur_uid = ts_meta_str(cur->json, "uid");
+        uint64_t rv = 0;
+        ts_buf m = {0};
+        if (!opts)
+            ts_buf_puts(&m, "");
+        else if (uid && strcmp(uid, cur_uid))
+            ts_buf_printf(&m,
+                          "Precondition failed: UID in precondition: %s, UID in object meta: %s",
+                          uid, cur_uid);
+        else if (rvs && (parse_rv(rvs, &rv) < 0 || rv != cur->rv))
+            ts_buf_printf(&m,
+                          "Precondition failed: ResourceVersion in precondition: %s, "
+                          "ResourceVersion in object meta: %" PRIu64,
+                          rvs, cur->rv);
+        json_decref(opts);
+        if (m.data) {
+            if (*m.data)
+                reply(rs, 409, ts_status_conflict(r->res, r->name, m.data));
+            else
+                bad_request(rs, "the body of DELETE must be DeleteOptions JSON");
+            ts_buf_free(&m);
+            return;
+        }
+    }
+    json_t *st = ts_status_deleted(r->res, r->name, ts_meta_str(cur->json, "uid"));
+    if (!st || (!dry_run(rq) && ts_store_delete(&srv->store, cur) < 0)) {
+        json_decref(st);
+        internal_error(rs);
+        return;
+    }
+    reply(rs, 200, st);
+}
+
+void ts_api_handle(ts_server *srv, const ts_request *rq, ts_response *rs)
+{
+    route r = parse_route(rq->path);
+    const char *m = rq->method;
+
+    switch (r.kind) {
+    case RT_NONE:
+        not_found_path(rs);
+        return;
+    case RT_STATIC:
+        handle_static(srv, rq, rs);
+        return;
+    case RT_NAMESPACES:
+    case RT_NAMESPACE:
+        handle_namespaces(srv, rq, &r, rs);
+        return;
+    case RT_COLLECTION:
+        if (!strcmp(m, "GET")) {
+            if (query_bool(rq, "watch"))
+                handle_watch(srv, rq, &r, rs);
+            else
+                handle_list(srv, rq, &r, rs);
+        } else if (!strcmp(m, "POST")) {
+            handle_create(srv, rq, &r, rs);
+        } else {
+            method_not_allowed(rs);
+        }
+        return;
+    case RT_OBJECT:
+        if (!strcmp(m, "GET")) {
+            if (query_bool(rq, "watch"))
+                handle_watch(srv, rq, &r, rs);
+            else
+                handle_get(srv, rq, &r, rs);
+        } else if (!strcmp(m, "PUT")) {
+            handle_update(srv, rq, &r, rs);
+        } else if (!strcmp(m, "PATCH")) {
+            handle_patch(srv, rq, &r, rs);
+        } else if (!strcmp(m, "DELETE")) {
+            handle_delete(srv, rq, &r, rs);
+        } else {
+            method_not_allowed(rs);
+        }
+        return;
+    }
+}

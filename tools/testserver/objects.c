@@ -1,0 +1,731 @@
+/*
+ * objects.c - canonical objects, validation, Status bodies and Tables.
+ *
+ * The field orders below are those of the Go structs (ObjectMeta, LeaseSpec,
+ * Status), which is what encoding/json writes and what the samples in
+ * tests/data/k8s-api-samples show.
+ */
+#include "objects.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- Status ----------------------------------------------------------- */
+
+json_t *ts_status_failure(unsigned code, const char *reason, const char *message, json_t *details)
+{
+    json_t *s = json_object();
+    if (!s) {
+        json_decref(details);
+        return NULL;
+    }
+    json_object_set_new(s, "kind", json_string("Status"));
+    json_object_set_new(s, "apiVersion", json_string("v1"));
+    json_object_set_new(s, "metadata", json_object());
+    json_object_set_new(s, "status", json_string("Failure"));
+    if (message && *message)
+        json_object_set_new(s, "message", json_string(message));
+    if (reason && *reason)
+        json_object_set_new(s, "reason", json_string(reason));
+    if (details)
+        json_object_set_new(s, "details", details);
+    json_object_set_new(s, "code", json_integer(code));
+    return s;
+}
+
+json_t *ts_status_details(const char *name, const char *group, const char *kind, const char *uid)
+{
+    json_t *d = json_object();
+    if (!d)
+        return NULL;
+    if (name && *name)
+        json_object_set_new(d, "name", json_string(name));
+    if (group && *group)
+        json_object_set_new(d, "group", json_string(group));
+    if (kind && *kind)
+        json_object_set_new(d, "kind", json_string(kind));
+    if (uid && *uid)
+        json_object_set_new(d, "uid", json_string(uid));
+    return d;
+}
+
+static json_t *res_details(ts_res res, const char *name)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    return ts_status_details(name, rd->group, rd->plural, NULL);
+}
+
+json_t *ts_status_not_found(ts_res res, const char *name)
+{
+    ts_buf m = {0};
+    ts_buf_printf(&m, "%s \"%s\" not found", ts_resdefs[res].qualified, name);
+    json_t *s = ts_status_failure(404, "NotFound", m.data, res_details(res, name));
+    ts_buf_free(&m);
+    return s;
+}
+
+json_t *ts_status_already_exists(ts_res res, const char *name)
+{
+    ts_buf m = {0};
+    ts_buf_printf(&m, "%s \"%s\" already exists", ts_resdefs[res].qualified, name);
+    json_t *s = ts_status_failure(409, "AlreadyExists", m.data, res_details(res, name));
+    ts_buf_free(&m);
+    return s;
+}
+
+json_t *ts_status_conflict(ts_res res, const char *name, const char *why)
+{
+    ts_buf m = {0};
+    ts_buf_printf(&m, "Operation cannot be fulfilled on %s \"%s\": %s", ts_resdefs[res].qualified,
+                  name, why);
+    json_t *s = ts_status_failure(409, "Conflict", m.data, res_details(res, name));
+    ts_buf_free(&m);
+    return s;
+}
+
+json_t *ts_status_bad_request(const char *message)
+{
+    return ts_status_failure(400, "BadRequest", message, NULL);
+}
+
+json_t *ts_status_deleted(ts_res res, const char *name, const char *uid)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    json_t *s = json_object();
+    if (!s)
+        return NULL;
+    json_object_set_new(s, "kind", json_string("Status"));
+    json_object_set_new(s, "apiVersion", json_string("v1"));
+    json_object_set_new(s, "metadata", json_object());
+    json_object_set_new(s, "status", json_string("Success"));
+    json_object_set_new(s, "details", ts_status_details(name, rd->group, rd->plural, uid));
+    return s;
+}
+
+json_t *ts_status_for_code(unsigned code, unsigned retry_after)
+{
+    switch (code) {
+    case 429: {
+        json_t *d = json_object();
+        json_object_set_new(d, "retryAfterSeconds", json_integer(retry_after));
+        return ts_status_failure(429, "TooManyRequests",
+                                 "Too many requests, please try again later.", d);
+    }
+    case 503:
+        return ts_status_failure(503, "ServiceUnavailable",
+                                 "the server is currently unable to handle the request",
+                                 json_object());
+    case 504:
+        return ts_status_failure(
+            504, "Timeout",
+            "the server was unable to return a response in the time allotted, but may still "
+            "be processing the request",
+            json_object());
+    case 500: {
+        json_t *d = json_object(), *causes = json_array(), *cause = json_object();
+        json_object_set_new(cause, "message", json_string("injected fault"));
+        json_array_append_new(causes, cause);
+        json_object_set_new(d, "causes", causes);
+        return ts_status_failure(500, "InternalError", "Internal error occurred: injected fault",
+                                 d);
+    }
+    default: {
+        /* Other codes: the StatusReason the apiserver uses for them, if any. */
+        static const struct {
+            unsigned code;
+            const char *reason;
+        } reasons[] = {
+            {400, "BadRequest"}, {401, "Unauthorized"},          {403, "Forbidden"},
+            {404, "NotFound"},   {405, "MethodNotAllowed"},      {409, "Conflict"},
+            {410, "Expired"},    {413, "RequestEntityTooLarge"}, {415, "UnsupportedMediaType"},
+            {422, "Invalid"}};
+        const char *reason = "";
+        for (size_t i = 0; i < sizeof(reasons) / sizeof(reasons[0]); i++)
+            if (reasons[i].code == code)
+                reason = reasons[i].reason;
+        return ts_status_failure(code, reason, "injected fault", NULL);
+    }
+    }
+}
+
+/* ---- field errors (422) ----------------------------------------------- */
+
+typedef struct field_errs {
+    json_t *causes;
+    ts_buf msg; /* "a: x" or "[a: x, b: y]" without the brackets yet */
+    size_t n;
+} field_errs;
+
+static void add_err(field_errs *fe, const char *reason, const char *field, const char *body)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "reason", json_string(reason));
+    json_object_set_new(c, "message", json_string(body));
+    json_object_set_new(c, "field", json_string(field));
+    json_array_append_new(fe->causes, c);
+    ts_buf_printf(&fe->msg, "%s%s: %s", fe->n ? ", " : "", field, body);
+    fe->n++;
+}
+
+static void add_invalid(field_errs *fe, const char *field, const json_t *value, const char *why)
+{
+    ts_buf body = {0};
+    char *v = json_dumps(value, JSON_ENCODE_ANY | JSON_COMPACT);
+    ts_buf_printf(&body, "Invalid value: %s: %s", v ? v : "null", why);
+    add_err(fe, "FieldValueInvalid", field, body.data);
+    free(v);
+    ts_buf_free(&body);
+}
+
+/* 'Lease.coordination.k8s.io "x" is invalid: <errors>' with details.causes. */
+static json_t *invalid_status(ts_res res, const char *name, field_errs *fe)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    ts_buf m = {0};
+    ts_buf_printf(&m, "%s%s%s \"%s\" is invalid: %s%s%s", rd->kind, *rd->group ? "." : "",
+                  rd->group, name ? name : "", fe->n > 1 ? "[" : "", fe->msg.data,
+                  fe->n > 1 ? "]" : "");
+    json_t *d = ts_status_details(name, rd->group, rd->kind, NULL);
+    json_object_set(d, "causes", fe->causes);
+    json_t *s = ts_status_failure(422, "Invalid", m.data, d);
+    ts_buf_free(&m);
+    return s;
+}
+
+json_t *ts_status_name_required(ts_res res)
+{
+    field_errs fe = {json_array(), {0}, 0};
+    add_err(&fe, "FieldValueRequired", "metadata.name",
+            "Required value: name or generateName is required");
+    json_t *s = invalid_status(res, "", &fe);
+    json_decref(fe.causes);
+    ts_buf_free(&fe.msg);
+    return s;
+}
+
+static bool dns1123_subdomain(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 253)
+        return false;
+    bool label_start = true;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        bool alnum = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
+        if (c == '.') {
+            if (label_start || s[i - 1] == '-')
+                return false;
+            label_start = true;
+        } else if (c == '-') {
+            if (label_start)
+                return false;
+        } else if (alnum) {
+            label_start = false;
+        } else {
+            return false;
+        }
+    }
+    return !label_start && s[n - 1] != '-';
+}
+
+static void check_name(field_errs *fe, const char *name)
+{
+    if (!dns1123_subdomain(name)) {
+        json_t *v = json_string(name);
+        add_invalid(fe, "metadata.name", v,
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                    "characters, '-' or '.', and must start and end with an alphanumeric "
+                    "character (e.g. 'example.com', regex used for validation is "
+                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+        json_decref(v);
+    }
+}
+
+json_t *ts_check_name(ts_res res, const char *name)
+{
+    field_errs fe = {json_array(), {0}, 0};
+    check_name(&fe, name);
+    json_t *s = fe.n ? invalid_status(res, name, &fe) : NULL;
+    json_decref(fe.causes);
+    ts_buf_free(&fe.msg);
+    return s;
+}
+
+/* The qualified-name part of a label key, or a label value ("" allowed). */
+static bool label_token(const char *s, size_t n, bool allow_empty)
+{
+    if (n == 0)
+        return allow_empty;
+    if (n > 63 || !isalnum((unsigned char)s[0]) || !isalnum((unsigned char)s[n - 1]))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!isalnum((unsigned char)s[i]) && s[i] != '-' && s[i] != '_' && s[i] != '.')
+            return false;
+    return true;
+}
+
+static void check_labels(field_errs *fe, const json_t *labels)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)labels, k, v)
+    {
+        const char *slash = strrchr(k, '/');
+        const char *namepart = slash ? slash + 1 : k;
+        bool ok = label_token(namepart, strlen(namepart), false);
+        if (ok && slash) {
+            char *prefix = strndup(k, (size_t)(slash - k));
+            ok = prefix && dns1123_subdomain(prefix);
+            free(prefix);
+        }
+        if (!ok) {
+            json_t *jk = json_string(k);
+            add_invalid(fe, "metadata.labels", jk,
+                        "name part must consist of alphanumeric characters, '-', '_' or '.', "
+                        "and must start and end with an alphanumeric character (e.g. 'MyName', "
+                        " or 'my.name',  or '123-abc', regex used for validation is "
+                        "'([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')");
+            json_decref(jk);
+        }
+        const char *s = json_string_value(v);
+        if (!label_token(s, strlen(s), true))
+            add_invalid(fe, "metadata.labels", v,
+                        "a valid label must be an empty string or consist of alphanumeric "
+                        "characters, '-', '_' or '.', and must start and end with an "
+                        "alphanumeric character (e.g. 'MyValue',  or 'my_value',  or '12345', "
+                        "regex used for validation is "
+                        "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')");
+    }
+}
+
+/* ---- decoding ----------------------------------------------------------- */
+
+/*
+ * A body that does not decode into the Go struct is a 400 whose message is
+ * the decoder's: we imitate encoding/json's wording.
+ */
+typedef struct decode_ctx {
+    ts_res res;
+    char *err; /* first type error */
+} decode_ctx;
+
+static void type_err(decode_ctx *dc, const json_t *v, const char *goname, const char *gotype)
+{
+    static const char *const names[] = {"object", "array", "string", "number",
+                                        "number", "bool",  "bool",   "null"};
+    if (dc->err)
+        return;
+    ts_buf b = {0};
+    ts_buf_printf(&b,
+                  "%s in version \"v1\" cannot be handled as a %s: json: cannot unmarshal %s "
+                  "into Go struct field %s of type %s",
+                  ts_resdefs[dc->res].kind, ts_resdefs[dc->res].kind, names[json_typeof(v)], goname,
+                  gotype);
+    dc->err = b.data;
+}
+
+/* Copies in[key] to out if it is a string (null or absent: omitted). */
+static void copy_str(decode_ctx *dc, json_t *out, const json_t *in, const char *key,
+                     const char *goname)
+{
+    json_t *v = json_object_get(in, key);
+    if (!v || json_is_null(v))
+        return;
+    if (!json_is_string(v)) {
+        type_err(dc, v, goname, "string");
+        return;
+    }
+    json_object_set(out, key, v);
+}
+
+static void copy_int32(decode_ctx *dc, json_t *out, const json_t *in, const char *key,
+                       const char *goname)
+{
+    json_t *v = json_object_get(in, key);
+    if (!v || json_is_null(v))
+        return;
+    if (!json_is_integer(v) || json_integer_value(v) < INT32_MIN ||
+        json_integer_value(v) > INT32_MAX) {
+        type_err(dc, v, goname, "int32");
+        return;
+    }
+    json_object_set(out, key, v);
+}
+
+/* A map[string]string, copied only when non-empty (omitempty). */
+static void copy_str_map(decode_ctx *dc, json_t *out, const json_t *in, const char *key,
+                         const char *goname)
+{
+    json_t *v = json_object_get(in, key);
+    if (!v || json_is_null(v))
+        return;
+    if (!json_is_object(v)) {
+        type_err(dc, v, goname, "map[string]string");
+        return;
+    }
+    const char *k;
+    json_t *e;
+    json_object_foreach(v, k, e)
+    {
+        if (!json_is_string(e)) {
+            type_err(dc, e, goname, "string");
+            return;
+        }
+    }
+    if (json_object_size(v))
+        json_object_set_new(out, key, json_deep_copy(v));
+}
+
+static json_t *build_metadata(decode_ctx *dc, const json_t *in, const ts_sysmeta *sys)
+{
+    json_t *inm = json_object_get(in, "metadata");
+    json_t *m = json_object();
+    if (inm && !json_is_object(inm) && !json_is_null(inm))
+        type_err(dc, inm, "metadata", "v1.ObjectMeta");
+    json_object_set_new(m, "name", json_string(sys->name));
+    json_object_set_new(m, "namespace", json_string(sys->ns));
+    json_object_set_new(m, "uid", json_string(sys->uid));
+    json_object_set_new(m, "resourceVersion", json_string(""));
+    json_object_set_new(m, "creationTimestamp", json_string(sys->created));
+    if (json_is_object(inm)) {
+        copy_str_map(dc, m, inm, "labels", "ObjectMeta.metadata.labels");
+        copy_str_map(dc, m, inm, "annotations", "ObjectMeta.metadata.annotations");
+    }
+    return m;
+}
+
+/* MicroTime fields: 422 if they do not parse (see the README for why not 400). */
+static void copy_microtime(decode_ctx *dc, field_errs *fe, json_t *out, const json_t *in,
+                           const char *key, const char *field)
+{
+    json_t *v = json_object_get(in, key);
+    char norm[32];
+    if (!v || json_is_null(v))
+        return;
+    if (!json_is_string(v)) {
+        type_err(dc, v, field, "v1.MicroTime");
+        return;
+    }
+    if (ts_normalize_microtime(json_string_value(v), norm) < 0) {
+        add_invalid(fe, field, v,
+                    "must be an RFC 3339 time with microseconds "
+                    "(2006-01-02T15:04:05.000000Z07:00)");
+        return;
+    }
+    json_object_set_new(out, key, json_string(norm));
+}
+
+static json_t *build_lease_spec(decode_ctx *dc, field_errs *fe, const json_t *in)
+{
+    json_t *ins = json_object_get(in, "spec");
+    json_t *spec = json_object();
+    if (!ins || json_is_null(ins))
+        return spec;
+    if (!json_is_object(ins)) {
+        type_err(dc, ins, "Lease.spec", "v1.LeaseSpec");
+        return spec;
+    }
+    copy_str(dc, spec, ins, "holderIdentity", "LeaseSpec.spec.holderIdentity");
+    copy_int32(dc, spec, ins, "leaseDurationSeconds", "LeaseSpec.spec.leaseDurationSeconds");
+    copy_microtime(dc, fe, spec, ins, "acquireTime", "spec.acquireTime");
+    copy_microtime(dc, fe, spec, ins, "renewTime", "spec.renewTime");
+    copy_int32(dc, spec, ins, "leaseTransitions", "LeaseSpec.spec.leaseTransitions");
+    copy_str(dc, spec, ins, "strategy", "LeaseSpec.spec.strategy");
+    copy_str(dc, spec, ins, "preferredHolder", "LeaseSpec.spec.preferredHolder");
+
+    /* pkg/apis/coordination/validation: ValidateLeaseSpec */
+    json_t *d = json_object_get(spec, "leaseDurationSeconds");
+    if (d && json_integer_value(d) <= 0)
+        add_invalid(fe, "spec.leaseDurationSeconds", d, "must be greater than 0");
+    json_t *t = json_object_get(spec, "leaseTransitions");
+    if (t && json_integer_value(t) < 0)
+        add_invalid(fe, "spec.leaseTransitions", t, "must be greater than or equal to 0");
+    return spec;
+}
+
+json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
+                        unsigned *code, json_t **status)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    decode_ctx dc = {res, NULL};
+    field_errs fe = {json_array(), {0}, 0};
+    json_t *out = json_object();
+
+    *status = NULL;
+    if (!out || !fe.causes) {
+        *code = 500;
+        *status = ts_status_failure(500, "InternalError", "out of memory", NULL);
+        goto fail;
+    }
+    json_object_set_new(out, "kind", json_string(rd->kind));
+    json_object_set_new(out, "apiVersion", json_string(rd->api_version));
+    json_t *meta = build_metadata(&dc, in, sys);
+    json_object_set_new(out, "metadata", meta);
+    check_name(&fe, sys->name);
+    if (json_object_get(meta, "labels"))
+        check_labels(&fe, json_object_get(meta, "labels"));
+
+    if (res == TS_LEASE) {
+        json_object_set_new(out, "spec", build_lease_spec(&dc, &fe, in));
+    } else {
+        /* Pods are a prop for label tests: spec is kept as sent. */
+        json_t *spec = json_object_get(in, "spec");
+        if (spec && !json_is_object(spec) && !json_is_null(spec))
+            type_err(&dc, spec, "Pod.spec", "v1.PodSpec");
+        json_object_set_new(out, "spec",
+                            json_is_object(spec) ? json_deep_copy(spec) : json_object());
+        json_t *st = old ? json_object_get(old, "status") : NULL;
+        if (st) {
+            json_object_set_new(out, "status", json_deep_copy(st));
+        } else {
+            json_t *pending = json_object();
+            json_object_set_new(pending, "phase", json_string("Pending"));
+            json_object_set_new(out, "status", pending);
+        }
+    }
+
+    if (dc.err) {
+        *code = 400;
+        *status = ts_status_bad_request(dc.err);
+        goto fail;
+    }
+    if (fe.n) {
+        *code = 422;
+        *status = invalid_status(res, sys->name, &fe);
+        goto fail;
+    }
+    json_decref(fe.causes);
+    ts_buf_free(&fe.msg);
+    return out;
+fail:
+    free(dc.err);
+    json_decref(fe.causes);
+    ts_buf_free(&fe.msg);
+    json_decref(out);
+    return NULL;
+}
+
+json_t *ts_merge_patch(const json_t *target, const json_t *patch)
+{
+    if (!json_is_object(patch))
+        return json_deep_copy(patch);
+    json_t *out = json_is_object(target) ? json_deep_copy(target) : json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)patch, k, v)
+    {
+        if (json_is_null(v)) {
+            json_object_del(out, k);
+        } else {
+            json_t *merged = ts_merge_patch(json_object_get(out, k), v);
+            if (!merged || json_object_set_new(out, k, merged) < 0) {
+                json_decref(out);
+                return NULL;
+            }
+        }
+    }
+    return out;
+}
+
+/* ---- lists and tables ------------------------------------------------- */
+
+json_t *ts_list_item(const json_t *obj)
+{
+    json_t *item = json_copy((json_t *)obj); /* shallow: values are shared */
+    if (item) {
+        json_object_del(item, "kind");
+        json_object_del(item, "apiVersion");
+    }
+    return item;
+}
+
+bool ts_table_supported(ts_res res)
+{
+    return res == TS_LEASE || res == TS_POD;
+}
+
+static const char *const meta_name_doc =
+    "Name must be unique within a namespace. Is required when creating resources, although "
+    "some resources may allow a client to request the generation of an appropriate name "
+    "automatically. Name is primarily intended for creation idempotence and configuration "
+    "definition. Cannot be updated. More info: "
+    "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names";
+static const char *const meta_created_doc =
+    "CreationTimestamp is a timestamp representing the server time when this object was "
+    "created. It is not guaranteed to be set in happens-before order across separate "
+    "operations. Clients may not set this value. It is represented in RFC3339 form and is in "
+    "UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/"
+    "api-conventions.md#metadata";
+
+static void add_column(json_t *cols, const char *name, const char *format, const char *doc,
+                       int priority)
+{
+    json_t *c = json_object();
+    json_object_set_new(c, "name", json_string(name));
+    json_object_set_new(c, "type", json_string("string"));
+    json_object_set_new(c, "format", json_string(format));
+    json_object_set_new(c, "description", json_string(doc));
+    json_object_set_new(c, "priority", json_integer(priority));
+    json_array_append_new(cols, c);
+}
+
+json_t *ts_table_new(ts_res res, bool with_columns)
+{
+    json_t *t = json_object();
+    if (!t)
+        return NULL;
+    json_object_set_new(t, "kind", json_string("Table"));
+    json_object_set_new(t, "apiVersion", json_string("meta.k8s.io/v1"));
+    json_object_set_new(t, "metadata", json_object());
+    json_t *cols = json_array();
+    if (with_columns) {
+        /* The columns of pkg/printers/internalversion for these kinds. */
+        add_column(cols, "Name", "name", meta_name_doc, 0);
+        if (res == TS_LEASE) {
+            add_column(cols, "Holder", "",
+                       "holderIdentity contains the identity of the holder of a current lease. "
+                       "If Coordinated Leader Election is used, the holder identity must be "
+                       "equal to the elected LeaseCandidate.metadata.name field.",
+                       0);
+        } else {
+            add_column(cols, "Ready", "",
+                       "The aggregate readiness state of this pod for accepting traffic.", 0);
+            add_column(cols, "Status", "", "The aggregate status of the containers in this pod.",
+                       0);
+            add_column(cols, "Restarts", "",
+                       "The number of times the containers in this pod have been restarted and "
+                       "when the last container in this pod has restarted.",
+                       0);
+        }
+        add_column(cols, "Age", "", meta_created_doc, 0);
+        if (res == TS_POD) {
+            add_column(cols, "IP", "",
+                       "IP address allocated to the pod. Routable at least "
+                       "within the cluster. Empty if not yet allocated.",
+                       1);
+            add_column(cols, "Node", "", "Name of the Node this pod is assigned to.", 1);
+            add_column(cols, "Nominated Node", "",
+                       "Name of the node where the pod would be scheduled if preemption of "
+                       "lower priority pods succeeded.",
+                       1);
+            add_column(cols, "Readiness Gates", "",
+                       "If specified, all readiness gates will be evaluated for pod readiness.", 1);
+        }
+    }
+    json_object_set_new(t, "columnDefinitions", cols);
+    json_object_set_new(t, "rows", json_array());
+    return t;
+}
+
+void ts_human_duration(long long s, char out[32])
+{
+    /* k8s.io/apimachinery/pkg/util/duration.HumanDuration */
+    if (s < -1) {
+        snprintf(out, 32, "<invalid>");
+    } else if (s < 0) {
+        snprintf(out, 32, "0s");
+    } else if (s < 120) {
+        snprintf(out, 32, "%llds", s);
+    } else if (s / 60 < 10) {
+        long long m = s / 60, r = s % 60;
+        if (r)
+            snprintf(out, 32, "%lldm%llds", m, r);
+        else
+            snprintf(out, 32, "%lldm", m);
+    } else if (s / 60 < 180) {
+        snprintf(out, 32, "%lldm", s / 60);
+    } else if (s / 3600 < 8) {
+        long long h = s / 3600, m = (s / 60) % 60;
+        if (m)
+            snprintf(out, 32, "%lldh%lldm", h, m);
+        else
+            snprintf(out, 32, "%lldh", h);
+    } else if (s / 3600 < 48) {
+        snprintf(out, 32, "%lldh", s / 3600);
+    } else if (s / 3600 < 24 * 8) {
+        long long h = s / 3600;
+        if (h % 24)
+            snprintf(out, 32, "%lldd%lldh", h / 24, h % 24);
+        else
+            snprintf(out, 32, "%lldd", h / 24);
+    } else if (s / 3600 < 24 * 365 * 2) {
+        snprintf(out, 32, "%lldd", s / 86400);
+    } else if (s / 3600 < 24 * 365 * 8) {
+        long long d = s / 86400;
+        if (d % 365)
+            snprintf(out, 32, "%lldy%lldd", d / 365, d % 365);
+        else
+            snprintf(out, 32, "%lldy", d / 365);
+    } else {
+        snprintf(out, 32, "%lldy", s / 86400 / 365);
+    }
+}
+
+static const char *str_or(const char *s, const char *dflt)
+{
+    return s && *s ? s : dflt;
+}
+
+int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include inc, time_t now)
+{
+    json_t *row = json_object(), *cells = json_array();
+    const json_t *meta = json_object_get(obj, "metadata");
+    const json_t *spec = json_object_get(obj, "spec");
+    char age[32] = "<unknown>";
+    time_t created;
+
+    if (!row || !cells) {
+        json_decref(row);
+        json_decref(cells);
+        return -1;
+    }
+    if (ts_parse_time(str_or(ts_meta_str(obj, "creationTimestamp"), ""), &created) == 0)
+        ts_human_duration((long long)(now - created), age);
+
+    json_array_append_new(cells, json_string(str_or(ts_meta_str(obj, "name"), "")));
+    if (res == TS_LEASE) {
+        json_array_append_new(
+            cells,
+            json_string(str_or(json_string_value(json_object_get(spec, "holderIdentity")), "")));
+        json_array_append_new(cells, json_string(age));
+    } else {
+        const json_t *status = json_object_get(obj, "status");
+        size_t total = json_array_size(json_object_get(spec, "containers")), ready = 0;
+        const json_t *cs = json_object_get(status, "containerStatuses");
+        for (size_t i = 0; i < json_array_size(cs); i++)
+            ready += json_is_true(json_object_get(json_array_get(cs, i), "ready"));
+        char readys[48];
+        snprintf(readys, sizeof(readys), "%zu/%zu", ready, total);
+        json_array_append_new(cells, json_string(readys));
+        json_array_append_new(
+            cells,
+            json_string(str_or(json_string_value(json_object_get(status, "phase")), "Pending")));
+        json_array_append_new(cells, json_string("0"));
+        json_array_append_new(cells, json_string(age));
+        json_array_append_new(
+            cells,
+            json_string(str_or(json_string_value(json_object_get(status, "podIP")), "<none>")));
+        json_array_append_new(
+            cells,
+            json_string(str_or(json_string_value(json_object_get(spec, "nodeName")), "<none>")));
+        json_array_append_new(cells, json_string("<none>"));
+        json_array_append_new(cells, json_string("<none>"));
+    }
+    json_object_set_new(row, "cells", cells);
+
+    if (inc == TS_INCLUDE_OBJECT) {
+        json_object_set(row, "object", (json_t *)obj);
+    } else if (inc == TS_INCLUDE_METADATA) {
+        json_t *pom = json_object();
+        json_object_set_new(pom, "kind", json_string("PartialObjectMetadata"));
+        json_object_set_new(pom, "apiVersion", json_string("meta.k8s.io/v1"));
+        json_object_set(pom, "metadata", (json_t *)meta);
+        json_object_set_new(row, "object", pom);
+    }
+    return json_array_append_new(json_object_get(table, "rows"), row);
+}

@@ -1,0 +1,88 @@
+/*
+ * objects.h - the JSON shapes a real kube-apiserver produces: canonical
+ * Lease and Pod objects (decode, default, validate, re-encode in Go field
+ * order), Status bodies and meta.k8s.io/v1 Tables for kubectl.
+ *
+ * Pure functions over jansson values; no locking, no I/O.
+ */
+#ifndef TS_OBJECTS_H
+#define TS_OBJECTS_H
+
+#include "store.h"
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <time.h>
+
+/* ---- Status (metav1.Status) ------------------------------------------- */
+
+/*
+ * A Failure Status in the apiserver's field order: kind, apiVersion,
+ * metadata, status, message, reason, details, code. details is stolen and
+ * may be NULL (omitted).
+ */
+json_t *ts_status_failure(unsigned code, const char *reason, const char *message, json_t *details);
+/* details {name, group, kind, uid}; empty strings are omitted (omitempty). */
+json_t *ts_status_details(const char *name, const char *group, const char *kind, const char *uid);
+json_t *ts_status_not_found(ts_res res, const char *name);
+json_t *ts_status_already_exists(ts_res res, const char *name);
+/* 409 Conflict: 'Operation cannot be fulfilled on <qualified> "<name>": <why>'. */
+json_t *ts_status_conflict(ts_res res, const char *name, const char *why);
+json_t *ts_status_bad_request(const char *message);
+/* The 200 body of a DELETE (200_delete.json). */
+json_t *ts_status_deleted(ts_res res, const char *name, const char *uid);
+/* The body of an injected error: InternalError, ServiceUnavailable, ... */
+json_t *ts_status_for_code(unsigned code, unsigned retry_after);
+
+/* ---- objects ---------------------------------------------------------- */
+
+/* Server-owned metadata of the object being written. */
+typedef struct ts_sysmeta {
+    const char *ns;
+    const char *name;
+    const char *uid;
+    const char *created; /* creationTimestamp */
+} ts_sysmeta;
+
+/*
+ * Builds the canonical object the server would store from a client's body:
+ * known fields only, in Go struct order, MicroTimes normalised to UTC with 6
+ * digits, system metadata from sys (resourceVersion left "" for the store to
+ * stamp). For Pods, status comes from old (the status subresource is not
+ * writable through the main resource) or is {"phase":"Pending"}.
+ *
+ * On a type error (400 BadRequest) or a validation error (422 Invalid)
+ * returns NULL and sets *code and *status.
+ */
+json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
+                        unsigned *code, json_t **status);
+
+/* 422 for a POST without metadata.name or generateName. */
+json_t *ts_status_name_required(ts_res res);
+/* Checks a name as a DNS-1123 subdomain; NULL if valid, else a 422 Status. */
+json_t *ts_check_name(ts_res res, const char *name);
+
+/* RFC 7386 JSON merge patch: returns the patched copy of target. */
+json_t *ts_merge_patch(const json_t *target, const json_t *patch);
+
+/* ---- lists and tables ------------------------------------------------- */
+
+/* A list item is the object without kind and apiVersion (as in 200_list.json). */
+json_t *ts_list_item(const json_t *obj);
+
+typedef enum ts_include {
+    TS_INCLUDE_NONE,
+    TS_INCLUDE_METADATA, /* the apiserver's default: PartialObjectMetadata */
+    TS_INCLUDE_OBJECT
+} ts_include;
+
+/* True for the resources the server can render as Table rows. */
+bool ts_table_supported(ts_res res);
+/* An empty Table; column definitions only if with_columns. */
+json_t *ts_table_new(ts_res res, bool with_columns);
+int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include inc, time_t now);
+
+/* Kubernetes' HumanDuration ("5s", "3m20s", "5h", "3d4h"). */
+void ts_human_duration(long long seconds, char out[32]);
+
+#endif
