@@ -168,7 +168,8 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
                                         const k8slease_elector_options *opts);
 
 /** Block until elected, the election ends, or timeout_ms passes (<0: no limit).
- *  Returns 0 with *epoch set when leader; K8SLEASE_ETIMEOUT; K8SLEASE_ESTATE
+ *  Returns 0 with *epoch set when leader (after on_started_leading has
+ *  returned); K8SLEASE_ETIMEOUT; K8SLEASE_ESTATE
  *  when the election ended without (or after) leading; K8SLEASE_ESTATE from
  *  a callback. Any thread but the loop thread. epoch may be NULL. */
 K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *elector, int64_t timeout_ms,

@@ -209,13 +209,14 @@ static void exec_action(k8slease_elector *e, const kl__elector_action *a)
                        (long long)a->epoch);
         atomic_store(&e->epoch, a->epoch);
         atomic_store(&e->leader_deadline, kl__elector_leader_deadline(&e->sm));
+        /* The callback first: wait_elected returns once it has run. */
+        if (e->opts.on_started_leading)
+            e->opts.on_started_leading(a->epoch, e->opts.user_data);
         pthread_mutex_lock(&e->mu);
         e->elected = 1;
         e->stats.terms++;
         pthread_cond_broadcast(&e->cv);
         pthread_mutex_unlock(&e->mu);
-        if (e->opts.on_started_leading)
-            e->opts.on_started_leading(a->epoch, e->opts.user_data);
         break;
     case KL_ACT_STOPPED:
         kl__log_printf(log, K8SLEASE_LOG_INFO, "%s: stopped leading", e->what);

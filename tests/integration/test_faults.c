@@ -1,0 +1,478 @@
+/* The library under injected faults (test server only; skipped on a real
+ * API server), and read by a real client (kubectl). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "e2e.h"
+#include "harness.h"
+#include "k8slease.h"
+
+#define LD_MS   3000
+#define RD_MS   2000
+#define RP_MS   500
+#define WAIT_MS 20000
+
+static k8slease_client *client;
+
+static int setup(void **state)
+{
+    (void)state;
+    return e2e_setup(&client);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return e2e_teardown(client);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+static void need_testserver(void)
+{
+    if (!e2e_is_testserver()) {
+        print_message("skipped: needs k8slease-testserver's fault injection\n");
+        skip();
+    }
+}
+
+/* What one candidate saw, with CLOCK_MONOTONIC times in ms. */
+typedef struct cand {
+    pthread_mutex_t mu;
+    int64_t started_at, stopped_at;
+    int64_t epoch;
+    char leader[64];
+} cand;
+
+static void on_started(int64_t epoch, void *ud)
+{
+    cand *c = ud;
+
+    pthread_mutex_lock(&c->mu);
+    c->started_at = mono_ms();
+    c->epoch = epoch;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_stopped(void *ud)
+{
+    cand *c = ud;
+
+    pthread_mutex_lock(&c->mu);
+    c->stopped_at = mono_ms();
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_new_leader(const char *id, int64_t epoch, void *ud)
+{
+    cand *c = ud;
+
+    (void)epoch;
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->leader, sizeof(c->leader), "%s", id);
+    pthread_mutex_unlock(&c->mu);
+}
+
+static k8slease_elector *start(k8slease_client *cl, const char *name, const char *id, cand *c)
+{
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector *e = NULL;
+
+    o.name = name;
+    o.identity = id;
+    o.lease_duration_ms = LD_MS;
+    o.renew_deadline_ms = RD_MS;
+    o.retry_period_ms = RP_MS;
+    if (c) {
+        memset(c, 0, sizeof(*c));
+        pthread_mutex_init(&c->mu, NULL);
+        o.on_started_leading = on_started;
+        o.on_stopped_leading = on_stopped;
+        o.on_new_leader = on_new_leader;
+        o.user_data = c;
+    }
+    if (k8slease_elector_start(&e, cl, &o) != 0)
+        fail_msg("elector_start(%s): %s", id, k8slease_error_last());
+    return e;
+}
+
+static void elected(k8slease_elector *e, const char *who)
+{
+    int rc = k8slease_elector_wait_elected(e, WAIT_MS, NULL);
+
+    if (rc != 0)
+        fail_msg("%s not elected within %d ms: %s", who, WAIT_MS, k8slease_error_last());
+}
+
+static k8slease_elector_stats stats(const k8slease_elector *e)
+{
+    k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+    assert_int_equal(k8slease_elector_stats_get(e, &st), 0);
+    return st;
+}
+
+/* Add a fault rule; returns its id. */
+static long add_fault(const char *json)
+{
+    char *resp = NULL;
+    long status = 0, id = -1;
+    json_t *root;
+
+    assert_int_equal(
+        ts_control(e2e_server(), "POST", "/testserver/v1/faults", json, &status, &resp), 0);
+    assert_int_equal(status, 201);
+    root = json_loads(resp, 0, NULL);
+    id = (long)json_integer_value(json_object_get(root, "id"));
+    json_decref(root);
+    free(resp);
+    assert_true(id > 0);
+    return id;
+}
+
+/* Wait (bounded) until rule id is gone (count used up or expired). */
+static void wait_fault_retired(long id)
+{
+    char path[64];
+    int64_t deadline = mono_ms() + WAIT_MS;
+
+    snprintf(path, sizeof(path), "/testserver/v1/faults/%ld", id);
+    for (;;) {
+        long status = 0;
+
+        assert_int_equal(ts_control(e2e_server(), "GET", path, NULL, &status, NULL), 0);
+        if (status == 404)
+            return;
+        if (mono_ms() > deadline)
+            fail_msg("fault %ld still live after %d ms", id, WAIT_MS);
+        pause_ms(50);
+    }
+}
+
+/* Server-side count of answers with this status (stats.requests.by_status). */
+static long answers_with(const char *status_code)
+{
+    char *resp = NULL;
+    long status = 0, n;
+    json_t *root;
+
+    assert_int_equal(ts_control(e2e_server(), "GET", "/testserver/v1/stats", NULL, &status, &resp),
+                     0);
+    root = json_loads(resp, 0, NULL);
+    n = (long)json_integer_value(json_object_get(
+        json_object_get(json_object_get(root, "requests"), "by_status"), status_code));
+    json_decref(root);
+    free(resp);
+    return n;
+}
+
+static void conflict_storm_keeps_one_leader(void **state)
+{
+    cand ca, cb;
+    k8slease_elector *a, *b;
+    long id;
+    int leaders = 0;
+
+    (void)state;
+    need_testserver();
+    a = start(client, "faults-storm", "a:1", &ca);
+    elected(a, "a");
+    b = start(client, "faults-storm", "b:1", &cb);
+    /* Every update of this lease fails with 409, eight times in a row. */
+    id = add_fault("{\"kind\":\"error\",\"status\":409,\"count\":8,\"match\":{\"verb\":\"update\","
+                   "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+                   "faults-storm\"}}");
+    wait_fault_retired(id);
+    assert_true(stats(a).conflicts + stats(b).conflicts >= 8);
+    /* After the storm: one leader, whoever it is. */
+    for (int64_t deadline = mono_ms() + WAIT_MS; leaders == 0; pause_ms(50)) {
+        leaders = k8slease_elector_is_leader(a) + k8slease_elector_is_leader(b);
+        if (mono_ms() > deadline)
+            fail_msg("no leader %d ms after the storm", WAIT_MS);
+    }
+    assert_int_equal(leaders, 1);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+}
+
+static void token_rotation_is_followed(void **state)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *tc = NULL;
+    k8slease_elector *a;
+    char kc[4096];
+    long status = 0, before401;
+    uint64_t renewals;
+    char *old_token;
+
+    (void)state;
+    need_testserver();
+    snprintf(kc, sizeof(kc), "%s/kubeconfig-tokenfile", ts_dir(e2e_server()));
+    o.kubeconfig = kc;
+    assert_int_equal(k8slease_client_new(&tc, &o), 0);
+    a = start(tc, "faults-token", "a:1", NULL);
+    elected(a, "a");
+    old_token = ts_token(e2e_server());
+    assert_non_null(old_token);
+    before401 = answers_with("401");
+    assert_int_equal(ts_control(e2e_server(), "POST", "/testserver/v1/token", "{}", &status, NULL),
+                     0);
+    assert_int_equal(status, 200);
+    renewals = stats(a).renewals;
+    /* Renewals go on with the new token, read again after a 401. */
+    for (int64_t deadline = mono_ms() + WAIT_MS; stats(a).renewals < renewals + 3; pause_ms(50))
+        if (mono_ms() > deadline)
+            fail_msg("fewer than 3 renewals in %d ms after the token rotation", WAIT_MS);
+    assert_true(k8slease_elector_is_leader(a));
+    assert_true(answers_with("401") > before401);
+    k8slease_elector_free(a);
+    k8slease_client_free(tc);
+    /* The other tests' client has the old token embedded: give it back. */
+    snprintf(kc, sizeof(kc), "{\"token\":\"%s\"}", old_token);
+    free(old_token);
+    assert_int_equal(ts_control(e2e_server(), "POST", "/testserver/v1/token", kc, &status, NULL),
+                     0);
+    assert_int_equal(status, 200);
+}
+
+static void hang_longer_than_renew_deadline(void **state)
+{
+    k8slease_client *cb_client = NULL;
+    cand ca, cb;
+    k8slease_elector *a, *b;
+    int64_t hang_at;
+
+    (void)state;
+    need_testserver();
+    assert_int_equal(e2e_setup(&cb_client), 0);
+    a = start(client, "faults-hang", "a:1", &ca);
+    elected(a, "a");
+    b = start(cb_client, "faults-hang", "b:1", &cb);
+    for (int64_t deadline = mono_ms() + WAIT_MS;; pause_ms(20)) {
+        pthread_mutex_lock(&cb.mu);
+        int seen = strcmp(cb.leader, "a:1") == 0;
+        pthread_mutex_unlock(&cb.mu);
+        if (seen)
+            break;
+        if (mono_ms() > deadline)
+            fail_msg("b did not see a as leader within %d ms", WAIT_MS);
+    }
+    /* The server stops answering for longer than the renew deadline. */
+    hang_at = mono_ms();
+    add_fault("{\"kind\":\"hang\",\"duration_ms\":4000}");
+    elected(b, "b");
+    pthread_mutex_lock(&ca.mu);
+    pthread_mutex_lock(&cb.mu);
+    print_message("a stepped down %lld ms after the hang began; b led after %lld ms\n",
+                  (long long)(ca.stopped_at - hang_at), (long long)(cb.started_at - hang_at));
+    assert_true(ca.stopped_at > 0);
+    /* The old leader knew it was not leader before the new one started. */
+    assert_true(ca.stopped_at < cb.started_at);
+    assert_true(cb.epoch > ca.epoch);
+    pthread_mutex_unlock(&cb.mu);
+    pthread_mutex_unlock(&ca.mu);
+    assert_false(k8slease_elector_is_leader(a));
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(cb_client);
+}
+
+static void restart_keeping_state(void **state)
+{
+    k8slease_elector *a;
+    uint64_t renewals;
+
+    (void)state;
+    need_testserver();
+    a = start(client, "faults-restart", "a:1", NULL);
+    elected(a, "a");
+    /* Down for a quarter of the renew deadline: the leader rides it out. */
+    assert_int_equal(ts_restart(e2e_server(), true, RD_MS / 4), 0);
+    renewals = stats(a).renewals;
+    for (int64_t deadline = mono_ms() + WAIT_MS; stats(a).renewals < renewals + 2; pause_ms(50))
+        if (mono_ms() > deadline)
+            fail_msg("no renewals in %d ms after the restart", WAIT_MS);
+    assert_true(k8slease_elector_is_leader(a));
+    assert_true(stats(a).terms == 1);
+    k8slease_elector_free(a);
+}
+
+static void restart_losing_state(void **state)
+{
+    k8slease_elector *a, *b;
+    int64_t deadline;
+    int leaders;
+
+    (void)state;
+    need_testserver();
+    a = start(client, "faults-amnesia", "a:1", NULL);
+    elected(a, "a");
+    b = start(client, "faults-amnesia", "b:1", NULL);
+    assert_int_equal(ts_restart(e2e_server(), false, 200), 0);
+    /* The Lease is gone: within a few lease durations there is again
+     * exactly one leader. */
+    for (deadline = mono_ms() + WAIT_MS;; pause_ms(50)) {
+        k8slease_holder *h = NULL;
+
+        leaders = k8slease_elector_is_leader(a) + k8slease_elector_is_leader(b);
+        if (leaders == 1 && k8slease_holder_get(client, NULL, "faults-amnesia", 0, &h) == 0) {
+            int named = strcmp(h->identity, k8slease_elector_is_leader(a) ? "a:1" : "b:1") == 0;
+
+            k8slease_holder_free(h);
+            if (named)
+                break;
+        }
+        assert_true(leaders <= 1);
+        if (mono_ms() > deadline)
+            fail_msg("no single leader %d ms after a restart without state", WAIT_MS);
+    }
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+}
+
+/* Run a command; return its stdout (malloc'ed) or NULL. */
+static char *run_cmd(const char *cmd)
+{
+    FILE *p = popen(cmd, "r");
+    char *out = NULL;
+    size_t len = 0, cap = 0;
+    char buf[4096];
+    size_t n;
+
+    if (!p)
+        return NULL;
+    while ((n = fread(buf, 1, sizeof(buf), p)) > 0) {
+        if (len + n + 1 > cap) {
+            cap = (len + n + 1) * 2;
+            out = realloc(out, cap);
+            assert_non_null(out);
+        }
+        memcpy(out + len, buf, n);
+        len += n;
+        out[len] = '\0';
+    }
+    if (pclose(p) != 0) {
+        free(out);
+        return NULL;
+    }
+    return out;
+}
+
+static const char *kubectl(void)
+{
+    return access("/usr/bin/kubectl", X_OK) == 0 ? "/usr/bin/kubectl" : NULL;
+}
+
+static void kubectl_reads_our_lease(void **state)
+{
+    k8slease_elector *a;
+    char cmd[4096];
+    char *out;
+    json_t *root, *spec;
+    int64_t epoch = -1;
+    const char *renew;
+
+    (void)state;
+    if (!kubectl()) {
+        print_message("skipped: no /usr/bin/kubectl\n");
+        skip();
+    }
+    a = start(client, "faults-kubectl", "kubectl-reader:1", NULL);
+    assert_int_equal(k8slease_elector_wait_elected(a, WAIT_MS, &epoch), 0);
+    snprintf(cmd, sizeof(cmd), "%s --kubeconfig %s get lease faults-kubectl -o json", kubectl(),
+             getenv("KUBECONFIG"));
+    out = run_cmd(cmd);
+    assert_non_null(out);
+    root = json_loads(out, 0, NULL);
+    free(out);
+    assert_non_null(root);
+    assert_string_equal(json_string_value(json_object_get(root, "kind")), "Lease");
+    spec = json_object_get(root, "spec");
+    assert_string_equal(json_string_value(json_object_get(spec, "holderIdentity")),
+                        "kubectl-reader:1");
+    assert_int_equal(json_integer_value(json_object_get(spec, "leaseDurationSeconds")),
+                     LD_MS / 1000);
+    assert_int_equal(json_integer_value(json_object_get(spec, "leaseTransitions")), epoch);
+    /* MicroTime: 2006-01-02T15:04:05.000000Z */
+    renew = json_string_value(json_object_get(spec, "renewTime"));
+    assert_non_null(renew);
+    assert_int_equal(strlen(renew), 27);
+    assert_int_equal(renew[19], '.');
+    assert_int_equal(renew[26], 'Z');
+    json_decref(root);
+    k8slease_elector_free(a);
+}
+
+static void pod_label_seen_by_kubectl(void **state)
+{
+    char cmd[4096];
+    char *out;
+    long status = 0;
+
+    (void)state;
+    need_testserver();
+    if (!kubectl()) {
+        print_message("skipped: no /usr/bin/kubectl\n");
+        skip();
+    }
+    assert_int_equal(ts_control(e2e_server(), "POST", "/api/v1/namespaces/default/pods",
+                                "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
+                                "\"faults-pod\"}}",
+                                &status, NULL),
+                     0);
+    assert_int_equal(status, 201);
+    assert_int_equal(k8slease_pod_label(client, NULL, "faults-pod", "role", "leader"), 0);
+    snprintf(cmd, sizeof(cmd), "%s --kubeconfig %s get pod faults-pod --show-labels --no-headers",
+             kubectl(), getenv("KUBECONFIG"));
+    out = run_cmd(cmd);
+    assert_non_null(out);
+    assert_non_null(strstr(out, "role=leader"));
+    free(out);
+    assert_int_equal(k8slease_pod_label(client, NULL, "faults-pod", "role", NULL), 0);
+    out = run_cmd(cmd);
+    assert_non_null(out);
+    assert_null(strstr(out, "role=leader"));
+    free(out);
+    /* Bad input is refused before any request, naming the culprit. */
+    assert_int_equal(k8slease_pod_label(client, NULL, "faults-pod", "bad key!", "x"),
+                     K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "bad key!"));
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(conflict_storm_keeps_one_leader),
+        cmocka_unit_test(token_rotation_is_followed),
+        cmocka_unit_test(hang_longer_than_renew_deadline),
+        cmocka_unit_test(restart_keeping_state),
+        cmocka_unit_test(restart_losing_state),
+        cmocka_unit_test(kubectl_reads_our_lease),
+        cmocka_unit_test(pod_label_seen_by_kubectl),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
