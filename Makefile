@@ -12,22 +12,22 @@ deps:
 
 build: deps
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-	cmake --build $(BUILD) -j$(JOBS)
+	cmake --build $(BUILD) -j$(JOBS) -- --no-print-directory
 
 test: build
 	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 demo: build
-	$(BUILD)/examples/k8slease-demo
+	$(BUILD)/cli/k8slease demo
 
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=address,undefined >/dev/null
-	cmake --build build-asan -j$(JOBS)
+	cmake --build build-asan -j$(JOBS) -- --no-print-directory
 	cd build-asan && ctest --output-on-failure -j$(JOBS) $(CTEST_ARGS)
 
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=thread >/dev/null
-	cmake --build build-tsan -j$(JOBS)
+	cmake --build build-tsan -j$(JOBS) -- --no-print-directory
 	cd build-tsan && ctest --output-on-failure -j$(JOBS) -L 'unit|integration|abi' $(CTEST_ARGS)
 
 format:
