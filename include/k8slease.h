@@ -92,11 +92,15 @@ typedef struct k8slease_client_options {
     k8slease_log_cb log_cb;       /**< NULL: no logging */
     void *log_user_data;          /**< passed to log_cb */
     k8slease_log_level log_level; /**< most verbose level passed to log_cb */
+    /** Appended to "k8slease/VERSION" in the User-Agent header (e.g. the
+     *  program and its identity), so audit logs and proxies can tell
+     *  clients apart. NULL: nothing appended. */
+    const char *user_agent;
 } k8slease_client_options;
 
 #define K8SLEASE_CLIENT_OPTIONS_INIT                                                               \
     {                                                                                              \
-        K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO                 \
+        K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO, NULL           \
     }
 
 /** Create a client: loads the configuration and starts the loop thread.

@@ -46,7 +46,7 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
         goto out;
     kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
                    c->cfg->server, c->cfg->ns);
-    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log)) < 0)
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
         goto out;
     *out = c;
     c = NULL;

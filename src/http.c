@@ -59,6 +59,7 @@ struct kl__loop {
     size_t ca_pem_len, cert_pem_len, key_pem_len;
     char *token_file;
     kl__exec_config *exec;
+    char *user_agent;
     CURLM *multi;
     pthread_t thread;
 
@@ -713,7 +714,7 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const kl__http_opts
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
     if ((rc = curl_easy_setopt(e, CURLOPT_URL, url)) != CURLE_OK ||
-        (rc = curl_easy_setopt(e, CURLOPT_USERAGENT, USER_AGENT)) != CURLE_OK ||
+        (rc = curl_easy_setopt(e, CURLOPT_USERAGENT, loop->user_agent)) != CURLE_OK ||
 #if LIBCURL_VERSION_NUM >= 0x075500
         (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, loop->protocols)) != CURLE_OK ||
 #else
@@ -1149,6 +1150,7 @@ static void loop_destroy(kl__loop *loop)
     kl__free(loop->cert_pem);
     kl__free(loop->key_pem);
     kl__free(loop->token);
+    kl__free(loop->user_agent);
     kl__free(loop->token_file);
     exec_free(loop->exec);
     kl__exec_credential_clear(&loop->cred);
@@ -1157,7 +1159,8 @@ static void loop_destroy(kl__loop *loop)
     kl__free(loop);
 }
 
-int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log)
+int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
+                 const char *user_agent)
 {
     kl__loop *loop = NULL;
     sigset_t all, old;
@@ -1183,6 +1186,12 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log)
     loop->now = kl__clock_mono_ns();
     if ((err = copy_config(loop, cfg)) < 0)
         goto out;
+    loop->user_agent = user_agent && user_agent[0] ? kl__sprintf("%s %s", USER_AGENT, user_agent)
+                                                   : kl__strdup(USER_AGENT);
+    if (!loop->user_agent) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
     loop->heap_cap = HEAP_INITIAL;
     if (!(loop->heap = kl__calloc(loop->heap_cap, sizeof(*loop->heap))) ||
         !(loop->multi = curl_multi_init())) {

@@ -18,8 +18,10 @@ typedef struct kl__loop kl__loop;
 typedef struct kl__http_req kl__http_req;
 
 /* Start the loop thread. cfg is copied (what is needed of it). log may be
- * NULL; it is borrowed and must outlive the loop. */
-int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log);
+ * NULL; it is borrowed and must outlive the loop. user_agent (may be NULL)
+ * is appended to "k8slease/VERSION" in the User-Agent header. */
+int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
+                 const char *user_agent);
 /* Stop the thread; requests still in flight are cancelled without their
  * callbacks; posted closures not yet run are run first. */
 void kl__loop_free(kl__loop *loop);

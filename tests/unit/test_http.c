@@ -532,7 +532,7 @@ static kl__restconfig cfg_default(void)
 
 static void loop_start(const kl__restconfig *cfg)
 {
-    assert_int_equal(kl__loop_new(&T.loop, cfg, &T.log), 0);
+    assert_int_equal(kl__loop_new(&T.loop, cfg, &T.log, "unit-test"), 0);
     assert_non_null(T.loop);
 }
 
@@ -670,7 +670,7 @@ static void test_get_json(void **state)
     assert_string_equal(S.method, "GET");
     assert_string_equal(S.path, "/json");
     assert_string_equal(S.accept, "application/json");
-    assert_string_equal(S.user_agent, "k8slease/" K8SLEASE_VERSION_STRING);
+    assert_string_equal(S.user_agent, "k8slease/" K8SLEASE_VERSION_STRING " unit-test");
     assert_string_equal(S.auth, "");
 }
 
@@ -779,11 +779,11 @@ static void test_bad_server_url(void **state)
 
     (void)state;
     cfg.server = "ftp://127.0.0.1:1";
-    assert_int_equal(kl__loop_new(&loop, &cfg, NULL), K8SLEASE_ECONFIG);
+    assert_int_equal(kl__loop_new(&loop, &cfg, NULL, NULL), K8SLEASE_ECONFIG);
     assert_null(loop);
     assert_non_null(strstr(kl__error_get(), "ftp://127.0.0.1:1"));
     cfg.server = NULL;
-    assert_int_equal(kl__loop_new(&loop, &cfg, NULL), K8SLEASE_ECONFIG);
+    assert_int_equal(kl__loop_new(&loop, &cfg, NULL, NULL), K8SLEASE_ECONFIG);
     assert_null(loop);
 }
 
@@ -1494,7 +1494,7 @@ static void test_alloc_failures(void **state)
         alloc_start.opts.timeout_ms = WAIT_MS;
         alloc_start.r = &T.r[0];
         kl__alloc_fail_after(n);
-        if ((err = kl__loop_new(&T.loop, &cfg, NULL)) < 0) {
+        if ((err = kl__loop_new(&T.loop, &cfg, NULL, NULL)) < 0) {
             kl__alloc_fail_after(-1);
             assert_int_equal(err, K8SLEASE_ENOMEM);
             assert_null(T.loop);
