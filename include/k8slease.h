@@ -156,11 +156,15 @@ typedef struct k8slease_elector_options {
     k8slease_elector_stopped_cb on_stopped_leading; /**< may be NULL */
     k8slease_elector_new_leader_cb on_new_leader;   /**< may be NULL */
     void *user_data;
+    /** 0 (default): followers watch the Lease and act on a release at once
+     *  and on an expiry exactly when it is due, polling only while the watch
+     *  is unhealthy. 1: poll every retry_period like client-go. */
+    int poll_only;
 } k8slease_elector_options;
 
 #define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
     {                                                                                              \
-        K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL     \
+        K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL, 0  \
     }
 
 /** Validate the options and start campaigning (asynchronously).
