@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cli.h"
@@ -30,7 +29,8 @@
 typedef struct demo {
     int64_t t0;
     pid_t server;
-    char kubeconfig[PATH_MAX]; /* "" when the default configuration is used */
+    cli_common common;         /* --kubeconfig, --context, --namespace, --log-level */
+    char kubeconfig[PATH_MAX]; /* of the bundled test server, "" if none */
     char lease[64];
     pid_t pid[CANDIDATES + 1]; /* 1-based; 0 once reaped */
     int events;                /* read end of the candidates' event pipe */
@@ -47,14 +47,6 @@ typedef struct event {
     char text[256];
 } event;
 
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 #if defined(__GNUC__)
 __attribute__((format(printf, 2, 3)))
 #endif
@@ -63,7 +55,7 @@ say(const demo *d, const char *fmt, ...)
 {
     va_list ap;
 
-    printf("%6lld ms  ", (long long)(now_ms() - d->t0));
+    printf("%6lld ms  ", (long long)(cli_now_ms() - d->t0));
     va_start(ap, fmt);
     vprintf(fmt, ap);
     va_end(ap);
@@ -126,12 +118,13 @@ static void candidate(int idx, const demo *d)
     sigaddset(&set, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &set, NULL);
 
-    copts.kubeconfig = d->kubeconfig[0] ? d->kubeconfig : NULL;
+    cli_client_options(&d->common, &copts);
     if (k8slease_client_new(&client, &copts) != 0) {
         emit("E %d 0 %s\n", idx, k8slease_error_last());
         _exit(CLI_ERROR);
     }
     snprintf(identity, sizeof(identity), "candidate-%d", idx);
+    eopts.ns = d->common.ns;
     eopts.name = d->lease;
     eopts.identity = identity;
     eopts.lease_duration_ms = LD_MS;
@@ -153,13 +146,13 @@ static void candidate(int idx, const demo *d)
 
 /* ---- the driver --------------------------------------------------------- */
 
-static int cluster_configured(void)
+static int cluster_configured(const demo *d)
 {
     const char *kc = getenv("KUBECONFIG"), *home = getenv("HOME");
     char path[PATH_MAX];
     struct stat st;
 
-    if (getenv("KUBERNETES_SERVICE_HOST") || (kc && kc[0]))
+    if (d->common.kubeconfig || getenv("KUBERNETES_SERVICE_HOST") || (kc && kc[0]))
         return 1;
     if (!home)
         return 0;
@@ -201,7 +194,7 @@ static int start_testserver(demo *d)
     char path[PATH_MAX], line[1024];
     int fds[2];
     size_t len = 0;
-    int64_t deadline = now_ms() + 10000;
+    int64_t deadline = cli_now_ms() + 10000;
     const char *kc;
 
     testserver_path(path, sizeof(path));
@@ -222,7 +215,7 @@ static int start_testserver(demo *d)
     /* Wait (bounded) for "ready port=... dir=... kubeconfig=PATH". */
     while (len < sizeof(line) - 1 && !memchr(line, '\n', len)) {
         struct pollfd p = {.fd = fds[0], .events = POLLIN};
-        int64_t left = deadline - now_ms();
+        int64_t left = deadline - cli_now_ms();
         ssize_t n;
 
         if (left <= 0 || poll(&p, 1, (int)left) <= 0)
@@ -241,13 +234,17 @@ static int start_testserver(demo *d)
     }
     kc += strlen("kubeconfig=");
     snprintf(d->kubeconfig, sizeof(d->kubeconfig), "%.*s", (int)strcspn(kc, " \n"), kc);
+    /* Its own namespace "default" and context, whatever the flags said. */
+    d->common.kubeconfig = d->kubeconfig;
+    d->common.context = NULL;
+    d->common.ns = NULL;
     return 0;
 }
 
 /* Next event from any candidate, or -1 after timeout_ms. */
 static int next_event(demo *d, event *ev, int64_t timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = cli_now_ms() + timeout_ms;
 
     for (;;) {
         char *nl = memchr(d->buf, '\n', d->len);
@@ -265,7 +262,7 @@ static int next_event(demo *d, event *ev, int64_t timeout_ms)
             memmove(d->buf, nl + 1, d->len);
             return 0;
         }
-        left = deadline - now_ms();
+        left = deadline - cli_now_ms();
         if (left <= 0 || poll(&p, 1, (int)left) <= 0)
             return -1;
         n = read(d->events, d->buf + d->len, sizeof(d->buf) - d->len);
@@ -281,10 +278,10 @@ static int next_event(demo *d, event *ev, int64_t timeout_ms)
 static int wait_for(demo *d, char kind, int not_from, long long *epoch, const char *what,
                     int64_t timeout_ms)
 {
-    int64_t deadline = now_ms() + timeout_ms;
+    int64_t deadline = cli_now_ms() + timeout_ms;
     event ev;
 
-    while (next_event(d, &ev, deadline - now_ms()) == 0) {
+    while (next_event(d, &ev, deadline - cli_now_ms()) == 0) {
         switch (ev.kind) {
         case 'S':
             say(d, "candidate-%d elected, epoch %lld", ev.who, ev.epoch);
@@ -368,22 +365,22 @@ static int run_demo(demo *d)
 
     say(d, "SIGKILL candidate-%d (the leader): no release, its lease must expire (%d ms)", first,
         LD_MS);
-    t_kill = now_ms();
+    t_kill = cli_now_ms();
     kill(d->pid[first], SIGKILL);
     reap(d, first);
     if ((second = wait_for(d, 'S', first, &e2, "failover", STEP_TIMEOUT_MS)) < 0)
         return -1;
     say(d, "failover: %lld ms after the kill (lease duration %d ms), epoch %lld -> %lld",
-        (long long)(now_ms() - t_kill), LD_MS, e1, e2);
+        (long long)(cli_now_ms() - t_kill), LD_MS, e1, e2);
 
     say(d, "SIGTERM candidate-%d (the leader): it releases the lease", second);
-    t_release = now_ms();
+    t_release = cli_now_ms();
     kill(d->pid[second], SIGTERM);
     third = wait_for(d, 'S', second, &e3, "handover", STEP_TIMEOUT_MS);
     if (third < 0)
         return -1;
-    say(d, "handover: %lld ms after SIGTERM, epoch %lld -> %lld", (long long)(now_ms() - t_release),
-        e2, e3);
+    say(d, "handover: %lld ms after SIGTERM, epoch %lld -> %lld",
+        (long long)(cli_now_ms() - t_release), e2, e3);
     reap(d, second);
     kill(d->pid[third], SIGTERM);
     wait_for(d, 'X', 0, NULL, "stop of the last leader", STEP_TIMEOUT_MS);
@@ -396,37 +393,56 @@ static int run_demo(demo *d)
     return 0;
 }
 
+static const char usage[] =
+    "usage: k8slease demo [--local]\n"
+    "\n"
+    "Three candidate processes on one Lease: who leads, a crash of the leader\n"
+    "(SIGKILL: failover once its lease expires), then a graceful handover (SIGTERM:\n"
+    "the lease is released), with a timeline in ms. Runs on the configured cluster\n"
+    "in a throwaway Lease, or on a bundled k8slease-testserver on loopback when no\n"
+    "cluster is configured ($K8SLEASE_TESTSERVER names the binary).\n"
+    "\n"
+    "  --local                use the bundled test server even if a cluster is configured\n"
+    "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level error|warn|info|debug,\n"
+    "  --help, --version\n"
+    "\n"
+    "Exit status: 0 the demo ran as expected; 1 it did not; 2 usage.\n";
+
+enum { OPT_LOCAL = 1 };
+
+static const cli_opt opts[] = {
+    {"--local", OPT_LOCAL, 0},
+    {NULL, 0, 0},
+};
+
 int cli_demo(int argc, char **argv)
 {
+    cli_parser p;
     demo d;
-    int local = 0, rc;
+    int local = 0, rc, id;
 
     memset(&d, 0, sizeof(d));
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--local") == 0) {
-            local = 1;
-        } else if (strcmp(argv[i], "--help") == 0) {
-            printf("usage: k8slease demo [--local]\n"
-                   "  Three candidates on one Lease: election, crash failover, handover.\n"
-                   "  --local  use a bundled k8slease-testserver even if a cluster is "
-                   "configured\n");
-            return CLI_OK;
-        } else {
-            fprintf(stderr, "k8slease demo: unknown option \"%s\"\n", argv[i]);
-            return CLI_USAGE;
-        }
-    }
-    signal(SIGPIPE, SIG_IGN);
-    d.t0 = now_ms();
+    cli_parser_init(&p, "k8slease demo", usage, opts, argc, argv);
+    while ((id = cli_next(&p)) == OPT_LOCAL)
+        local = 1;
+    if (id == CLI_STOP)
+        return p.exit_code;
+    if (id == CLI_ARG || p.i < p.argc)
+        return cli_usage_error(&p, "unexpected argument \"%s\"",
+                               id == CLI_ARG ? p.value : p.argv[p.i]);
+    d.common = p.common;
+    d.t0 = cli_now_ms();
     snprintf(d.lease, sizeof(d.lease), "k8slease-demo-%d", (int)getpid());
-    if (local || !cluster_configured()) {
+    if (local || !cluster_configured(&d)) {
         if (start_testserver(&d) != 0) {
             cleanup(&d);
             return CLI_ERROR;
         }
-        say(&d, "no cluster configured: started k8slease-testserver (%s)", d.kubeconfig);
+        say(&d, "%s: started k8slease-testserver (%s)", local ? "--local" : "no cluster configured",
+            d.kubeconfig);
     } else {
-        say(&d, "using the configured cluster; lease %s in its namespace", d.lease);
+        say(&d, "using the configured cluster; lease %s in namespace %s", d.lease,
+            d.common.ns ? d.common.ns : "of the context");
     }
     say(&d, "lease %s: duration %d ms, renew deadline %d ms, retry period %d ms", d.lease, LD_MS,
         RD_MS, RP_MS);

@@ -1,0 +1,289 @@
+/* k8slease holder | watch | release: read, follow and release a Lease. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "events.h"
+
+enum { OPT_LEASE = 1, OPT_JSON, OPT_IDENTITY, OPT_FORCE };
+
+#define COMMON_HELP                                                                                \
+    "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level error|warn|info|debug,\n"    \
+    "  --help, --version\n"
+
+/* The flags of holder, watch and release; *lease is required. */
+static int parse(cli_parser *p, cli_ref *lease, int *json, const char **identity, int *force)
+{
+    int id, rc, have_lease = 0;
+
+    while ((id = cli_next(p)) > 0) {
+        rc = 0;
+        switch (id) {
+        case OPT_LEASE:
+            rc = cli_ref_value(p, "lease", lease);
+            have_lease = 1;
+            break;
+        case OPT_JSON:
+            *json = 1;
+            break;
+        case OPT_IDENTITY:
+            if (!p->value[0])
+                rc = cli_flag_error(p, "must not be empty");
+            *identity = p->value;
+            break;
+        case OPT_FORCE:
+            *force = 1;
+            break;
+        }
+        if (rc)
+            return rc;
+    }
+    if (id == CLI_STOP)
+        return p->exit_code == CLI_OK ? -1 : p->exit_code;
+    if (id == CLI_ARG || p->i < p->argc)
+        return cli_usage_error(p, "unexpected argument \"%s\"",
+                               id == CLI_ARG ? p->value : p->argv[p->i]);
+    if (!have_lease)
+        return cli_usage_error(p, "--lease is required (see %s --help)", p->cmd);
+    return 0;
+}
+
+/* ---- holder ----------------------------------------------------------------- */
+
+static const char holder_usage[] =
+    "usage: k8slease holder --lease [NS/]NAME [--json]\n"
+    "\n"
+    "Print the holder of a Lease: identity, epoch (leaseTransitions), acquire and\n"
+    "renew times, duration, and whether it expired (renewTime + duration past).\n"
+    "\n"
+    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --json                 one JSON object\n" COMMON_HELP "\n"
+    "Exit status: 0 held; 3 no holder, or expired; 4 no such Lease; 1 error; 2 usage.\n";
+
+static const cli_opt holder_opts[] = {
+    {"--lease", OPT_LEASE, 1},
+    {"--json", OPT_JSON, 0},
+    {NULL, 0, 0},
+};
+
+static void print_time_json(FILE *f, const char *key, int64_t us)
+{
+    char t[40];
+
+    fprintf(f, ",\"%s\":", key);
+    if (us) {
+        cli_format_time(t, sizeof(t), us, 6);
+        fprintf(f, "\"%s\"", t);
+    } else {
+        fputs("null", f);
+    }
+}
+
+static void print_time_text(FILE *f, const char *label, int64_t us)
+{
+    char t[40], ago[32];
+
+    if (!us) {
+        fprintf(f, "%-16s-\n", label);
+        return;
+    }
+    cli_format_time(t, sizeof(t), us, 6);
+    cli_format_duration(ago, sizeof(ago), (cli_wall_us() - us) / 1000);
+    fprintf(f, "%-16s%s (%s ago)\n", label, t, ago);
+}
+
+static void print_holder(const char *lease, const k8slease_holder *h, int json)
+{
+    if (json) {
+        fputs("{\"lease\":", stdout);
+        cli_json_string(stdout, lease);
+        fputs(",\"holder\":", stdout);
+        cli_json_string(stdout, h->identity);
+        printf(",\"epoch\":%lld", (long long)h->epoch);
+        print_time_json(stdout, "acquire_time", h->acquire_time_us);
+        print_time_json(stdout, "renew_time", h->renew_time_us);
+        printf(",\"lease_duration_seconds\":%lld,\"expired\":%s,\"resource_version\":",
+               (long long)h->lease_duration_s, h->expired ? "true" : "false");
+        cli_json_string(stdout, h->resource_version);
+        fputs("}\n", stdout);
+        return;
+    }
+    printf("%-16s%s\n", "lease:", lease);
+    printf("%-16s%s\n", "holder:", h->identity[0] ? h->identity : "(none)");
+    printf("%-16s%lld\n", "epoch:", (long long)h->epoch);
+    print_time_text(stdout, "acquired:", h->acquire_time_us);
+    print_time_text(stdout, "renewed:", h->renew_time_us);
+    printf("%-16s%llds\n", "lease duration:", (long long)h->lease_duration_s);
+    printf("%-16s%s\n", "expired:", h->expired ? "yes" : "no");
+}
+
+int cli_holder(int argc, char **argv)
+{
+    k8slease_client *client = NULL;
+    k8slease_holder *h = NULL;
+    cli_parser p;
+    cli_ref lease;
+    char name[320];
+    int json = 0, rc, err;
+
+    cli_parser_init(&p, "k8slease holder", holder_usage, holder_opts, argc, argv);
+    if ((rc = parse(&p, &lease, &json, NULL, NULL)) != 0)
+        return rc < 0 ? CLI_OK : rc;
+    if ((rc = cli_client_new(&p.common, &client)) != CLI_OK)
+        return rc;
+    cli_ref_format(name, sizeof(name), &lease, &p.common, client);
+    err = k8slease_holder_get(client, cli_ref_ns(&lease, &p.common), lease.name, 0, &h);
+    if (err == K8SLEASE_ENOTFOUND) {
+        cli_error("lease %s not found", name);
+        rc = CLI_NOTFOUND;
+    } else if (err != 0) {
+        cli_error("%s", k8slease_error_last());
+        rc = CLI_ERROR;
+    } else {
+        print_holder(name, h, json);
+        rc = h->identity[0] && !h->expired ? CLI_OK : CLI_NOHOLDER;
+        if (fflush(stdout) != 0)
+            rc = CLI_ERROR;
+    }
+    k8slease_holder_free(h);
+    k8slease_client_free(client);
+    return rc;
+}
+
+/* ---- watch -------------------------------------------------------------------- */
+
+static const char watch_usage[] =
+    "usage: k8slease watch --lease [NS/]NAME [--json]\n"
+    "\n"
+    "Print the holder of a Lease, then one line per change of holder or epoch\n"
+    "(not per renewal) until interrupted:\n"
+    "  leader=ID epoch=N | released epoch=N | absent (no such Lease)\n"
+    "\n"
+    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --json                 JSON lines\n" COMMON_HELP "\n"
+    "Exit status: 0 interrupted (SIGINT, SIGTERM, SIGHUP); 1 error, or stdout closed;\n"
+    "2 usage.\n";
+
+int cli_watch(int argc, char **argv)
+{
+    k8slease_client *client = NULL;
+    k8slease_watch *w = NULL;
+    cli_events q;
+    cli_parser p;
+    cli_ref lease;
+    int json = 0, rc;
+
+    cli_parser_init(&p, "k8slease watch", watch_usage, holder_opts, argc, argv);
+    if ((rc = parse(&p, &lease, &json, NULL, NULL)) != 0)
+        return rc < 0 ? CLI_OK : rc;
+    /* Before the client's thread exists: it must not take our signals. */
+    if (cli_events_init(&q, 1) != 0)
+        return CLI_ERROR;
+    if ((rc = cli_client_new(&p.common, &client)) != CLI_OK)
+        goto out;
+    if (k8slease_watch_start(&w, client, cli_ref_ns(&lease, &p.common), lease.name,
+                             cli_events_on_leader, &q) != 0) {
+        cli_error("%s", k8slease_error_last());
+        rc = CLI_ERROR;
+        goto out;
+    }
+    /* Until a signal, or until nobody reads stdout any more. */
+    for (rc = -1; rc < 0;) {
+        cli_event *ev;
+
+        if (cli_events_wait(&q, -1, &ev) < 0) {
+            cli_error("out of memory: events lost");
+            rc = CLI_ERROR;
+            break;
+        }
+        if (ev->type == CLI_EV_LEADER) {
+            if (cli_emit_holder(stdout, json, NULL, ev->identity, ev->epoch) != 0)
+                rc = CLI_ERROR;
+        } else if (ev->type == CLI_EV_SIGNAL && ev->sig != SIGCHLD) {
+            rc = CLI_OK;
+        }
+        free(ev);
+    }
+out:
+    k8slease_watch_free(w);
+    k8slease_client_free(client);
+    cli_events_fini(&q);
+    return rc;
+}
+
+/* ---- release ------------------------------------------------------------------ */
+
+static const char release_usage[] =
+    "usage: k8slease release --lease [NS/]NAME --identity ID [--force]\n"
+    "\n"
+    "Release a Lease held by ID: holderIdentity \"\", so that a candidate takes it at\n"
+    "once instead of waiting for it to expire (the epoch is kept). Refuses if\n"
+    "another identity holds it, unless --force.\n"
+    "\n"
+    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --identity ID          the holder we expect (required without --force)\n"
+    "  --force                release whoever holds it\n" COMMON_HELP "\n"
+    "Exit status: 0 released, or nobody held it; 1 error, or held by another\n"
+    "identity; 2 usage; 4 no such Lease.\n";
+
+static const cli_opt release_opts[] = {
+    {"--lease", OPT_LEASE, 1},
+    {"--identity", OPT_IDENTITY, 1},
+    {"--force", OPT_FORCE, 0},
+    {NULL, 0, 0},
+};
+
+int cli_release(int argc, char **argv)
+{
+    k8slease_client *client = NULL;
+    k8slease_holder *h = NULL;
+    const char *identity = NULL, *ns;
+    cli_parser p;
+    cli_ref lease;
+    char name[320];
+    int force = 0, rc = CLI_OK, err;
+
+    cli_parser_init(&p, "k8slease release", release_usage, release_opts, argc, argv);
+    if ((rc = parse(&p, &lease, NULL, &identity, &force)) != 0)
+        return rc < 0 ? CLI_OK : rc;
+    if (!identity && !force)
+        return cli_usage_error(&p, "--identity is required (or --force to release whoever "
+                                   "holds the lease)");
+    if ((rc = cli_client_new(&p.common, &client)) != CLI_OK)
+        return rc;
+    cli_ref_format(name, sizeof(name), &lease, &p.common, client);
+    ns = cli_ref_ns(&lease, &p.common);
+    /* Read first, to say what happens; the release checks again itself. */
+    if ((err = k8slease_holder_get(client, ns, lease.name, 0, &h)) != 0)
+        goto fail;
+    if (!h->identity[0]) {
+        printf("lease %s has no holder: nothing to release\n", name);
+        goto out;
+    }
+    if (!force && strcmp(h->identity, identity) != 0) {
+        cli_error("lease %s is held by \"%s\", not \"%s\": not released (--force releases it "
+                  "anyway)",
+                  name, h->identity, identity);
+        rc = CLI_ERROR;
+        goto out;
+    }
+    if ((err = k8slease_lease_release(client, ns, lease.name, identity ? identity : "", force,
+                                      0)) != 0)
+        goto fail;
+    printf("released lease %s (holder \"%s\", epoch %lld)\n", name, h->identity,
+           (long long)h->epoch);
+    goto out;
+fail:
+    if (err == K8SLEASE_ENOTFOUND)
+        cli_error("lease %s not found", name);
+    else
+        cli_error("%s", k8slease_error_last());
+    rc = cli_exit_code(err);
+out:
+    if (fflush(stdout) != 0 && rc == CLI_OK)
+        rc = CLI_ERROR;
+    k8slease_holder_free(h);
+    k8slease_client_free(client);
+    return rc;
+}
