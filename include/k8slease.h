@@ -157,8 +157,13 @@ typedef struct k8slease_elector_options {
     k8slease_elector_new_leader_cb on_new_leader;   /**< may be NULL */
     void *user_data;
     /** 0 (default): followers watch the Lease and act on a release at once
-     *  and on an expiry exactly when it is due, polling only while the watch
-     *  is unhealthy. 1: poll every retry_period like client-go. */
+     *  and on an expiry exactly when it is due (observed time + lease
+     *  duration + up to retry_period/20 of jitter), polling only while the
+     *  watch is not healthy (no event or bookmark within its expected
+     *  interval). The watch is shared with every elector and holder watch of
+     *  the same Lease in this client (one namespace-wide watch above 8
+     *  Leases of one namespace). 1: no watch, poll every retry_period like
+     *  client-go. See docs/semantics.md, "Watch mode". */
     int poll_only;
 } k8slease_elector_options;
 
@@ -202,7 +207,9 @@ K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *elector);
         1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, -1                                         \
     }
 
-#define K8SLEASE_ELECTOR_STATS_VERSION 1
+/* Version 2 added the fields from gets on; k8slease_elector_stats_get still
+ * accepts version 1 (and fills only the fields version 1 had). */
+#define K8SLEASE_ELECTOR_STATS_VERSION 2
 
 /** Counters of one elector, for metrics and health checks. */
 typedef struct k8slease_elector_stats {
@@ -222,6 +229,14 @@ typedef struct k8slease_elector_stats {
     /** CLOCK_MONOTONIC ns of the start of the last successful renewal (or
      *  acquisition); 0 if none. */
     int64_t last_renew_ns;
+    /* Version 2: */
+    uint64_t gets;         /**< GET requests completed (any outcome) */
+    uint64_t creates;      /**< CREATE (POST) requests completed */
+    uint64_t updates;      /**< UPDATE (PUT) requests completed */
+    uint64_t watch_events; /**< changes of the Lease seen on the watch and fed in
+                                (newer than anything seen before) */
+    int watch_healthy;     /**< 1 while the watch of the Lease is healthy (always 0
+                                with poll_only) */
 } k8slease_elector_stats;
 
 /** Copy the elector's counters into *stats (stats->version must be set).
@@ -289,7 +304,9 @@ typedef struct k8slease_watch k8slease_watch;
 typedef void (*k8slease_watch_cb)(const char *identity, int64_t epoch, void *user_data);
 
 /** Start watching a Lease. The first callback reports the current state.
- *  The watch reconnects by itself until cancelled.
+ *  The watch reconnects by itself until cancelled. It shares the client's
+ *  stream of that Lease with the electors and other watches of the same
+ *  Lease (one stream per Lease per client).
  *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOMEM. Any thread. */
 K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *client, const char *ns,
                                       const char *name, k8slease_watch_cb cb, void *user_data);

@@ -1,16 +1,29 @@
 /* The elector over the Kubernetes Lease API: drives the pure state machine
  * (elector.c) from the client's loop thread, executes its actions as HTTP
- * requests and callbacks, and lets other threads wait on the outcome. */
+ * requests and callbacks, feeds it what the client's shared watch of the
+ * Lease sees (informer.c; not with poll_only), and lets other threads wait
+ * on the outcome.
+ *
+ * Order of what it feeds in: every result (the machine waits for it) and
+ * every watch observation whose resourceVersion is newer than the newest
+ * state fed in so far, from any source (kl__rv_gate). A stale event, e.g.
+ * one delivered after the answer to our own newer write, is dropped; a GET
+ * answered with an older state than the watch already showed is answered
+ * with that newer state instead. */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <jansson.h>
+
 #include "client.h"
 #include "clock.h"
 #include "elector.h"
+#include "informer.h"
 #include "lease.h"
 
 #define DEFAULT_LEASE_DURATION_MS 15000
@@ -28,7 +41,13 @@ struct k8slease_elector {
 
     /* Loop thread only. */
     kl__elector sm;
-    kl__lease *cached; /* last Lease object received: base of every UPDATE */
+    /* The newest Lease object seen, as JSON text: the base of every UPDATE.
+     * Text (re-parsed for each UPDATE) costs about a tenth of a parsed
+     * jansson tree, which matters at thousands of elections. */
+    char *base;
+    int absent;        /* the newest state seen is "no Lease" */
+    kl__rv_gate gate;  /* resourceVersion of the newest state fed in */
+    kl__sub *sub;      /* the shared watch; NULL with poll_only */
     kl__http_req *req; /* request in flight, if any */
     kl__elector_req req_kind;
     int64_t req_started; /* monotonic ns */
@@ -56,6 +75,20 @@ static void on_timer(kl__timer *t, void *arg)
     run(arg, &ev);
 }
 
+static void set_base(k8slease_elector *e, char *json)
+{
+    kl__free(e->base);
+    e->base = json;
+    e->absent = 0;
+}
+
+static void set_absent(k8slease_elector *e)
+{
+    kl__free(e->base);
+    e->base = NULL;
+    e->absent = 1;
+}
+
 static void count(k8slease_elector *e, const kl__http_result *res, int status)
 {
     static const int64_t bounds_ms[K8SLEASE_LATENCY_BUCKETS] = K8SLEASE_LATENCY_BOUNDS_MS;
@@ -65,6 +98,12 @@ static void count(k8slease_elector *e, const kl__http_result *res, int status)
 
     pthread_mutex_lock(&e->mu);
     st->requests++;
+    if (e->req_kind == KL_REQ_GET)
+        st->gets++;
+    else if (e->req_kind == KL_REQ_CREATE)
+        st->creates++;
+    else
+        st->updates++;
     if (res->err)
         st->transport_errors++;
     else if (res->status == 409)
@@ -86,11 +125,32 @@ static void count(k8slease_elector *e, const kl__http_result *res, int status)
     pthread_mutex_unlock(&e->mu);
 }
 
+/* A GET answered with an older state than the watch already showed (the
+ * server read it before the change the event reported): answer with the
+ * newer state instead, so the machine never steps back. */
+static int newer_than_get(k8slease_elector *e, kl__lease *got, kl__lease **newer,
+                          kl__elector_event *ev)
+{
+    if (e->req_kind != KL_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
+        return 0;
+    if (e->absent) {
+        ev->status = K8SLEASE_ENOTFOUND;
+        ev->spec = NULL;
+    } else if (!e->base || kl__lease_parse(newer, e->base, strlen(e->base)) < 0) {
+        return 0; /* out of memory: the older state is still a state */
+    } else {
+        ev->spec = &(*newer)->spec;
+    }
+    kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG,
+                   "get %s: rv %s is older than the watch's: using that", e->what, got->rv);
+    return 1;
+}
+
 static void on_result(const kl__http_result *res, void *arg)
 {
     k8slease_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_RESULT};
-    kl__lease *lease = NULL;
+    kl__lease *lease = NULL, *newer = NULL;
     char what[400];
     const char *verb = e->req_kind == KL_REQ_GET      ? "get"
                        : e->req_kind == KL_REQ_CREATE ? "create"
@@ -100,19 +160,94 @@ static void on_result(const kl__http_result *res, void *arg)
     snprintf(what, sizeof(what), "%s %s", verb, e->what);
     ev.status = kl__lease_result(res, what, &lease);
     count(e, res, ev.status);
-    if (ev.status == 0) {
-        kl__lease_free(e->cached);
-        e->cached = lease;
+    if (ev.status == 0 && newer_than_get(e, lease, &newer, &ev)) {
+        /* ev now carries the newer state */
+    } else if (ev.status == 0) {
+        /* A write answered after an event of a later change (someone else's
+         * write) is fed in, the machine waits for it, but the base stays the
+         * newer object. */
+        if (!kl__rv_gate_older(&e->gate, lease->rv)) {
+            char *json = kl__strndup(res->body, res->body_len);
+
+            /* Out of memory: no base, so the next UPDATE fails and the
+             * machine reads the Lease again. */
+            if (json)
+                set_base(e, json);
+            else
+                set_absent(e);
+            kl__rv_gate_set(&e->gate, lease->rv);
+        }
         ev.spec = &lease->spec;
         kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: ok, holder \"%s\" rv %s", what,
                        lease->spec.holder ? lease->spec.holder : "", lease->rv);
     } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
+        set_absent(e);
         kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: not found", what);
     } else {
         kl__log_printf(&e->client->log,
                        ev.status == K8SLEASE_ECONFLICT ? K8SLEASE_LOG_INFO : K8SLEASE_LOG_WARN,
                        "%s", kl__error_get());
     }
+    run(e, &ev);
+    kl__lease_free(newer);
+    kl__lease_free(lease);
+}
+
+/* Dumps through kl__buf so that the text is freed with kl__free whatever
+ * allocator jansson was given. */
+static int dump_cb(const char *buf, size_t size, void *data)
+{
+    return kl__buf_append(data, buf, size) < 0 ? -1 : 0;
+}
+
+static char *lease_json(const kl__lease *lease)
+{
+    kl__buf b = {0};
+
+    if (json_dump_callback(lease->root, dump_cb, &b, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0) {
+        kl__buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static void on_watch(const kl__sub_event *sev, void *arg)
+{
+    k8slease_elector *e = arg;
+    kl__elector_event ev = {.type = KL_EV_OBSERVE};
+
+    if (sev->type == KL_SUB_HEALTH) {
+        pthread_mutex_lock(&e->mu);
+        e->stats.watch_healthy = sev->healthy;
+        pthread_mutex_unlock(&e->mu);
+        ev.type = KL_EV_WATCH;
+        ev.healthy = sev->healthy;
+        run(e, &ev);
+        return;
+    }
+    if (!kl__rv_gate_pass(&e->gate, sev->rv))
+        return;
+    if (sev->type == KL_SUB_LEASE) {
+        char *json = lease_json(sev->lease);
+
+        /* Without the text the state cannot be an UPDATE's base: forget
+         * it; the next UPDATE fails and the machine reads the Lease again. */
+        if (json)
+            set_base(e, json);
+        else
+            set_absent(e);
+        ev.spec = &sev->lease->spec;
+        kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: watch: holder \"%s\" rv %s",
+                       e->what, sev->lease->spec.holder ? sev->lease->spec.holder : "", sev->rv);
+    } else {
+        set_absent(e);
+        ev.status = K8SLEASE_ENOTFOUND;
+        kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: watch: no lease (rv %s)", e->what,
+                       sev->rv);
+    }
+    pthread_mutex_lock(&e->mu);
+    e->stats.watch_events++;
+    pthread_mutex_unlock(&e->mu);
     run(e, &ev);
 }
 
@@ -124,6 +259,21 @@ static void fail_later(void *arg)
     kl__elector_event ev = {.type = KL_EV_RESULT, .status = K8SLEASE_ENOMEM};
 
     run(e, &ev);
+}
+
+/* Body of an UPDATE over the newest object seen; NULL on ENOMEM, or when
+ * there is none (the machine asks for an UPDATE only after a result or an
+ * observation gave it one; without it there is nothing safe to PUT). */
+static char *update_body(const k8slease_elector *e, const kl__lease_spec *spec)
+{
+    kl__lease *base = NULL;
+    char *body;
+
+    if (!e->base || kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
+        return NULL;
+    body = kl__lease_encode_update(base, spec);
+    kl__lease_free(base);
+    return body;
 }
 
 static void start_request(k8slease_elector *e, const kl__elector_action *a)
@@ -154,9 +304,7 @@ static void start_request(k8slease_elector *e, const kl__elector_action *a)
     default:
         req.method = "PUT";
         req.path = e->path;
-        /* The state machine asks for an UPDATE only after a result gave us
-         * an object; without one there is nothing safe to PUT. */
-        body = e->cached ? kl__lease_encode_update(e->cached, &a->spec) : NULL;
+        body = update_body(e, &a->spec);
         e->req_kind = KL_REQ_UPDATE;
         break;
     }
@@ -187,9 +335,12 @@ static void finish(k8slease_elector *e)
     kl__timer_cancel(e->client->loop, &e->timer);
     kl__http_cancel(e->client->loop, e->req);
     e->req = NULL;
+    kl__sub_stop(e->sub);
+    e->sub = NULL;
     atomic_store(&e->leader_deadline, 0);
     pthread_mutex_lock(&e->mu);
     e->done = 1;
+    e->stats.watch_healthy = 0;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -261,9 +412,21 @@ static void run(k8slease_elector *e, const kl__elector_event *ev)
 
 static void start_on_loop(void *arg)
 {
+    k8slease_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_START};
 
-    run(arg, &ev);
+    kl__loop_set_dead_timeout(e->client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
+    if (!e->opts.poll_only && e->sm.state == KL_EL_IDLE &&
+        !(e->sub = kl__sub_start(e->client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
+                                 on_watch, e)))
+        kl__log_printf(&e->client->log, K8SLEASE_LOG_WARN, "%s: %s; polling without a watch",
+                       e->what, kl__error_get());
+    run(e, &ev);
+    if (kl__sub_healthy(e->sub)) {
+        kl__sub_event healthy = {.type = KL_SUB_HEALTH, .healthy = 1};
+
+        on_watch(&healthy, e);
+    }
 }
 
 static void stop_on_loop(void *arg, int release)
@@ -297,7 +460,7 @@ static void elector_destroy(k8slease_elector *e)
 {
     if (!e)
         return;
-    kl__lease_free(e->cached);
+    kl__free(e->base);
     kl__free(e->ns);
     kl__free(e->name);
     kl__free(e->identity);
@@ -374,6 +537,7 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
     cfg.retry_period_ns = rp * KL_NS_PER_MS;
     cfg.release_on_cancel = opts->release_on_cancel;
     cfg.seed = make_seed(e);
+    cfg.poll_only = opts->poll_only != 0;
     if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
         goto out;
     kl__timer_init(&e->timer, on_timer, e);
@@ -480,11 +644,18 @@ K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *e,
     if (!e || !stats)
         return kl__error_set(K8SLEASE_EINVAL,
                              "k8slease_elector_stats_get: elector or stats is NULL");
-    if (stats->version != K8SLEASE_ELECTOR_STATS_VERSION)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_stats.version is %u, expected %u",
+    if (stats->version < 1 || stats->version > K8SLEASE_ELECTOR_STATS_VERSION)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_stats.version is %u, expected 1 to %u",
                              stats->version, K8SLEASE_ELECTOR_STATS_VERSION);
     pthread_mutex_lock(&m->mu);
-    *stats = e->stats;
+    /* A caller built against version 1 has the shorter struct. */
+    if (stats->version == 1) {
+        memcpy(stats, &e->stats, offsetof(k8slease_elector_stats, gets));
+        stats->version = 1;
+    } else {
+        *stats = e->stats;
+    }
     pthread_mutex_unlock(&m->mu);
     return 0;
 }
@@ -525,6 +696,8 @@ static void detach(void *arg)
     kl__timer_cancel(e->client->loop, &e->timer);
     kl__http_cancel(e->client->loop, e->req);
     e->req = NULL;
+    kl__sub_stop(e->sub);
+    e->sub = NULL;
 }
 
 K8SLEASE_API void k8slease_elector_free(k8slease_elector *e)

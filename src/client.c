@@ -46,7 +46,8 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
         goto out;
     kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
                    c->cfg->server, c->cfg->ns);
-    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0 ||
+        (err = kl__informer_new(&c->informer, c->loop, &c->log)) < 0)
         goto out;
     *out = c;
     c = NULL;
@@ -55,11 +56,20 @@ out:
     return err;
 }
 
+static void shutdown_informer(void *arg)
+{
+    kl__informer_shutdown(arg);
+}
+
 K8SLEASE_API void k8slease_client_free(k8slease_client *client)
 {
     if (!client)
         return;
+    /* Streams are loop objects: stopped on the loop, before it goes. */
+    if (client->loop && client->informer)
+        kl__loop_call(client->loop, shutdown_informer, client->informer);
     kl__loop_free(client->loop);
+    kl__informer_free(client->informer);
     kl__restconfig_free(client->cfg);
     kl__free(client);
 }

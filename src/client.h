@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "http.h"
+#include "informer.h"
 #include "kubeconfig.h"
 #include "lease.h"
 
@@ -12,6 +13,7 @@ struct k8slease_client {
     kl__restconfig *cfg;
     kl__log log;
     kl__loop *loop;
+    kl__informer *informer; /* shared Lease watches (loop thread) */
 };
 
 /* Check a namespace (RFC 1123 label) and a Lease or Pod name (RFC 1123

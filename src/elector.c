@@ -76,6 +76,15 @@ static int64_t retry_delay(kl__elector *e)
     return add_sat(rp, (int64_t)(next_rand(e) % span));
 }
 
+/* j in [0, RP/20): spreads the attempts of the followers that all saw the
+ * same record expire, a few percent of RP so it costs little failover time. */
+static int64_t expiry_jitter(kl__elector *e)
+{
+    uint64_t span = (uint64_t)(e->cfg.retry_period_ns / 20);
+
+    return span ? (int64_t)(next_rand(e) % span) : 0;
+}
+
 static kl__elector_action *push(kl__elector_actions *out, kl__elector_action_type type)
 {
     kl__elector_action *a;
@@ -256,9 +265,21 @@ static void step_down(kl__elector *e, int release, int may_hold, int64_t now,
         begin_release(e, now, out);
 }
 
+static int watching(const kl__elector *e)
+{
+    return !e->cfg.poll_only && e->watch_healthy;
+}
+
+/* A candidate's next attempt. With a healthy watch every change of the
+ * Lease reaches us as it happens, so the one thing left to wait for is the
+ * expiry of the record we see; otherwise poll as client-go does. */
 static void retry_later(kl__elector *e, int64_t now)
 {
-    e->next_attempt = add_sat(now, retry_delay(e));
+    if (watching(e) && e->have_observed && held_by_other(e, now))
+        e->next_attempt =
+            add_sat(add_sat(e->observed_time, sec_to_ns(e->duration_s)), expiry_jitter(e));
+    else
+        e->next_attempt = add_sat(now, retry_delay(e));
 }
 
 static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
@@ -380,6 +401,54 @@ static void on_result(kl__elector *e, const kl__elector_event *ev, int64_t now, 
         releasing_result(e, req, status, ev->spec, now, wall_us, out);
 }
 
+/* An observation from the watch. The driver has already dropped the ones
+ * not newer than what it fed in before, from any source. */
+static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                       kl__elector_actions *out)
+{
+    int absent = ev->status == K8SLEASE_ENOTFOUND;
+
+    if (e->cfg.poll_only || (!absent && (ev->status != 0 || !ev->spec)))
+        return;
+    if (!absent &&
+        (e->state == KL_EL_ACQUIRING || e->state == KL_EL_LEADING || e->state == KL_EL_RELEASING)) {
+        observe(e, ev->spec, now, 0);
+        report_leader(e, out);
+    }
+    if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE) {
+        if (absent)
+            new_term(e, 1, now, wall_us, out);
+        else if (!held_by_other(e, now))
+            new_term(e, 0, now, wall_us, out);
+        else if (watching(e))
+            retry_later(e, now);
+        /* Not healthy: the poll already planned stays. Moving it at each
+         * renewal the leader makes would postpone it for ever. */
+    } else if (e->state == KL_EL_LEADING) {
+        /* as a GET showing the same would (leading_result) */
+        if (absent || !holder_is_self(e) || e->transitions != e->epoch)
+            step_down(e, 0, 0, now, out);
+    }
+}
+
+static void on_watch_health(kl__elector *e, int healthy, int64_t now)
+{
+    if (e->cfg.poll_only || !healthy == !e->watch_healthy)
+        return;
+    e->watch_healthy = !!healthy;
+    if (e->state != KL_EL_ACQUIRING || e->req != KL_REQ_NONE)
+        return;
+    if (healthy) {
+        if (e->have_observed && held_by_other(e, now))
+            retry_later(e, now);
+    } else {
+        int64_t poll = add_sat(now, retry_delay(e));
+
+        if (poll < e->next_attempt)
+            e->next_attempt = poll;
+    }
+}
+
 static void on_timer(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
 {
     if (now < kl__elector_timer(e))
@@ -438,6 +507,12 @@ void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, 
         break;
     case KL_EV_STOP:
         on_stop(e, ev->release, now, out);
+        break;
+    case KL_EV_OBSERVE:
+        on_observe(e, ev, now, wall_us, out);
+        break;
+    case KL_EV_WATCH:
+        on_watch_health(e, ev->healthy, now);
         break;
     }
 }

@@ -48,6 +48,31 @@
  *    take a new term or recreate the Lease silently, under a stale epoch.
  *  - A CREATE/UPDATE of a new term answered at or after its send time +
  *    renew_deadline does not start the term (no STARTED): retry later.
+ *
+ * Watch mode (cfg.poll_only == 0; with poll_only the two watch events are
+ * ignored and everything above is client-go's polling):
+ *  - OBSERVE (a watch event or list item: the Lease as stored, or "no
+ *    Lease") updates the observed record exactly as a GET result does
+ *    (same change detection, observed_time = now when it changed,
+ *    NEW_LEADER when the holder changed). The driver drops observations
+ *    that are not newer than what it already fed in, so they never undo a
+ *    write of ours.
+ *  - ACQUIRING with no request in flight: an observation is judged like a
+ *    GET result: no Lease -> CREATE at once; holder empty, expired, or our
+ *    identity -> UPDATE at once; held by another valid holder -> wait (see
+ *    next rule). With a request in flight its result decides, as before.
+ *  - ACQUIRING, waiting: while the watch is healthy, the next attempt is at
+ *    observed_time + duration + j, j in [0, RP/20) from the PRNG (so the
+ *    followers of a dead leader do not all ask in the same millisecond),
+ *    instead of RP * (1 + r * 1.2): every change reaches us as it happens,
+ *    only the expiry is left to wait for. While it is not healthy, poll as
+ *    client-go. WATCH healthy: reschedule that way; WATCH unhealthy: next
+ *    attempt = min(planned, now + RP * (1 + r * 1.2)). An observation while
+ *    unhealthy never postpones the planned poll.
+ *  - LEADING: an observation showing another holder, our identity with
+ *    other transitions than our epoch, or no Lease ends the term at once
+ *    (STOPPED, nothing to release, DONE), as the same GET would.
+ *  - RELEASING: observations only update the observed record (NEW_LEADER).
  */
 #ifndef KL_ELECTOR_H
 #define KL_ELECTOR_H
@@ -81,13 +106,16 @@ typedef struct kl__elector_config {
     int64_t retry_period_ns;
     int release_on_cancel;
     uint64_t seed; /* PRNG seed for the jitter */
+    int poll_only; /* 1: ignore OBSERVE and WATCH, poll like client-go */
 } kl__elector_config;
 
 typedef enum kl__elector_event_type {
-    KL_EV_START,  /* begin campaigning: first attempt at once */
-    KL_EV_TIMER,  /* the timer armed at kl__elector_timer() fired (spurious ones are ignored) */
-    KL_EV_RESULT, /* the request last asked for completed */
-    KL_EV_STOP    /* stop; release says whether to release if leading */
+    KL_EV_START,   /* begin campaigning: first attempt at once */
+    KL_EV_TIMER,   /* the timer armed at kl__elector_timer() fired (spurious ones are ignored) */
+    KL_EV_RESULT,  /* the request last asked for completed */
+    KL_EV_STOP,    /* stop; release says whether to release if leading */
+    KL_EV_OBSERVE, /* the watch saw the Lease (status 0, spec) or no Lease (K8SLEASE_ENOTFOUND) */
+    KL_EV_WATCH    /* the watch became healthy (healthy = 1) or not (0) */
 } kl__elector_event_type;
 
 typedef struct kl__elector_event {
@@ -96,10 +124,13 @@ typedef struct kl__elector_event {
      * negative code. */
     int status;
     /* KL_EV_RESULT with status 0: spec of the Lease as stored by the server
-     * (GET body, or CREATE/UPDATE response body). Borrowed for the call. */
+     * (GET body, or CREATE/UPDATE response body). KL_EV_OBSERVE with status
+     * 0: the Lease the watch saw. Borrowed for the call. */
     const kl__lease_spec *spec;
     /* KL_EV_STOP: 1 to release if leading. */
     int release;
+    /* KL_EV_WATCH: 1 healthy, 0 not. */
+    int healthy;
 } kl__elector_event;
 
 typedef enum kl__elector_action_type {
@@ -155,6 +186,7 @@ typedef struct kl__elector {
                             ours completed or failed ambiguously after the stop) */
     int release_started; /* RELEASING: the release GET/UPDATE sequence has begun; until then
                             the request in flight is one sent before stopping */
+    int watch_healthy;   /* the last WATCH event said healthy (never in poll_only mode) */
     uint64_t rng;
 } kl__elector;
 

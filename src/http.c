@@ -5,15 +5,28 @@
  * User code (closures, timers, on_data, done) never runs inside a libcurl
  * callback: the write callback only buffers, and stream bytes are handed to
  * on_data after curl_multi_perform returns. So every callback may start or
- * cancel any request, its own included. */
+ * cancel any request, its own included.
+ *
+ * Connections: one libcurl multi handle, so requests for any number of
+ * elections share its connection cache (HTTP/2 multiplexing when the server
+ * offers it). Dead connections are found by TCP keepalive with
+ * TCP_USER_TIMEOUT (kl__loop_set_dead_timeout), the same for HTTP/1.1 and
+ * HTTP/2: libcurl's HTTP/2 PING (curl_easy_upkeep) has no deadline, so it
+ * would not notice a peer that stopped answering. */
+/* TCP_KEEPIDLE, TCP_USER_TIMEOUT & co. are not POSIX: glibc shows them with
+ * _DEFAULT_SOURCE. */
+#define _DEFAULT_SOURCE 1
 #include "http.h"
 #include "lease.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -32,9 +45,21 @@
  * leaves with a token that dies on the way. */
 #define EXEC_EARLY_US      INT64_C(30000000)
 #define CONNECT_TIMEOUT_MS 30000L
-/* Over HTTP/1.1 every watch holds a connection for minutes, and a client may
- * run hundreds of elections; over HTTP/2 all of them share a few. */
-#define MAX_HOST_CONNECTIONS 1024L
+/* Connections for plain requests: at a few ms each, enough for thousands of
+ * elections renewing every few seconds; more only cost memory (TLS state)
+ * and handshakes in the burst of a start. Every open stream adds one: over
+ * HTTP/1.1 a watch holds its connection for minutes, and requests must never
+ * queue behind watches. Over HTTP/2 all of them share a few connections. */
+#define REQUEST_CONNECTIONS 64L
+/* Requests (not streams) handed to libcurl at a time; the others wait in
+ * FIFO order without an easy handle. An easy handle costs about 22 KB (its
+ * 16 KB receive buffer), so the burst of ten thousand elections starting at
+ * once would otherwise leave hundreds of MB of fragmented heap behind; and
+ * libcurl could not run more at once anyway (connections, HTTP/2 streams). */
+#define MAX_ACTIVE 256
+/* Until an elector asks for less: half of client-go's default renew
+ * deadline. */
+#define DEFAULT_DEAD_MS 5000
 /* Longest sleep: every wake-up source (curl, timers, posts) shortens it. */
 #define POLL_MAX_MS  60000
 #define HEAP_INITIAL 64
@@ -44,6 +69,7 @@ typedef struct closure {
     struct closure *next;
     void (*fn)(void *arg);
     void *arg;
+    int borrowed; /* kl__loop_call's, on its caller's stack: not freed */
 } closure;
 
 struct kl__loop {
@@ -68,8 +94,13 @@ struct kl__loop {
     kl__timer **heap;
     size_t heap_len, heap_cap;
     kl__http_req *reqs;  /* every live request */
-    kl__http_req *ready; /* requests with stream bytes waiting for on_data */
-    char *token;         /* static or token-file bearer token, NULL: none */
+    kl__http_req *ready; /* streams with an opening or bytes waiting for on_open/on_data */
+    long streams;        /* live requests with on_data */
+    long active;         /* requests (not streams) handed to libcurl */
+    kl__http_req *wait_head, *wait_tail; /* requests waiting for a slot, FIFO */
+    int destroying;
+    int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
+    char *token;     /* static or token-file bearer token, NULL: none */
     int64_t token_read_at;
     kl__exec_credential cred;
     int have_cred;
@@ -87,14 +118,22 @@ struct kl__http_req {
     kl__loop *loop;
     kl__http_req *prev, *next; /* loop->reqs */
     kl__http_req *ready_next;  /* loop->ready */
+    kl__http_req *wait_next;   /* loop->wait_head */
+    int waiting;               /* in the wait queue */
+    int counted;               /* counts in loop->active */
     int on_ready;
     CURL *easy;
     int in_multi;
     struct curl_slist *headers;
     char *method, *path, *content_type;
     int has_body;
+    char *body; /* a copy: it must outlive kl__http_start while the request waits */
+    size_t body_len;
     int64_t timeout_ms, idle_ns, started_at, last_byte;
     kl__http_data_cb on_data;
+    kl__http_open_cb on_open;
+    int opened;       /* the 200 headers arrived */
+    int open_pending; /* on_open not called yet */
     kl__http_done_cb done;
     void *arg;
     kl__timer timer; /* idle timeout, or delivery of a failed launch */
@@ -427,6 +466,72 @@ static void map_curl_error(kl__loop *loop, kl__http_req *req, CURLcode rc)
                   detail);
 }
 
+static void make_ready(kl__loop *loop, kl__http_req *req)
+{
+    if (req->on_ready)
+        return;
+    req->on_ready = 1;
+    req->ready_next = loop->ready;
+    loop->ready = req;
+}
+
+/* Only for streams with on_open: the blank line ending the headers of a
+ * 200 means the stream is established (for HTTP/2 too: libcurl writes the
+ * same blank line). */
+static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
+{
+    kl__http_req *req = arg;
+    size_t len = size * nitems;
+    long status = 0;
+
+    if (!req->opened &&
+        ((len == 2 && data[0] == '\r' && data[1] == '\n') || (len == 1 && data[0] == '\n'))) {
+        curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+        if (status == 200) {
+            req->opened = 1;
+            req->open_pending = 1;
+            req->last_byte = req->loop->now;
+            make_ready(req->loop, req);
+        }
+    }
+    return len;
+}
+
+static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+    kl__loop *loop = arg;
+    int on = 1;
+    int idle = (int)(loop->dead_ms / 2000), intvl = (int)(loop->dead_ms / 4000), cnt = 3;
+    unsigned int timeout = (unsigned int)loop->dead_ms;
+
+    if (purpose != CURLSOCKTYPE_IPCXN)
+        return CURL_SOCKOPT_OK;
+    /* Idle connections are probed after half the timeout; a peer that does
+     * not acknowledge probes or data for the whole timeout is dropped by the
+     * kernel, and the transfer on it fails instead of waiting for ever.
+     * Failures are not fatal: the request timeouts still hold. */
+    idle = idle < 1 ? 1 : idle;
+    intvl = intvl < 1 ? 1 : intvl;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+#ifdef TCP_KEEPIDLE
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+#endif
+#ifdef TCP_USER_TIMEOUT
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
+#endif
+    return CURL_SOCKOPT_OK;
+}
+
+static void set_limits(kl__loop *loop)
+{
+    long n = REQUEST_CONNECTIONS + loop->streams;
+
+    curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, n);
+    curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, n);
+}
+
 static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
 {
     kl__http_req *req = arg;
@@ -447,11 +552,8 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
                       loop->server, req->path);
         return 0;
     }
-    if (req->streaming && !req->on_ready) {
-        req->on_ready = 1;
-        req->ready_next = loop->ready;
-        loop->ready = req;
-    }
+    if (req->streaming)
+        make_ready(loop, req);
     return len;
 }
 
@@ -562,6 +664,7 @@ static int req_launch(kl__loop *loop, kl__http_req *req)
     req->errbuf[0] = '\0';
     req->resp.len = 0;
     req->streaming = 0;
+    req->opened = req->open_pending = 0;
     req->last_byte = loop->now;
     if (curl_multi_add_handle(loop->multi, req->easy) != CURLM_OK) {
         set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request", loop->server,
@@ -577,8 +680,41 @@ out:
     return err;
 }
 
+static int dispatch(kl__loop *loop, kl__http_req *req);
+
+/* Hand waiting requests to libcurl as slots free up. */
+static void pump(kl__loop *loop)
+{
+    while (!loop->destroying && loop->wait_head && loop->active < MAX_ACTIVE) {
+        kl__http_req *req = loop->wait_head;
+
+        loop->wait_head = req->wait_next;
+        if (!loop->wait_head)
+            loop->wait_tail = NULL;
+        req->wait_next = NULL;
+        req->waiting = 0;
+        /* A failure is delivered by the request's timer. */
+        if (dispatch(loop, req) < 0) {
+            set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", loop->server, req->path,
+                          kl__error_get());
+            kl__timer_arm(loop, &req->timer, loop->now);
+        }
+    }
+}
+
 static void req_free(kl__loop *loop, kl__http_req *req)
 {
+    if (req->waiting) {
+        kl__http_req **p = &loop->wait_head, *prev = NULL;
+
+        while (*p != req) {
+            prev = *p;
+            p = &(*p)->wait_next;
+        }
+        *p = req->wait_next;
+        if (loop->wait_tail == req)
+            loop->wait_tail = prev;
+    }
     if (req->on_ready) {
         kl__http_req **p = &loop->ready;
 
@@ -591,6 +727,10 @@ static void req_free(kl__loop *loop, kl__http_req *req)
         curl_multi_remove_handle(loop->multi, req->easy);
     if (req->easy)
         curl_easy_cleanup(req->easy);
+    if (req->on_data) {
+        loop->streams--;
+        set_limits(loop);
+    }
     curl_slist_free_all(req->headers);
     if (req->prev)
         req->prev->next = req->next;
@@ -602,6 +742,11 @@ static void req_free(kl__loop *loop, kl__http_req *req)
     kl__free(req->method);
     kl__free(req->path);
     kl__free(req->content_type);
+    kl__free(req->body);
+    if (req->counted) {
+        loop->active--;
+        pump(loop);
+    }
     kl__free(req);
 }
 
@@ -649,7 +794,7 @@ static void on_req_timer(kl__timer *t, void *arg)
     char msg[1024];
 
     if (!req->in_multi) {
-        /* The launch in kl__http_start failed. */
+        /* The launch (or the set-up of a waiting request) failed. */
         req_complete(loop, req);
         return;
     }
@@ -692,8 +837,7 @@ static void req_finish(kl__loop *loop, kl__http_req *req, CURLcode rc)
     req_complete(loop, req);
 }
 
-static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const kl__http_opts *opts,
-                          const char *url)
+static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const char *url)
 {
     CURL *e = req->easy;
     struct curl_blob ca = {loop->ca_pem, loop->ca_pem_len, CURL_BLOB_COPY};
@@ -708,9 +852,12 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const kl__http_opts
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPALIVE, 1L);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPIDLE, 5L);
-    curl_easy_setopt(e, CURLOPT_TCP_KEEPINTVL, 5L);
+    curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+    curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
+    if (req->on_open) {
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
+    }
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
     if ((rc = curl_easy_setopt(e, CURLOPT_URL, url)) != CURLE_OK ||
@@ -728,10 +875,10 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const kl__http_opts
         return rc;
 
     if (req->has_body) {
-        if ((rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE,
-                                   (curl_off_t)(opts->body ? opts->body_len : 0))) != CURLE_OK ||
-            (rc = curl_easy_setopt(e, CURLOPT_COPYPOSTFIELDS, opts->body ? opts->body : "")) !=
-                CURLE_OK)
+        /* req->body lives as long as the request: no second copy */
+        if ((rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len)) !=
+                CURLE_OK ||
+            (rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body)) != CURLE_OK)
             return rc;
         if (strcmp(method, "POST") == 0)
             method = NULL;
@@ -763,13 +910,40 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const kl__http_opts
     return CURLE_OK;
 }
 
+/* Give a request its easy handle and launch it. -1 (error set, nothing to
+ * undo but the request itself) when it cannot be set up. */
+static int dispatch(kl__loop *loop, kl__http_req *req)
+{
+    char *url = kl__sprintf("%s%s", loop->base, req->path);
+    CURLcode rc;
+
+    if (!url || !(req->easy = curl_easy_init())) {
+        kl__free(url);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    if ((rc = req_setup(loop, req, url)) != CURLE_OK) {
+        kl__error_set(rc == CURLE_OUT_OF_MEMORY ? K8SLEASE_ENOMEM : K8SLEASE_EINVAL,
+                      "%s %s: libcurl: %s", req->method, url, curl_easy_strerror(rc));
+        kl__free(url);
+        return -1;
+    }
+    kl__free(url);
+    if (!req->on_data) {
+        req->counted = 1;
+        loop->active++;
+    }
+    /* done must not run inside kl__http_start: a failed launch is reported
+     * from the request's timer, in the next iteration. */
+    if (req_launch(loop, req) < 0)
+        kl__timer_arm(loop, &req->timer, loop->now);
+    return 0;
+}
+
 kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http_done_cb done,
                              void *arg)
 {
     kl__http_req *req = kl__calloc(1, sizeof(*req));
     const char *method = opts->method ? opts->method : "GET";
-    char *url = NULL;
-    CURLcode rc;
 
     if (!req) {
         kl__error_set(K8SLEASE_ENOMEM, "out of memory");
@@ -784,6 +958,11 @@ kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http
     req->done = done;
     req->arg = arg;
     req->on_data = opts->on_data;
+    req->on_open = opts->on_data ? opts->on_open : NULL;
+    if (req->on_data) {
+        loop->streams++;
+        set_limits(loop);
+    }
     req->timeout_ms = opts->timeout_ms;
     req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;
     req->started_at = loop->now;
@@ -792,25 +971,33 @@ kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http
     req->method = kl__strdup(method);
     req->path = kl__strdup(opts->path ? opts->path : "/");
     req->content_type = opts->content_type ? kl__strdup(opts->content_type) : NULL;
+    if (req->has_body) {
+        req->body_len = opts->body ? opts->body_len : 0;
+        if ((req->body = kl__malloc(req->body_len + 1))) {
+            memcpy(req->body, opts->body ? opts->body : "", req->body_len);
+            req->body[req->body_len] = '\0';
+        }
+    }
     if (!req->method || !req->path || (opts->content_type && !req->content_type) ||
-        !(url = kl__sprintf("%s%s", loop->base, req->path)) || !(req->easy = curl_easy_init())) {
+        (req->has_body && !req->body)) {
         kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto fail;
     }
-    if ((rc = req_setup(loop, req, opts, url)) != CURLE_OK) {
-        kl__error_set(rc == CURLE_OUT_OF_MEMORY ? K8SLEASE_ENOMEM : K8SLEASE_EINVAL,
-                      "%s %s: libcurl: %s", method, url, curl_easy_strerror(rc));
-        goto fail;
+    /* Streams start at once: they last and must never wait behind requests. */
+    if (!req->on_data && (loop->wait_head || loop->active >= MAX_ACTIVE)) {
+        req->waiting = 1;
+        if (loop->wait_tail)
+            loop->wait_tail->wait_next = req;
+        else
+            loop->wait_head = req;
+        loop->wait_tail = req;
+        return req;
     }
-    /* done must not run inside kl__http_start: a failed launch is reported
-     * from the request's timer, in the next iteration. */
-    if (req_launch(loop, req) < 0)
-        kl__timer_arm(loop, &req->timer, loop->now);
-    kl__free(url);
+    if (dispatch(loop, req) < 0)
+        goto fail;
     return req;
 fail:
     req_free(loop, req);
-    kl__free(url);
     return NULL;
 }
 
@@ -838,7 +1025,13 @@ static void deliver_streams(kl__loop *loop)
         req->on_ready = 0;
         kl__error_clear();
         req->busy = 1;
-        rc = req->on_data(req->resp.data, req->resp.len, req->arg);
+        if (req->open_pending) {
+            req->open_pending = 0;
+            req->on_open(req->arg);
+        }
+        rc = !req->cancelled && req->streaming && req->resp.len > 0
+                 ? req->on_data(req->resp.data, req->resp.len, req->arg)
+                 : 0;
         req->busy = 0;
         req->resp.len = 0;
         if (req->cancelled) {
@@ -889,9 +1082,13 @@ static size_t run_posted(kl__loop *loop, int *stop)
     *stop = loop->stop;
     pthread_mutex_unlock(&loop->mu);
     for (; c; c = next) {
+        /* A borrowed closure is gone once its function has returned. */
+        int borrowed = c->borrowed;
+
         next = c->next;
         c->fn(c->arg);
-        kl__free(c);
+        if (!borrowed)
+            kl__free(c);
         n++;
     }
     return n;
@@ -1131,11 +1328,13 @@ static void loop_destroy(kl__loop *loop)
 {
     closure *c;
 
+    loop->destroying = 1;
     while (loop->reqs)
         req_free(loop, loop->reqs);
     while ((c = loop->head)) {
         loop->head = c->next;
-        kl__free(c);
+        if (!c->borrowed)
+            kl__free(c);
     }
     if (loop->multi)
         curl_multi_cleanup(loop->multi);
@@ -1199,7 +1398,8 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         goto out;
     }
     curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
-    curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, MAX_HOST_CONNECTIONS);
+    loop->dead_ms = DEFAULT_DEAD_MS;
+    set_limits(loop);
     /* The host process's signal handlers stay on its own threads. */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -1234,6 +1434,18 @@ void kl__loop_free(kl__loop *loop)
     loop_destroy(loop);
 }
 
+static void enqueue(kl__loop *loop, closure *c)
+{
+    pthread_mutex_lock(&loop->mu);
+    if (loop->tail)
+        loop->tail->next = c;
+    else
+        loop->head = c;
+    loop->tail = c;
+    pthread_mutex_unlock(&loop->mu);
+    curl_multi_wakeup(loop->multi);
+}
+
 int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg)
 {
     closure *c = kl__malloc(sizeof(*c));
@@ -1243,14 +1455,8 @@ int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg)
     c->next = NULL;
     c->fn = fn;
     c->arg = arg;
-    pthread_mutex_lock(&loop->mu);
-    if (loop->tail)
-        loop->tail->next = c;
-    else
-        loop->head = c;
-    loop->tail = c;
-    pthread_mutex_unlock(&loop->mu);
-    curl_multi_wakeup(loop->multi);
+    c->borrowed = 0;
+    enqueue(loop, c);
     return 0;
 }
 
@@ -1259,6 +1465,7 @@ typedef struct call {
     void (*fn)(void *arg);
     void *arg;
     int done;
+    closure c;
 } call;
 
 static void call_run(void *arg)
@@ -1272,15 +1479,16 @@ static void call_run(void *arg)
     pthread_mutex_unlock(&c->loop->mu);
 }
 
+/* Needs no allocation (the closure lives in this frame until it has run),
+ * so the free functions that rely on it cannot fail. */
 int kl__loop_call(kl__loop *loop, void (*fn)(void *arg), void *arg)
 {
-    call c = {loop, fn, arg, 0};
-    int err;
+    call c = {loop, fn, arg, 0, {NULL, call_run, NULL, 1}};
 
     if (kl__loop_on_thread(loop))
         return kl__error_set(K8SLEASE_ESTATE, "blocking call from the loop thread");
-    if ((err = kl__loop_post(loop, call_run, &c)) < 0)
-        return err;
+    c.c.arg = &c;
+    enqueue(loop, &c.c);
     pthread_mutex_lock(&loop->mu);
     while (!c.done)
         pthread_cond_wait(&loop->cond, &loop->mu);
@@ -1301,6 +1509,12 @@ int64_t kl__loop_now(const kl__loop *loop)
 const kl__log *kl__loop_log(const kl__loop *loop)
 {
     return loop->log;
+}
+
+void kl__loop_set_dead_timeout(kl__loop *loop, int64_t ms)
+{
+    if (ms > 0 && ms < loop->dead_ms)
+        loop->dead_ms = ms < 100 ? 100 : ms;
 }
 
 /* ------------------------------------------------------------------------ */

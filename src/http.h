@@ -28,14 +28,22 @@ void kl__loop_free(kl__loop *loop);
 
 /* Run fn(arg) on the loop thread soon (FIFO). 0 or K8SLEASE_ENOMEM. */
 int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg);
-/* Run fn(arg) on the loop thread and wait until it returned. Returns
- * K8SLEASE_ESTATE when called on the loop thread itself. */
+/* Run fn(arg) on the loop thread and wait until it returned. Allocates
+ * nothing, so it cannot run out of memory. Returns K8SLEASE_ESTATE when
+ * called on the loop thread itself. */
 int kl__loop_call(kl__loop *loop, void (*fn)(void *arg), void *arg);
 int kl__loop_on_thread(const kl__loop *loop);
 
 /* Monotonic ns read once per loop iteration (loop thread). */
 int64_t kl__loop_now(const kl__loop *loop);
 const kl__log *kl__loop_log(const kl__loop *loop);
+/* Lower (never raise) the time after which a connection whose peer stopped
+ * acknowledging data or keepalive probes is dropped by the kernel
+ * (TCP_USER_TIMEOUT; keepalive probes after half of it). Applies to
+ * connections opened from then on; requests on older ones are still bounded
+ * by their own timeouts, after which libcurl closes the connection. Default
+ * 5000 ms, floor 100 ms. Loop thread. */
+void kl__loop_set_dead_timeout(kl__loop *loop, int64_t ms);
 
 /* Timers (loop thread only). A timer is embedded in its owner's struct. */
 typedef struct kl__timer kl__timer;
@@ -67,6 +75,9 @@ typedef void (*kl__http_done_cb)(const kl__http_result *res, void *arg);
  * 200 only; other statuses are collected and passed to done). Return 0 to
  * go on, nonzero to abort the transfer (done then gets err = that code). */
 typedef int (*kl__http_data_cb)(const char *data, size_t len, void *arg);
+/* Streaming: called once when the headers of a 200 response have arrived,
+ * before any on_data: the stream is established. */
+typedef void (*kl__http_open_cb)(void *arg);
 
 typedef struct kl__http_opts {
     const char *method;       /* "GET", "POST", "PUT", "PATCH", "DELETE" */
@@ -78,6 +89,7 @@ typedef struct kl__http_opts {
     kl__http_data_cb on_data; /* NULL: collect the body */
     /* Streams only: abort if no byte arrived for this long (0: never). */
     int64_t idle_timeout_ms;
+    kl__http_open_cb on_open; /* streams only; may be NULL */
 } kl__http_opts;
 
 /* Start a request (loop thread). done is called exactly once on the loop

@@ -1,20 +1,16 @@
-/* Holder watch: LIST once, then WATCH from the list's resourceVersion,
- * resuming after every end of stream and re-listing when the history is
- * gone (410). Reports changes of (holder, epoch), not every renew. */
+/* Holder watch: a subscriber of the client's shared stream for the Lease
+ * (informer.c), plus one GET for the state at the start, since the stream
+ * may already be running and have listed long ago. Reports changes of
+ * (holder, epoch), not every renew. */
 #include <stdio.h>
 #include <string.h>
-
-#include <jansson.h>
 
 #include "client.h"
 #include "clock.h"
 #include "lease.h"
 
 #define WATCH_RETRY_MS 1000
-#define WATCH_MAX_LINE (4 * 1024 * 1024)
-/* Ask the server to end each stream after about this long, as informers do,
- * so a silently broken stream cannot live forever. */
-#define WATCH_TIMEOUT_S 300
+#define GET_TIMEOUT_MS 10000
 
 struct k8slease_watch {
     k8slease_client *client;
@@ -24,28 +20,17 @@ struct k8slease_watch {
     void *user_data;
 
     /* Loop thread only. */
-    kl__http_req *req;
+    kl__sub *sub;
+    kl__http_req *req; /* the first GET */
     kl__timer retry;
-    kl__line_splitter lines;
-    char *rv;      /* resume point; NULL: list first */
-    int reported;  /* a state was reported */
-    char *holder;  /* last reported holder */
-    int64_t epoch; /* last reported epoch */
+    kl__rv_gate gate; /* newest state reported from */
+    int reported;     /* a state was reported */
+    char *holder;     /* last reported holder */
+    int64_t epoch;    /* last reported epoch */
     int cancelled;
-    int in_stream; /* inside on_data: the request must not be cancelled under it */
 };
 
-static void list(k8slease_watch *w);
-static void watch(k8slease_watch *w);
-
-static void set_rv(k8slease_watch *w, const char *rv)
-{
-    char *copy = rv && rv[0] ? kl__strdup(rv) : NULL;
-
-    /* Out of memory: forget the resume point, so the next round re-lists. */
-    kl__free(w->rv);
-    w->rv = copy;
-}
+static void get(k8slease_watch *w);
 
 static void report(k8slease_watch *w, const char *holder, int64_t epoch)
 {
@@ -67,225 +52,91 @@ static void report_lease(k8slease_watch *w, const kl__lease *lease)
     report(w, lease->spec.holder ? lease->spec.holder : "", lease->spec.transitions);
 }
 
-static void retry_later(k8slease_watch *w)
-{
-    kl__timer_arm(w->client->loop, &w->retry,
-                  kl__loop_now(w->client->loop) + WATCH_RETRY_MS * KL_NS_PER_MS);
-}
-
-static void on_retry(kl__timer *t, void *arg)
+static void on_event(const kl__sub_event *ev, void *arg)
 {
     k8slease_watch *w = arg;
 
-    (void)t;
-    if (w->rv)
-        watch(w);
+    if (ev->type == KL_SUB_HEALTH || !kl__rv_gate_pass(&w->gate, ev->rv))
+        return;
+    if (ev->type == KL_SUB_LEASE)
+        report_lease(w, ev->lease);
     else
-        list(w);
-}
-
-static int parse_list(k8slease_watch *w, const char *body, size_t len)
-{
-    json_error_t jerr;
-    json_t *root = json_loadb(body, len, 0, &jerr), *items;
-    kl__lease *lease = NULL;
-    const char *rv;
-    int err = 0;
-
-    if (!root || !json_is_object(root)) {
-        err = kl__error_set(K8SLEASE_EPROTOCOL, "list %s: body is not a JSON object", w->what);
-        goto out;
-    }
-    rv = json_string_value(json_object_get(json_object_get(root, "metadata"), "resourceVersion"));
-    items = json_object_get(root, "items");
-    if (!rv || !json_is_array(items)) {
-        err = kl__error_set(K8SLEASE_EPROTOCOL,
-                            "list %s: metadata.resourceVersion or items missing", w->what);
-        goto out;
-    }
-    if (json_array_size(items) == 0) {
         report(w, "", -1);
-    } else {
-        if ((err = kl__lease_from_json(&lease, json_array_get(items, 0))) < 0) {
-            kl__error_wrap(err, "list %s", w->what);
-            goto out;
-        }
-        report_lease(w, lease);
-    }
-    set_rv(w, rv);
-out:
-    kl__lease_free(lease);
-    json_decref(root);
-    return err;
 }
 
-static void on_list(const kl__http_result *res, void *arg)
+/* The GET only matters until something was reported: the stream's events
+ * are newer than it from then on. */
+static void on_get(const kl__http_result *res, void *arg)
 {
     k8slease_watch *w = arg;
+    kl__lease *lease = NULL;
+    char what[400];
     int err;
 
     w->req = NULL;
-    if (res->err)
-        err = kl__error_set(res->err, "list %s: %s", w->what, res->errmsg);
-    else if (res->status != 200)
-        err = kl__http_status_error(res->status, res->body, res->body_len, "list");
-    else
-        err = parse_list(w, res->body, res->body_len);
-    if (err < 0 || !w->rv) {
+    if (w->reported)
+        return;
+    snprintf(what, sizeof(what), "get %s", w->what);
+    err = kl__lease_result(res, what, &lease);
+    if (err == 0) {
+        kl__rv_gate_set(&w->gate, lease->rv);
+        report_lease(w, lease);
+    } else if (err == K8SLEASE_ENOTFOUND) {
+        report(w, "", -1);
+    } else {
         kl__log_printf(&w->client->log, K8SLEASE_LOG_WARN, "watch %s: %s; retrying", w->what,
                        kl__error_get());
-        retry_later(w);
-        return;
+        kl__timer_arm(w->client->loop, &w->retry,
+                      kl__loop_now(w->client->loop) + WATCH_RETRY_MS * KL_NS_PER_MS);
     }
-    watch(w);
+    kl__lease_free(lease);
 }
 
-static char *collection_query(const k8slease_watch *w, const char *extra)
-{
-    char *sel = kl__sprintf("metadata.name=%s", w->name);
-    char *esc = sel ? kl__url_escape(sel) : NULL;
-    char *path = esc ? kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases"
-                                   "?fieldSelector=%s%s",
-                                   w->ns, esc, extra)
-                     : NULL;
-
-    kl__free(esc);
-    kl__free(sel);
-    return path;
-}
-
-static void list(k8slease_watch *w)
+static void get(k8slease_watch *w)
 {
     kl__http_opts req = {0};
-    char *path = collection_query(w, "");
+    char *path = kl__lease_path(w->ns, w->name);
 
     if (path) {
         req.method = "GET";
         req.path = path;
-        req.timeout_ms = 10000;
-        w->req = kl__http_start(w->client->loop, &req, on_list, w);
+        req.timeout_ms = GET_TIMEOUT_MS;
+        w->req = kl__http_start(w->client->loop, &req, on_get, w);
     }
     kl__free(path);
     if (!w->req)
-        retry_later(w);
+        kl__timer_arm(w->client->loop, &w->retry,
+                      kl__loop_now(w->client->loop) + WATCH_RETRY_MS * KL_NS_PER_MS);
 }
 
-/* Watch stream: one event per line. Returns nonzero to end the stream. */
-static int on_line(const char *line, size_t len, void *arg)
-{
-    k8slease_watch *w = arg;
-    kl__watch_event ev;
-
-    if (kl__watch_event_parse(&ev, line, len) < 0) {
-        kl__log_printf(&w->client->log, K8SLEASE_LOG_WARN, "watch %s: %s", w->what,
-                       kl__error_get());
-        return K8SLEASE_EPROTOCOL;
-    }
-    switch (ev.type) {
-    case KL_WATCH_ADDED:
-    case KL_WATCH_MODIFIED:
-        set_rv(w, ev.lease->rv);
-        report_lease(w, ev.lease);
-        break;
-    case KL_WATCH_DELETED:
-        set_rv(w, ev.lease->rv);
-        report(w, "", -1);
-        break;
-    case KL_WATCH_BOOKMARK:
-        set_rv(w, ev.bookmark_rv);
-        break;
-    case KL_WATCH_ERROR:
-        kl__log_printf(&w->client->log, K8SLEASE_LOG_INFO, "watch %s: server ended it: %d %s",
-                       w->what, ev.status.code, ev.status.message);
-        /* 410 Gone (and anything else odd): our resume point is useless. */
-        set_rv(w, NULL);
-        break;
-    }
-    kl__watch_event_clear(&ev);
-    return w->cancelled;
-}
-
-static int on_data(const char *data, size_t len, void *arg)
-{
-    k8slease_watch *w = arg;
-    int rc;
-
-    w->in_stream = 1;
-    rc = kl__line_splitter_feed(&w->lines, data, len, on_line, w);
-    w->in_stream = 0;
-    return rc;
-}
-
-static void on_watch_end(const kl__http_result *res, void *arg)
-{
-    k8slease_watch *w = arg;
-
-    w->req = NULL;
-    kl__line_splitter_free(&w->lines);
-    if (w->cancelled)
-        return;
-    if (res->err || res->status != 200) {
-        if (res->err)
-            kl__error_set(res->err, "%s", res->errmsg);
-        else
-            kl__http_status_error(res->status, res->body, res->body_len, "watch");
-        kl__log_printf(&w->client->log, K8SLEASE_LOG_WARN, "watch %s: %s; retrying", w->what,
-                       kl__error_get());
-        if (res->status == 410)
-            set_rv(w, NULL);
-        retry_later(w);
-        return;
-    }
-    /* A normal end (timeoutSeconds): resume at once. */
-    if (w->rv)
-        watch(w);
-    else
-        list(w);
-}
-
-static void watch(k8slease_watch *w)
-{
-    kl__http_opts req = {0};
-    char extra[128];
-    char *path;
-
-    snprintf(extra, sizeof(extra), "&watch=1&allowWatchBookmarks=true&timeoutSeconds=%d",
-             WATCH_TIMEOUT_S);
-    path = collection_query(w, extra);
-    if (path) {
-        char *full = kl__sprintf("%s&resourceVersion=%s", path, w->rv);
-
-        kl__free(path);
-        path = full;
-    }
-    kl__line_splitter_init(&w->lines, WATCH_MAX_LINE);
-    if (path) {
-        req.method = "GET";
-        req.path = path;
-        req.on_data = on_data;
-        w->req = kl__http_start(w->client->loop, &req, on_watch_end, w);
-    }
-    kl__free(path);
-    if (!w->req) {
-        kl__line_splitter_free(&w->lines);
-        retry_later(w);
-    }
-}
-
+/* Also the retry of a subscription or of the first GET that could not start
+ * or failed. */
 static void begin(void *arg)
 {
     k8slease_watch *w = arg;
 
-    if (!w->cancelled)
-        list(w);
+    if (w->cancelled)
+        return;
+    if (!w->sub && !(w->sub = kl__sub_start(w->client->informer, w->ns, w->name, 0, on_event, w)))
+        kl__log_printf(&w->client->log, K8SLEASE_LOG_WARN, "watch %s: %s; retrying", w->what,
+                       kl__error_get());
+    if (!w->reported && !w->req)
+        get(w);
+    if (!w->sub)
+        kl__timer_arm(w->client->loop, &w->retry,
+                      kl__loop_now(w->client->loop) + WATCH_RETRY_MS * KL_NS_PER_MS);
+}
+
+static void on_retry(kl__timer *t, void *arg)
+{
+    (void)t;
+    begin(arg);
 }
 
 static void watch_destroy(k8slease_watch *w)
 {
     if (!w)
         return;
-    kl__line_splitter_free(&w->lines);
-    kl__free(w->rv);
     kl__free(w->holder);
     kl__free(w->ns);
     kl__free(w->name);
@@ -333,11 +184,10 @@ static void cancel(void *arg)
 
     w->cancelled = 1;
     kl__timer_cancel(w->client->loop, &w->retry);
-    /* From on_data, returning nonzero ends the transfer instead. */
-    if (!w->in_stream) {
-        kl__http_cancel(w->client->loop, w->req);
-        w->req = NULL;
-    }
+    kl__sub_stop(w->sub);
+    w->sub = NULL;
+    kl__http_cancel(w->client->loop, w->req);
+    w->req = NULL;
 }
 
 static void destroy_on_loop(void *arg)

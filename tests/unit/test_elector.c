@@ -14,6 +14,7 @@
 
 #include "common.h"
 #include "elector.h"
+#include "informer.h"
 
 #define MS       INT64_C(1000000)
 #define T0       (INT64_C(1000) * 1000 * MS) /* any monotonic origin but 0 */
@@ -30,6 +31,8 @@
 #define ANY      INT64_MIN       /* do not check */
 #define NO_TIMER INT64_MAX       /* kl__elector_timer() == INT64_MAX */
 #define JITTER   (INT64_MIN + 1) /* in [now + RP, now + 2.2 RP) */
+/* timer in [ms, ms + RP/20): an attempt timed for an expiry (watch mode) */
+#define EXPIRY(ms) (-1 - (ms))
 
 static const kl__lease_spec other_valid = {"other", 15, W(-500), W(-500), 5};
 static const kl__lease_spec other_renewed = {"other", 15, W(-500), W(9000), 5};
@@ -62,6 +65,9 @@ typedef struct step {
 #define TIMER(t)          KL_EV_TIMER, (t), 0, NULL, 0
 #define RESULT(t, st, sp) KL_EV_RESULT, (t), (st), (sp), 0
 #define STOP(t, rel)      KL_EV_STOP, (t), 0, NULL, (rel)
+#define OBSERVE(t, sp)    KL_EV_OBSERVE, (t), 0, (sp), 0
+#define DELETED(t)        KL_EV_OBSERVE, (t), K8SLEASE_ENOTFOUND, NULL, 0
+#define WATCH(t, healthy) KL_EV_WATCH, (t), 0, NULL, (healthy) /* step.release carries it */
 
 static kl__elector_config default_config(void)
 {
@@ -117,7 +123,7 @@ typedef struct run {
 static void deliver(run *r, kl__elector_event_type type, int64_t now, int status,
                     const kl__lease_spec *spec, int release)
 {
-    kl__elector_event ev = {type, status, spec, release};
+    kl__elector_event ev = {type, status, spec, release, release};
 
     kl__elector_step(&r->e, &ev, now, WALL0_US + (now - T0) / 1000, &r->out);
     for (int i = 0; i < r->out.n; i++) {
@@ -166,6 +172,13 @@ static void run_steps(run *r, const step *steps, size_t n)
             if (timer < now + RP_MS * MS || timer >= now + RP_MS * MS * 22 / 10)
                 fail_msg("step %zu: retry %lld ms after now, expected [RP, 2.2 RP)", i,
                          (long long)((timer - now) / MS));
+        } else if (s->timer_ms < 0 && s->timer_ms != ANY) {
+            int64_t from = T0 + (-1 - s->timer_ms) * MS;
+
+            if (timer < from || timer >= from + RP_MS * MS / 20)
+                fail_msg("step %zu: timer at %lld ms, expected in [%lld, %lld) ms", i,
+                         (long long)ms_of(timer), (long long)ms_of(from),
+                         (long long)ms_of(from + RP_MS * MS / 20));
         } else if (s->timer_ms != ANY && timer != T0 + s->timer_ms * MS) {
             fail_msg("step %zu: timer at %lld ms, expected %lld ms", i, (long long)ms_of(timer),
                      (long long)s->timer_ms);
@@ -1124,6 +1137,302 @@ static void test_long_holder_compared_in_full(void **state)
     assert_int_equal(r.e.observed_time, T0 + 14000 * MS);
 }
 
+/* ---- watch mode ---- */
+
+/* Every change reaches a healthy watch: the candidate waits for the expiry
+ * of what it saw (observed_time + duration, plus [0, RP/20) of jitter)
+ * instead of polling, and a renewal seen on the watch restarts the wait. */
+static void test_watch_healthy_waits_for_expiry(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER}, /* GET in flight: nothing to move */
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {OBSERVE(2000, &other_renewed), "", KL_EL_ACQUIRING, EXPIRY(17000)},
+        {TIMER(16999), "", KL_EL_ACQUIRING, EXPIRY(17000)},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(17200, 0, &other_renewed), "UPDATE(me,15s,a=17200,r=17200,t=6)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_watch_unhealthy_polls(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {WATCH(1000, 0), "", KL_EL_ACQUIRING, JITTER},
+        {WATCH(1001, 0), "", KL_EL_ACQUIRING, ANY}, /* no change: nothing */
+        {WATCH(1500, 1), "", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {WATCH(1600, 0), "", KL_EL_ACQUIRING, JITTER},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(5000, 0, &other_valid), "", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Unhealthy: an observation updates the record but never moves the poll
+ * already planned (the leader's renewals would postpone it for ever). */
+static void test_observe_while_unhealthy_keeps_poll(void **state)
+{
+    kl__elector_config cfg = default_config();
+    int64_t planned;
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    deliver(&r, KL_EV_START, T0, 0, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 100 * MS, 0, &other_valid, 0);
+    planned = kl__elector_timer(&r.e);
+    deliver(&r, KL_EV_OBSERVE, T0 + 1000 * MS, 0, &other_renewed, 0);
+    assert_int_equal(r.out.n, 0);
+    assert_int_equal(kl__elector_timer(&r.e), planned);
+    assert_int_equal(r.e.observed_time, T0 + 1000 * MS);
+    assert_int_equal(r.e.renew_us, other_renewed.renew_us);
+}
+
+/* A release (holder "") or a deletion seen on the watch is acted on at
+ * once, healthy or not; so is an expired record or our own name. */
+static void test_observe_release_acquires_at_once(void **state)
+{
+    static const step released_[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {OBSERVE(500, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=500,r=500,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step released_healthy[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {WATCH(200, 1), "", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {OBSERVE(500, &null_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=500,r=500,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step deleted[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {WATCH(200, 1), "", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {DELETED(500), "CREATE(me,15s,a=500,r=500,t=0)", KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step expired[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {OBSERVE(500, &zero_duration), "UPDATE(me,15s,a=500,r=500,t=6)", KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step mine[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {OBSERVE(500, &mine_before_restart), "NEW_LEADER(me,3) UPDATE(me,15s,a=500,r=500,t=4)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, released_);
+    RUN(cfg, released_healthy);
+    RUN(cfg, deleted);
+    RUN(cfg, expired);
+    RUN(cfg, mine);
+}
+
+/* With a request in flight its result decides: an observation only
+ * updates the record. */
+static void test_observe_with_request_in_flight(void **state)
+{
+    static const step get_in_flight[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {OBSERVE(50, &empty_holder), "NEW_LEADER(,7)", KL_EL_ACQUIRING, NO_TIMER},
+        {DELETED(60), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    static const step update_in_flight[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {OBSERVE(150, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(200, K8SLEASE_ECONFLICT, NULL), "", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, get_in_flight);
+    RUN(cfg, update_in_flight);
+}
+
+/* A conflict with a healthy watch: the record we tried to take was free, so
+ * poll until the watch shows the winner; then wait for its expiry. */
+static void test_watch_after_conflict(void **state)
+{
+    static const kl__lease_spec b = {"b", 15, W(250), W(250), 8};
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=100,r=100,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(200, K8SLEASE_ECONFLICT, NULL), "", KL_EL_ACQUIRING, JITTER},
+        {OBSERVE(300, &b), "NEW_LEADER(b,8)", KL_EL_ACQUIRING, EXPIRY(15300)},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_observe_while_leading(void **state)
+{
+    /* our own record (a renewal's event): nothing */
+    static const step own[] = {
+        LEAD_FROM_CREATE,
+        {OBSERVE(1000, &created), "", KL_EL_LEADING, 2200},
+        {WATCH(1100, 0), "", KL_EL_LEADING, 2200},
+        {WATCH(1200, 1), "", KL_EL_LEADING, 2200},
+    };
+    static const step other[] = {
+        LEAD_FROM_CREATE,
+        {OBSERVE(1000, &other_valid), "NEW_LEADER(other,5) STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* renew in flight: step down at once, end once it is answered */
+    static const step other_in_flight[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {OBSERVE(2250, &other_valid), "NEW_LEADER(other,5) STOPPED", KL_EL_RELEASING, 12250},
+        {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    static const step deleted[] = {
+        LEAD_FROM_CREATE,
+        {DELETED(1000), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    static const step other_term[] = {
+        LEAD_FROM_CREATE,
+        {OBSERVE(1000, &mine_other_term), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, own);
+    RUN(cfg, other);
+    RUN(cfg, other_in_flight);
+    RUN(cfg, deleted);
+    RUN(cfg, other_term);
+}
+
+static void test_observe_while_releasing(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {OBSERVE(3050, &other_valid), "NEW_LEADER(other,5)", KL_EL_RELEASING, 13000},
+        {DELETED(3060), "", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &other_valid), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_watch_events_ignored_when_idle_or_done(void **state)
+{
+    static const step steps[] = {
+        {OBSERVE(0, &empty_holder), "", KL_EL_IDLE, NO_TIMER},
+        {DELETED(1), "", KL_EL_IDLE, NO_TIMER},
+        {WATCH(2, 1), "", KL_EL_IDLE, NO_TIMER},
+        {STOP(3, 1), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {OBSERVE(4, &empty_holder), "", KL_EL_DONE, NO_TIMER},
+        {DELETED(5), "", KL_EL_DONE, NO_TIMER},
+        {WATCH(6, 0), "", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* poll_only: client-go's behaviour, the watch events change nothing. */
+static void test_poll_only_ignores_watch(void **state)
+{
+    static const kl__lease_spec taken_at_5000 = {"me", 15, W(5000), W(5000), 8};
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {OBSERVE(500, &empty_holder), "", KL_EL_ACQUIRING, ANY},
+        {DELETED(600), "", KL_EL_ACQUIRING, ANY},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(5000, 0, &empty_holder), "NEW_LEADER(,7) UPDATE(me,15s,a=5000,r=5000,t=8)",
+         KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(5100, 0, &taken_at_5000), "STARTED(8) NEW_LEADER(me,8)", KL_EL_LEADING, 7100},
+        {OBSERVE(5200, &other_valid), "", KL_EL_LEADING, 7100},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    cfg.poll_only = 1;
+    RUN(cfg, steps);
+}
+
+/* The expiry jitter stays in [0, RP/20) and covers that range. */
+static void test_expiry_jitter_bounded(void **state)
+{
+    kl__elector_config cfg = default_config();
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+
+    (void)state;
+    for (uint64_t seed = 0; seed < 2000; seed++) {
+        run r;
+        int64_t j;
+
+        cfg.seed = seed;
+        run_init(&r, &cfg);
+        deliver(&r, KL_EV_WATCH, T0, 0, NULL, 1);
+        deliver(&r, KL_EV_START, T0, 0, NULL, 0);
+        deliver(&r, KL_EV_RESULT, T0 + 100 * MS, 0, &other_valid, 0);
+        j = kl__elector_timer(&r.e) - (T0 + (100 + LD_MS) * MS);
+        assert_true(j >= 0 && j < RP_MS * MS / 20);
+        lo = j < lo ? j : lo;
+        hi = j > hi ? j : hi;
+    }
+    assert_true(lo < RP_MS * MS / 20 / 50);
+    assert_true(hi > RP_MS * MS / 20 * 49 / 50);
+}
+
+/* The driver's order of states (informer.h): decimal resourceVersions are
+ * compared as numbers, anything else is taken as new. */
+static void test_rv_gate(void **state)
+{
+    kl__rv_gate g = {0};
+
+    (void)state;
+    assert_true(kl__rv_gate_pass(&g, "100"));
+    assert_false(kl__rv_gate_pass(&g, "100")); /* the same state again */
+    assert_false(kl__rv_gate_pass(&g, "99"));
+    assert_false(kl__rv_gate_pass(&g, "0099"));
+    assert_true(kl__rv_gate_older(&g, "99"));
+    assert_false(kl__rv_gate_older(&g, "100"));
+    assert_true(kl__rv_gate_pass(&g, "1000")); /* numbers, not strings */
+    assert_true(kl__rv_gate_pass(&g, "18446744073709551615"));
+    assert_true(kl__rv_gate_pass(&g, "18446744073709551616")); /* overflows: opaque */
+    assert_true(kl__rv_gate_pass(&g, "5"));                    /* after an opaque one: anything */
+    assert_false(kl__rv_gate_pass(&g, "4"));
+    assert_true(kl__rv_gate_pass(&g, "abc"));
+    assert_false(kl__rv_gate_older(&g, "1"));
+    assert_true(kl__rv_gate_pass(&g, ""));
+    assert_true(kl__rv_gate_pass(&g, "-1"));
+    assert_true(kl__rv_gate_pass(&g, NULL));
+    kl__rv_gate_set(&g, "7");
+    assert_true(kl__rv_gate_older(&g, "6"));
+    assert_false(kl__rv_gate_older(&g, "x"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1174,6 +1483,18 @@ int main(void)
         cmocka_unit_test(test_huge_duration_does_not_overflow),
         cmocka_unit_test(test_lease_duration_rounded_up),
         cmocka_unit_test(test_long_holder_compared_in_full),
+        cmocka_unit_test(test_watch_healthy_waits_for_expiry),
+        cmocka_unit_test(test_watch_unhealthy_polls),
+        cmocka_unit_test(test_observe_while_unhealthy_keeps_poll),
+        cmocka_unit_test(test_observe_release_acquires_at_once),
+        cmocka_unit_test(test_observe_with_request_in_flight),
+        cmocka_unit_test(test_watch_after_conflict),
+        cmocka_unit_test(test_observe_while_leading),
+        cmocka_unit_test(test_observe_while_releasing),
+        cmocka_unit_test(test_watch_events_ignored_when_idle_or_done),
+        cmocka_unit_test(test_poll_only_ignores_watch),
+        cmocka_unit_test(test_expiry_jitter_bounded),
+        cmocka_unit_test(test_rv_gate),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

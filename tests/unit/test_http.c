@@ -6,8 +6,10 @@
  * to synchronise. The server handlers that block wait on a condition
  * variable the test (or teardown) signals, also bounded. */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,7 +389,9 @@ typedef struct result {
     char data[256];
     size_t data_len;
     char first_chunk[64];
-    int abort_with;       /* on_data returns this after the first chunk */
+    int abort_with; /* on_data returns this after the first chunk */
+    int open_calls; /* on_open */
+    int data_before_open;
     int cancel_from_data; /* on_data cancels its own request */
     kl__http_req *self;
 } result;
@@ -441,6 +445,7 @@ static int on_data(const char *data, size_t len, void *arg)
     int first, rc = 0;
 
     pthread_mutex_lock(&T.mu);
+    r->data_before_open += r->open_calls == 0;
     first = r->data_calls++ == 0;
     if (first)
         snprintf(r->first_chunk, sizeof(r->first_chunk), "%.*s", (int)len, data);
@@ -459,6 +464,16 @@ static int on_data(const char *data, size_t len, void *arg)
     if (first && strstr(r->first_chunk, "line 1"))
         server_ack_line1();
     return rc;
+}
+
+static void on_open(void *arg)
+{
+    result *r = arg;
+
+    pthread_mutex_lock(&T.mu);
+    r->open_calls++;
+    pthread_cond_broadcast(&T.cond);
+    pthread_mutex_unlock(&T.mu);
 }
 
 typedef struct start_args {
@@ -1185,6 +1200,164 @@ static void test_stream_abort(void **state)
     assert_int_equal(T.r[0].err, K8SLEASE_EPROTOCOL);
 }
 
+/* on_open: once, when the 200's headers are in, before any data; never for
+ * another status. */
+static void test_stream_open(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/stream";
+    o.on_data = on_data;
+    o.on_open = on_open;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].open_calls, 1);
+    assert_int_equal(T.r[0].data_before_open, 0);
+    assert_string_equal(T.r[0].data, "line 1\nline 2\n");
+    o.path = "/notfound";
+    start_req(&o, &T.r[1], 0);
+    wait_done(&T.r[1]);
+    assert_int_equal(T.r[1].status, 404);
+    assert_int_equal(T.r[1].open_calls, 0);
+}
+
+/* More requests than libcurl gets at once: the others wait their turn, and
+ * a waiting request can be cancelled. */
+static struct {
+    int done, failed, next;
+    char why[256];
+    kl__http_req *reqs[400];
+} many;
+
+static void many_done(const kl__http_result *res, void *arg)
+{
+    int i = (int)(intptr_t)arg;
+
+    pthread_mutex_lock(&T.mu);
+    many.done++;
+    if (res->err != 0 || res->status != 200) {
+        if (!many.failed++)
+            snprintf(many.why, sizeof(many.why), "request %d: HTTP %ld: %s", i, res->status,
+                     res->errmsg);
+    }
+    pthread_cond_broadcast(&T.cond);
+    pthread_mutex_unlock(&T.mu);
+}
+
+static void start_many(void *arg)
+{
+    kl__http_opts o = {0};
+
+    (void)arg;
+    o.method = "GET";
+    o.path = "/json";
+    o.timeout_ms = WAIT_MS;
+    for (int i = 0; i < 400; i++)
+        assert_non_null(many.reqs[i] = kl__http_start(T.loop, &o, many_done, (void *)(intptr_t)i));
+    /* still waiting for a slot: cancelled without a callback */
+    for (int i = 390; i < 400; i++)
+        kl__http_cancel(T.loop, many.reqs[i]);
+}
+
+static void start_many_noop(void *arg)
+{
+    (void)arg;
+}
+
+static void test_requests_wait_for_a_slot(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    int done, failed;
+
+    (void)state;
+    memset(&many, 0, sizeof(many));
+    loop_start(&cfg);
+    assert_int_equal(kl__loop_call(T.loop, start_many, NULL), 0);
+    {
+        struct timespec until = deadline_after(WAIT_MS);
+
+        pthread_mutex_lock(&T.mu);
+        while (many.done < 390 && pthread_cond_timedwait(&T.cond, &T.mu, &until) != ETIMEDOUT)
+            ;
+        done = many.done;
+        pthread_mutex_unlock(&T.mu);
+    }
+    assert_int_equal(done, 390);
+    /* the loop turns on: no callback for the cancelled ones */
+    assert_int_equal(kl__loop_call(T.loop, start_many_noop, NULL), 0);
+    pthread_mutex_lock(&T.mu);
+    done = many.done;
+    failed = many.failed;
+    pthread_mutex_unlock(&T.mu);
+    assert_int_equal(done, 390);
+    if (failed)
+        fail_msg("%d requests failed, the first: %s", failed, many.why);
+}
+
+static void set_dead_timeout(void *arg)
+{
+    kl__loop_set_dead_timeout(T.loop, *(int64_t *)arg);
+}
+
+/* A connected TCP socket of this process whose peer is the test server:
+ * the client side of the loop's connection. */
+static int client_socket(int *fd_out)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *de;
+    int found = 0;
+
+    assert_non_null(d);
+    while (!found && (de = readdir(d))) {
+        struct sockaddr_in peer;
+        socklen_t len = sizeof(peer);
+        int fd = atoi(de->d_name);
+
+        if (de->d_name[0] == '.' || getpeername(fd, (struct sockaddr *)&peer, &len) != 0 ||
+            peer.sin_family != AF_INET || ntohs(peer.sin_port) != srv.port)
+            continue;
+        *fd_out = fd;
+        found = 1;
+    }
+    closedir(d);
+    return found;
+}
+
+/* New connections get keepalive and TCP_USER_TIMEOUT from the dead-peer
+ * timeout (probes after half of it, whole seconds, at least 1). */
+static void test_dead_connection_timeout(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    int64_t ms = 1500;
+    int fd = -1, v = 0;
+    unsigned int timeout = 0;
+    socklen_t len = sizeof(v);
+
+    (void)state;
+    loop_start(&cfg);
+    assert_int_equal(kl__loop_call(T.loop, set_dead_timeout, &ms), 0);
+    ms = 60000; /* never raised */
+    assert_int_equal(kl__loop_call(T.loop, set_dead_timeout, &ms), 0);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].status, 200);
+    /* the connection stays in libcurl's cache */
+    assert_true(client_socket(&fd));
+    assert_int_equal(getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &v, &len), 0);
+    assert_int_equal(v, 1);
+#ifdef TCP_USER_TIMEOUT
+    len = sizeof(timeout);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, &len), 0);
+    assert_int_equal(timeout, 1500);
+    len = sizeof(v);
+    assert_int_equal(getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &len), 0);
+    assert_int_equal(v, 1);
+#endif
+}
+
 static void test_cancel(void **state)
 {
     kl__restconfig cfg = cfg_default();
@@ -1545,6 +1718,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stream_non_200_collected, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_idle_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_abort, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_stream_open, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_requests_wait_for_a_slot, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_connection_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_with_requests_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timers, setup, teardown),

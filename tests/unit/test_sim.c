@@ -9,6 +9,15 @@
  * strictly between the moment it was sent and the moment its success is
  * known: the leader deadline counts from the send.
  *
+ * Watch mode (the *_watch tests): some nodes also follow the Lease on a
+ * watch, as the driver does: every write reaches them as an event, in
+ * order, after a random delay (some of them late); at start a "list"
+ * reports the current state; streams stall, silently (unhealthy only after
+ * the health window, 3 RP) or loudly (unhealthy at once), and deliver what
+ * they held back when they recover. The node's driver drops events not
+ * newer than what it fed in, and answers a GET older than that with the
+ * newer state, as backend_k8s.c does.
+ *
  * Checked after every event: never two electors with is_leader(now) true at
  * the same simulated instant; while one is, the stored Lease names it with
  * its epoch; STARTED epochs strictly increase; STOPPED at most once per
@@ -45,6 +54,11 @@ static const timing tight_timing = {"4/3.5/0.5 s", 4 * SEC, 3500 * MS, 500 * MS}
 
 #define QUIET_MAX_DELAY (100 * MS) /* request delay once the faults stop */
 #define MAX_MSGS        64
+#define MAX_WEVENTS     512
+#define EVENT_MAX_DELAY (30 * MS) /* watch event delay once the faults stop */
+
+/* which nodes follow the Lease on a watch */
+enum { MODE_POLL, MODE_WATCH, MODE_MIXED };
 
 typedef struct record {
     int exists;
@@ -70,6 +84,18 @@ typedef struct msg {
     int faulty;       /* sent during a fault phase */
 } msg;
 
+/* A watch event or health change on its way to a node. */
+typedef struct wevent {
+    int used;
+    int node;
+    unsigned gen; /* incarnation it was meant for */
+    int64_t at;
+    uint64_t seq; /* FIFO among equal times */
+    int health;   /* -1: an observation of rec; else the health told */
+    record rec;   /* rec.exists 0: no Lease */
+    int faulty;
+} wevent;
+
 typedef struct node {
     char id[16];
     kl__elector e;
@@ -82,6 +108,14 @@ typedef struct node {
     int64_t cut_until;    /* partitioned: its requests fail before */
     uint64_t cached_rv;   /* the driver's last Lease object received */
     int stopped;          /* STOPPED actions of this incarnation */
+    /* watch mode */
+    int watch;           /* follows the Lease on a watch */
+    int64_t wlast;       /* time of the last event queued: delivery is FIFO */
+    int64_t stall_until; /* the stream holds events back until then */
+    int stall_pending;   /* it recovers (healthy again) at stall_until */
+    uint64_t gate_rv;    /* resourceVersion of the newest state fed in */
+    record newest;       /* that state */
+    long gets;           /* GETs sent by this incarnation */
 } node;
 
 typedef struct sim {
@@ -92,10 +126,12 @@ typedef struct sim {
     int64_t next_fault;
     node nodes[N_NODES];
     msg msgs[MAX_MSGS];
+    wevent wev[MAX_WEVENTS];
+    uint64_t wseq;
     record store;
     int64_t last_epoch;
     int last_leader;
-    long events, terms, handovers, kills, stops, pauses, partitions;
+    long events, terms, handovers, kills, stops, pauses, partitions, stalls, observed;
 } sim;
 
 static uint64_t rnd(sim *s)
@@ -132,6 +168,78 @@ static void copy_spec(record *dst, const kl__lease_spec *spec)
 }
 
 /* ---- the network and the server ---- */
+
+/* Queue a watch event for node i; a stream delivers in order, and nothing
+ * while it stalls. */
+static void push_wevent(sim *s, int i, int64_t at, int health, const record *rec)
+{
+    node *n = &s->nodes[i];
+    wevent *w = NULL;
+
+    for (int k = 0; k < MAX_WEVENTS && !w; k++)
+        if (!s->wev[k].used)
+            w = &s->wev[k];
+    if (!w) {
+        fail_msg("simulation: more than %d watch events in flight", MAX_WEVENTS);
+        return;
+    }
+    memset(w, 0, sizeof(*w));
+    if (at < n->stall_until)
+        at = n->stall_until;
+    if (at < n->wlast)
+        at = n->wlast;
+    n->wlast = at;
+    w->used = 1;
+    w->node = i;
+    w->gen = n->gen;
+    w->at = at;
+    w->seq = s->wseq++;
+    w->health = health;
+    w->faulty = s->faults;
+    if (rec)
+        set_record(&w->rec, rec);
+}
+
+static int64_t event_delay(sim *s)
+{
+    if (s->faults && rnd(s) % 100 < 10)
+        return rnd_range(s, 100 * MS, 2 * SEC);
+    return rnd_range(s, 1 * MS, EVENT_MAX_DELAY);
+}
+
+/* Every stored change reaches every watching process. */
+static void broadcast(sim *s)
+{
+    for (int i = 0; i < N_NODES; i++)
+        if (s->nodes[i].running && s->nodes[i].watch)
+            push_wevent(s, i, s->t + event_delay(s), -1, &s->store);
+}
+
+/* Stall node i's stream for d: it holds events back; silently, its health
+ * only drops once the window (3 RP) has passed without a word. */
+static void stall(sim *s, int i, int64_t d, int silent)
+{
+    node *n = &s->nodes[i];
+    int64_t until = s->t + d, drop = silent ? s->t + 3 * s->cfg.rp : s->t + 1 * MS;
+
+    s->stalls++;
+    /* what is already on its way waits too */
+    for (int k = 0; k < MAX_WEVENTS; k++)
+        if (s->wev[k].used && s->wev[k].node == i && s->wev[k].at < until)
+            s->wev[k].at = until;
+    if (n->wlast < until)
+        n->wlast = until;
+    if (drop < until) {
+        int64_t keep = n->wlast;
+
+        n->stall_until = 0;
+        n->wlast = 0; /* told before the backlog */
+        push_wevent(s, i, drop, 0, NULL);
+        n->wlast = keep;
+    }
+    n->stall_until = until;
+    n->stall_pending = 1;
+}
 
 static void send_request(sim *s, int i, kl__elector_req req, const kl__lease_spec *spec)
 {
@@ -178,6 +286,8 @@ static void send_request(sim *s, int i, kl__elector_req req, const kl__lease_spe
                       ? NEVER
                       : s->t + delay / 2;
     m->reply_at = s->t + delay;
+    if (req == KL_REQ_GET)
+        n->gets++;
 }
 
 static void apply(sim *s, msg *m)
@@ -200,6 +310,7 @@ static void apply(sim *s, msg *m)
         set_record(st, &m->body);
         st->exists = 1;
         st->rv = rv;
+        broadcast(s);
     }
     if (m->status == 0)
         set_record(&m->got, st);
@@ -234,22 +345,54 @@ static void deliver(sim *s, int i, kl__elector_event_type type, int status,
 static void start_node(sim *s, int i)
 {
     node *n = &s->nodes[i];
-    kl__elector_config cfg = {n->id, s->cfg.ld, s->cfg.rd, s->cfg.rp, 1, rnd(s)};
+    kl__elector_config cfg = {n->id, s->cfg.ld, s->cfg.rd, s->cfg.rp, 1, rnd(s), !n->watch};
 
     assert_int_equal(kl__elector_init(&n->e, &cfg), 0);
     n->running = 1;
     n->gen++;
     n->stopped = 0;
     n->cached_rv = 0;
+    n->gate_rv = 0;
+    n->newest.exists = 0;
+    n->gets = 0;
     n->restart_at = NEVER;
+    n->wlast = 0;
+    n->stall_until = 0;
+    n->stall_pending = 0;
     deliver(s, i, KL_EV_START, 0, NULL, 0);
+    if (n->watch) {
+        /* the stream's list: the state now, then healthy */
+        push_wevent(s, i, s->t + event_delay(s), -1, &s->store);
+        push_wevent(s, i, n->wlast, 1, NULL);
+    }
+}
+
+/* The driver's order of states (backend_k8s.c): an event not newer than
+ * what was fed in is dropped. */
+static void deliver_event(sim *s, wevent *w)
+{
+    node *n = &s->nodes[w->node];
+
+    if (w->health >= 0) {
+        deliver(s, w->node, KL_EV_WATCH, 0, NULL, w->health);
+        return;
+    }
+    if (n->gate_rv && w->rec.rv <= n->gate_rv)
+        return;
+    n->gate_rv = w->rec.rv;
+    set_record(&n->newest, &w->rec);
+    if (w->rec.exists)
+        n->cached_rv = w->rec.rv;
+    s->observed++;
+    deliver(s, w->node, KL_EV_OBSERVE, w->rec.exists ? 0 : K8SLEASE_ENOTFOUND,
+            w->rec.exists ? &n->newest.spec : NULL, 0);
 }
 
 static void deliver(sim *s, int i, kl__elector_event_type type, int status,
                     const kl__lease_spec *spec, int release)
 {
     node *n = &s->nodes[i];
-    kl__elector_event ev = {type, status, spec, release};
+    kl__elector_event ev = {type, status, spec, release, release};
     kl__elector_actions out;
     int64_t now = mono(s, n);
 
@@ -313,7 +456,11 @@ static void fault(sim *s)
     s->next_fault = s->t + rnd_range(s, 500 * MS, 6 * SEC);
     if (!n->running || n->paused_until > s->t)
         return;
-    if (what < 30) {
+    /* a fifth of a watching node's faults are stalls of its stream, half of
+     * them silent (the extra draw leaves the polling runs as they were) */
+    if (n->watch && rnd(s) % 5 == 0) {
+        stall(s, i, rnd_range(s, 500 * MS, 8 * SEC), what < 50);
+    } else if (what < 30) {
         kill_node(s, i);
         n->restart_at = s->t + rnd_range(s, 200 * MS, 6 * SEC);
     } else if (what < 55) {
@@ -322,6 +469,8 @@ static void fault(sim *s)
     } else if (what < 75) {
         s->partitions++;
         n->cut_until = s->t + rnd_range(s, 1 * SEC, 8 * SEC);
+        if (n->watch) /* its stream goes quiet too */
+            stall(s, i, n->cut_until - s->t, 1);
     } else {
         /* frozen for longer than the lease */
         s->pauses++;
@@ -331,7 +480,7 @@ static void fault(sim *s)
 
 /* ---- the event loop ---- */
 
-enum { EV_APPLY, EV_REPLY, EV_TIMER, EV_RESTART, EV_FAULT };
+enum { EV_APPLY, EV_REPLY, EV_TIMER, EV_RESTART, EV_FAULT, EV_WATCH, EV_HEAL };
 
 static int64_t later(int64_t a, int64_t b)
 {
@@ -368,10 +517,32 @@ static int64_t step(sim *s, int64_t until)
             CONSIDER(later(m->reply_at, n->running && n->gen == m->gen ? n->paused_until : s->t),
                      EV_REPLY, k);
     }
+    {
+        /* the earliest watch event, by (time, seq): a stream is FIFO */
+        int64_t wbest = NEVER;
+        int wk = -1;
+
+        for (int k = 0; k < MAX_WEVENTS; k++) {
+            wevent *w = &s->wev[k];
+            node *n = &s->nodes[w->node];
+            /* a frozen process reads its stream when it wakes up; events
+             * for a process that is gone are dropped at once */
+            int64_t at = !n->running || n->gen != w->gen ? s->t : later(w->at, n->paused_until);
+
+            if (w->used && (at < wbest || (at == wbest && w->seq < s->wev[wk].seq))) {
+                wbest = at;
+                wk = k;
+            }
+        }
+        if (wk >= 0)
+            CONSIDER(wbest, EV_WATCH, wk);
+    }
     for (int i = 0; i < N_NODES; i++) {
         node *n = &s->nodes[i];
         int64_t tm;
 
+        if (n->running && n->stall_pending)
+            CONSIDER(n->stall_until, EV_HEAL, i);
         if (!n->running) {
             CONSIDER(n->restart_at, EV_RESTART, i);
             continue;
@@ -400,11 +571,35 @@ static int64_t step(sim *s, int64_t until)
         m->used = 0;
         if (!n->running || n->gen != m->gen)
             break; /* its process is gone */
-        if (status == 0)
+        if (status == 0 && m->req == KL_REQ_GET && n->gate_rv && m->got.rv < n->gate_rv) {
+            /* older than what the watch showed: the driver answers with that */
+            deliver(s, m->node, KL_EV_RESULT, n->newest.exists ? 0 : K8SLEASE_ENOTFOUND,
+                    n->newest.exists ? &n->newest.spec : NULL, 0);
+            break;
+        }
+        /* a write answered after the event of a later change: fed in, but
+         * the newest state stays the later one */
+        if (status == 0 && m->got.rv >= n->gate_rv) {
             n->cached_rv = m->got.rv;
+            n->gate_rv = m->got.rv;
+            set_record(&n->newest, &m->got);
+        }
         deliver(s, m->node, KL_EV_RESULT, status, status == 0 ? &m->got.spec : NULL, 0);
         break;
     }
+    case EV_WATCH: {
+        wevent *w = &s->wev[idx];
+        node *n = &s->nodes[w->node];
+
+        w->used = 0;
+        if (n->running && n->gen == w->gen)
+            deliver_event(s, w);
+        break;
+    }
+    case EV_HEAL:
+        s->nodes[idx].stall_pending = 0;
+        push_wevent(s, idx, s->t + 1 * MS, 1, NULL);
+        break;
     case EV_TIMER:
         deliver(s, idx, KL_EV_TIMER, 0, NULL, 0);
         break;
@@ -435,12 +630,15 @@ static int settled(const sim *s, int down)
     for (int k = 0; k < MAX_MSGS; k++)
         if (s->msgs[k].used && s->msgs[k].faulty)
             return 0;
+    for (int k = 0; k < MAX_WEVENTS; k++)
+        if (s->wev[k].used && s->wev[k].faulty)
+            return 0;
     for (int i = 0; i < N_NODES; i++) {
         const node *n = &s->nodes[i];
 
         if (i == down)
             continue;
-        if (!n->running || n->paused_until > s->t || n->cut_until > s->t ||
+        if (!n->running || n->paused_until > s->t || n->cut_until > s->t || n->stall_pending ||
             (n->e.state != KL_EL_ACQUIRING && n->e.state != KL_EL_LEADING))
             return 0;
     }
@@ -459,11 +657,17 @@ static int64_t liveness_bound(const timing *c)
 }
 
 typedef struct totals {
-    long events, terms, handovers, kills, stops, pauses, partitions;
+    long events, terms, handovers, kills, stops, pauses, partitions, stalls, observed;
     int64_t worst_recovery;
 } totals;
 
-static void run_seed(const timing *cfg, uint64_t seed, int cycles, totals *tot)
+static void set_mode(sim *s, int mode)
+{
+    for (int i = 0; i < N_NODES; i++)
+        s->nodes[i].watch = mode == MODE_WATCH || (mode == MODE_MIXED && i > 0);
+}
+
+static void run_seed(const timing *cfg, int mode, uint64_t seed, int cycles, totals *tot)
 {
     static sim s; /* 3 electors with their 512-byte buffers: keep off the stack */
 
@@ -473,6 +677,7 @@ static void run_seed(const timing *cfg, uint64_t seed, int cycles, totals *tot)
     s.last_epoch = -1;
     s.last_leader = -1;
     s.t = 0;
+    set_mode(&s, mode);
     for (int i = 0; i < N_NODES; i++) {
         node *n = &s.nodes[i];
 
@@ -518,35 +723,91 @@ static void run_seed(const timing *cfg, uint64_t seed, int cycles, totals *tot)
     tot->stops += s.stops;
     tot->pauses += s.pauses;
     tot->partitions += s.partitions;
+    tot->stalls += s.stalls;
+    tot->observed += s.observed;
 }
 
-static void many_seeds(const timing *cfg)
+static void many_seeds(const timing *cfg, int mode)
 {
     enum { SEEDS = 50, CYCLES = 10 };
+    static const char *const modes[] = {"poll", "watch", "mixed"};
     totals tot = {0};
 
     for (uint64_t seed = 1; seed <= SEEDS; seed++)
-        run_seed(cfg, seed, CYCLES, &tot);
-    print_message("sim %s: %d seeds x %d cycles: %ld events, %ld terms, %ld handovers, "
-                  "%ld kills, %ld stops, %ld pauses, %ld partitions; worst recovery %lld ms "
-                  "(bound %lld ms)\n",
-                  cfg->name, SEEDS, CYCLES, tot.events, tot.terms, tot.handovers, tot.kills,
-                  tot.stops, tot.pauses, tot.partitions, (long long)(tot.worst_recovery / MS),
-                  (long long)(liveness_bound(cfg) / MS));
+        run_seed(cfg, mode, seed, CYCLES, &tot);
+    print_message("sim %s %s: %d seeds x %d cycles: %ld events, %ld terms, %ld handovers, "
+                  "%ld kills, %ld stops, %ld pauses, %ld partitions, %ld stalls, %ld watch "
+                  "observations; worst recovery %lld ms (bound %lld ms)\n",
+                  cfg->name, modes[mode], SEEDS, CYCLES, tot.events, tot.terms, tot.handovers,
+                  tot.kills, tot.stops, tot.pauses, tot.partitions, tot.stalls, tot.observed,
+                  (long long)(tot.worst_recovery / MS), (long long)(liveness_bound(cfg) / MS));
     assert_true(tot.terms > SEEDS * CYCLES);
     assert_true(tot.handovers > 0);
+    if (mode != MODE_POLL)
+        assert_true(tot.stalls > 0 && tot.observed > 0);
 }
 
 static void test_sim_seed_timing(void **state)
 {
     (void)state;
-    many_seeds(&seed_timing);
+    many_seeds(&seed_timing, MODE_POLL);
 }
 
 static void test_sim_tight_timing(void **state)
 {
     (void)state;
-    many_seeds(&tight_timing);
+    many_seeds(&tight_timing, MODE_POLL);
+}
+
+static void test_sim_seed_timing_watch(void **state)
+{
+    (void)state;
+    many_seeds(&seed_timing, MODE_WATCH);
+}
+
+static void test_sim_tight_timing_watch(void **state)
+{
+    (void)state;
+    many_seeds(&tight_timing, MODE_WATCH);
+}
+
+static void test_sim_mixed_modes(void **state)
+{
+    (void)state;
+    many_seeds(&seed_timing, MODE_MIXED);
+    many_seeds(&tight_timing, MODE_MIXED);
+}
+
+/* No faults, every node watching: one term, and once the followers have
+ * seen the leader they make no request at all (no polling). */
+static void test_sim_watch_steady_state(void **state)
+{
+    static sim s;
+    long gets = 0;
+
+    (void)state;
+    memset(&s, 0, sizeof(s));
+    s.cfg = seed_timing;
+    s.rng = 11;
+    s.last_epoch = -1;
+    s.last_leader = -1;
+    set_mode(&s, MODE_WATCH);
+    for (int i = 0; i < N_NODES; i++) {
+        snprintf(s.nodes[i].id, sizeof(s.nodes[i].id), "node-%d", i);
+        s.nodes[i].mono_off = rnd_range(&s, 0, 1000 * SEC);
+        s.nodes[i].restart_at = rnd_range(&s, 0, 500 * MS);
+    }
+    while (step(&s, 10 * SEC) != NEVER)
+        ;
+    for (int i = 0; i < N_NODES; i++)
+        gets += s.nodes[i].gets;
+    while (step(&s, 600 * SEC) != NEVER)
+        ;
+    for (int i = 0; i < N_NODES; i++)
+        gets -= s.nodes[i].gets;
+    assert_int_equal(s.terms, 1);
+    assert_int_equal(gets, 0);
+    assert_true(leader(&s) >= 0);
 }
 
 /* No faults at all: one term, renewed for ten simulated minutes. */
@@ -575,9 +836,10 @@ static void test_sim_steady_state(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_sim_steady_state),
-        cmocka_unit_test(test_sim_seed_timing),
-        cmocka_unit_test(test_sim_tight_timing),
+        cmocka_unit_test(test_sim_steady_state),      cmocka_unit_test(test_sim_seed_timing),
+        cmocka_unit_test(test_sim_tight_timing),      cmocka_unit_test(test_sim_watch_steady_state),
+        cmocka_unit_test(test_sim_seed_timing_watch), cmocka_unit_test(test_sim_tight_timing_watch),
+        cmocka_unit_test(test_sim_mixed_modes),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

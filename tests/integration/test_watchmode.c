@@ -1,0 +1,743 @@
+/* Watch mode end to end: followers watch the Lease instead of polling, act
+ * on a release at once and on a crash exactly at the expiry, fall back to
+ * polling when the watch stalls, resume and re-list; watches of one Lease in
+ * one client share one stream; one client runs hundreds of elections on its
+ * one thread. Tests that need fault injection or the server's statistics
+ * skip on another API server.
+ *
+ * Bounds on speed are at least ten times what is expected: a handover on a
+ * watch takes a few ms here (one event, one GET, one UPDATE), so "well under
+ * the retry period" is asserted as RP / 2 with RP = 1 s; poll-only mode is
+ * asserted on nothing about speed. */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <dirent.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "e2e.h"
+#include "harness.h"
+#include "k8slease.h"
+
+#define LD_MS   3000
+#define RD_MS   2000
+#define RP_MS   1000
+#define WAIT_MS 20000
+
+static k8slease_client *client;
+
+static int setup(void **state)
+{
+    (void)state;
+    return e2e_setup(&client);
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return e2e_teardown(client);
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
+}
+
+static void need_testserver(void)
+{
+    if (!e2e_is_testserver()) {
+        print_message("skipped: needs k8slease-testserver's faults and statistics\n");
+        skip();
+    }
+}
+
+/* Another client (another "process"), told apart by its User-Agent. */
+static k8slease_client *new_client(const char *user_agent)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+
+    o.kubeconfig = getenv("KUBECONFIG");
+    o.user_agent = user_agent;
+    if (k8slease_client_new(&c, &o) != 0)
+        fail_msg("client_new(%s): %s", user_agent, k8slease_error_last());
+    return c;
+}
+
+/* What one candidate saw, with CLOCK_MONOTONIC times in ms. */
+typedef struct cand {
+    pthread_mutex_t mu;
+    int64_t started_at, stopped_at;
+    int64_t epoch;
+    char leader[64];
+} cand;
+
+static void on_started(int64_t epoch, void *ud)
+{
+    cand *c = ud;
+
+    pthread_mutex_lock(&c->mu);
+    c->started_at = mono_ms();
+    c->epoch = epoch;
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_stopped(void *ud)
+{
+    cand *c = ud;
+
+    pthread_mutex_lock(&c->mu);
+    c->stopped_at = mono_ms();
+    pthread_mutex_unlock(&c->mu);
+}
+
+static void on_new_leader(const char *id, int64_t epoch, void *ud)
+{
+    cand *c = ud;
+
+    (void)epoch;
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->leader, sizeof(c->leader), "%s", id);
+    pthread_mutex_unlock(&c->mu);
+}
+
+typedef struct timing {
+    int64_t ld, rd, rp;
+    int poll_only;
+    int release;
+} timing;
+
+static const timing fast = {LD_MS, RD_MS, RP_MS, 0, 1};
+
+static k8slease_elector *start_with(k8slease_client *cl, const char *ns, const char *name,
+                                    const char *id, cand *c, const timing *t)
+{
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector *e = NULL;
+
+    o.ns = ns;
+    o.name = name;
+    o.identity = id;
+    o.lease_duration_ms = t->ld;
+    o.renew_deadline_ms = t->rd;
+    o.retry_period_ms = t->rp;
+    o.poll_only = t->poll_only;
+    o.release_on_cancel = t->release;
+    if (c) {
+        memset(c, 0, sizeof(*c));
+        pthread_mutex_init(&c->mu, NULL);
+        o.on_started_leading = on_started;
+        o.on_stopped_leading = on_stopped;
+        o.on_new_leader = on_new_leader;
+        o.user_data = c;
+    }
+    if (k8slease_elector_start(&e, cl, &o) != 0)
+        fail_msg("elector_start(%s): %s", id, k8slease_error_last());
+    return e;
+}
+
+static k8slease_elector *start(k8slease_client *cl, const char *name, const char *id, cand *c)
+{
+    return start_with(cl, NULL, name, id, c, &fast);
+}
+
+static void elected(k8slease_elector *e, const char *who)
+{
+    int rc = k8slease_elector_wait_elected(e, WAIT_MS, NULL);
+
+    if (rc != 0)
+        fail_msg("%s not elected within %d ms: %s", who, WAIT_MS, k8slease_error_last());
+}
+
+static k8slease_elector_stats stats(const k8slease_elector *e)
+{
+    k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+    assert_int_equal(k8slease_elector_stats_get(e, &st), 0);
+    return st;
+}
+
+/* Wait (bounded) until the follower has seen who leads, on a healthy watch. */
+static void wait_following(k8slease_elector *e, cand *c, const char *leader)
+{
+    for (int64_t deadline = mono_ms() + WAIT_MS;; pause_ms(10)) {
+        int seen;
+
+        pthread_mutex_lock(&c->mu);
+        seen = strcmp(c->leader, leader) == 0;
+        pthread_mutex_unlock(&c->mu);
+        if (seen && stats(e).watch_healthy)
+            return;
+        if (mono_ms() > deadline)
+            fail_msg("follower did not see \"%s\" on a healthy watch within %d ms", leader,
+                     WAIT_MS);
+    }
+}
+
+static int64_t started_at(cand *c)
+{
+    int64_t t;
+
+    pthread_mutex_lock(&c->mu);
+    t = c->started_at;
+    pthread_mutex_unlock(&c->mu);
+    return t;
+}
+
+/* ---- the test server's statistics and controls ---- */
+
+static json_t *server_stats(void)
+{
+    char *resp = NULL;
+    long status = 0;
+    json_t *root;
+
+    assert_int_equal(ts_control(e2e_server(), "GET", "/testserver/v1/stats", NULL, &status, &resp),
+                     0);
+    assert_int_equal(status, 200);
+    root = json_loads(resp, 0, NULL);
+    free(resp);
+    assert_non_null(root);
+    return root;
+}
+
+static long watches_open(void)
+{
+    json_t *root = server_stats();
+    long n = (long)json_integer_value(json_object_get(json_object_get(root, "watches"), "open"));
+
+    json_decref(root);
+    return n;
+}
+
+static long watches_total(void)
+{
+    json_t *root = server_stats();
+    long n = (long)json_integer_value(json_object_get(json_object_get(root, "watches"), "total"));
+
+    json_decref(root);
+    return n;
+}
+
+/* Answers 200 to requests of this verb ("list", "get", ...). */
+static long verb_ok(const char *verb)
+{
+    json_t *root = server_stats();
+    json_t *v =
+        json_object_get(json_object_get(json_object_get(root, "requests"), "by_verb"), verb);
+    long n = (long)json_integer_value(json_object_get(v, "200"));
+
+    json_decref(root);
+    return n;
+}
+
+static void control(const char *path, const char *body, long expect)
+{
+    long status = 0;
+
+    assert_int_equal(ts_control(e2e_server(), "POST", path, body, &status, NULL), 0);
+    assert_int_equal(status, expect);
+}
+
+static void delete_faults(void)
+{
+    long status = 0;
+
+    assert_int_equal(
+        ts_control(e2e_server(), "DELETE", "/testserver/v1/faults", NULL, &status, NULL), 0);
+    assert_int_equal(status, 200);
+}
+
+static void wait_watches_open(long n)
+{
+    for (int64_t deadline = mono_ms() + WAIT_MS; watches_open() != n; pause_ms(20))
+        if (mono_ms() > deadline)
+            fail_msg("watches open: %ld, expected %ld within %d ms", watches_open(), n, WAIT_MS);
+}
+
+/* ---- tests ---- */
+
+/* RP 2 s as in client-go's defaults: a release is acted on within RP / 2,
+ * where polling would take RP to 2.2 RP. */
+static void release_taken_over_at_once(void **state)
+{
+    static const timing defaults = {15000, 10000, 2000, 0, 1};
+    k8slease_client *ca = new_client("wm-release-a"), *cb = new_client("wm-release-b");
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    int64_t t0, dt;
+
+    (void)state;
+    a = start_with(ca, NULL, "wm-release", "a:1", &a_, &defaults);
+    elected(a, "a");
+    b = start_with(cb, NULL, "wm-release", "b:1", &b_, &defaults);
+    wait_following(b, &b_, "a:1");
+    t0 = mono_ms();
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    elected(b, "b");
+    dt = started_at(&b_) - t0;
+    print_message("handover after release: %lld ms (retry period %lld ms)\n", (long long)dt,
+                  (long long)defaults.rp);
+    assert_true(dt < defaults.rp / 2);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(ca);
+    k8slease_client_free(cb);
+}
+
+/* The leader dies (stops renewing, no release): the follower acquires no
+ * earlier than lease_duration after the last write it could have seen
+ * (the start of the leader's last renewal), and no later than
+ * lease_duration (+ RP/20 jitter + a GET and an UPDATE) after the death,
+ * asserted with RP / 2 of margin. */
+static void failover_exactly_at_expiry(void **state)
+{
+    k8slease_client *ca = new_client("wm-death-a"), *cb = new_client("wm-death-b");
+    timing no_release = fast;
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    int64_t died, last_renew, t;
+
+    (void)state;
+    no_release.release = 0;
+    a = start_with(ca, NULL, "wm-death", "a:1", &a_, &no_release);
+    elected(a, "a");
+    b = start(cb, "wm-death", "b:1", &b_);
+    wait_following(b, &b_, "a:1");
+    assert_int_equal(k8slease_elector_stop(a, 0), 0);
+    died = mono_ms();
+    last_renew = stats(a).last_renew_ns / 1000000;
+    elected(b, "b");
+    t = started_at(&b_);
+    print_message("acquired %lld ms after the last renewal started, %lld ms after the leader "
+                  "died (lease duration %d ms)\n",
+                  (long long)(t - last_renew), (long long)(t - died), LD_MS);
+    assert_true(t >= last_renew + LD_MS);
+    assert_true(t < died + LD_MS + RP_MS / 2);
+    /* on the watch, not by polling: one GET at the start, one at the expiry */
+    assert_true(stats(b).gets <= 3);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(ca);
+    k8slease_client_free(cb);
+}
+
+/* While the watch is healthy a follower sends nothing; a poll-only one
+ * polls every retry period and opens no watch. */
+static void followers_do_not_poll(void **state)
+{
+    k8slease_client *cp = new_client("wm-quiet-poll");
+    timing poll = fast;
+    cand a_, b_, c_;
+    k8slease_elector *a, *b, *c;
+    k8slease_elector_stats b0, b1, c0, c1;
+    long total = 0;
+
+    (void)state;
+    poll.poll_only = 1;
+    a = start(client, "wm-quiet", "a:1", &a_);
+    elected(a, "a");
+    b = start(client, "wm-quiet", "b:1", &b_);
+    wait_following(b, &b_, "a:1");
+    if (e2e_is_testserver())
+        total = watches_total();
+    c = start_with(cp, NULL, "wm-quiet", "c:1", &c_, &poll);
+    b0 = stats(b);
+    c0 = stats(c);
+    pause_ms(5 * RP_MS);
+    b1 = stats(b);
+    c1 = stats(c);
+    print_message("in %d ms: watching follower %llu GETs, %llu events; poll-only follower %llu "
+                  "GETs\n",
+                  5 * RP_MS, (unsigned long long)(b1.gets - b0.gets),
+                  (unsigned long long)(b1.watch_events - b0.watch_events),
+                  (unsigned long long)(c1.gets - c0.gets));
+    assert_int_equal(b1.gets, b0.gets);
+    assert_int_equal(b1.requests, b0.requests);
+    assert_true(b1.watch_events > b0.watch_events); /* the leader's renewals */
+    assert_true(b1.watch_healthy);
+    assert_true(c1.gets >= c0.gets + 2);
+    assert_int_equal(c1.watch_events, 0);
+    assert_int_equal(c1.watch_healthy, 0);
+    if (e2e_is_testserver())
+        assert_int_equal(watches_total(), total); /* c opened none */
+    k8slease_elector_free(c);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(cp);
+}
+
+/* poll_only: client-go's behaviour, still correct (nothing about speed). */
+static void poll_only_still_takes_over(void **state)
+{
+    timing poll = fast;
+    cand a_, b_;
+    k8slease_elector *a, *b;
+
+    (void)state;
+    poll.poll_only = 1;
+    a = start_with(client, NULL, "wm-poll", "a:1", &a_, &poll);
+    elected(a, "a");
+    b = start_with(client, NULL, "wm-poll", "b:1", &b_, &poll);
+    assert_int_equal(k8slease_elector_wait_elected(b, 2 * RP_MS, NULL), K8SLEASE_ETIMEOUT);
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    elected(b, "b");
+    assert_int_equal(stats(b).watch_events, 0);
+    assert_true(stats(b).gets >= 2);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+}
+
+/* A watch frozen by the server (no events, no bookmarks): the follower
+ * notices within the health window, polls, and still fails over. */
+static void frozen_watch_falls_back_to_polling(void **state)
+{
+    k8slease_client *ca, *cb;
+    timing no_release = fast;
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    uint64_t gets;
+    int64_t died;
+
+    (void)state;
+    need_testserver();
+    ca = new_client("wm-frozen-a");
+    cb = new_client("wm-frozen-b");
+    no_release.release = 0;
+    a = start_with(ca, NULL, "wm-frozen", "a:1", &a_, &no_release);
+    elected(a, "a");
+    b = start(cb, "wm-frozen", "b:1", &b_);
+    wait_following(b, &b_, "a:1");
+    control("/testserver/v1/faults",
+            "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"wm-frozen-b\"}}", 201);
+    for (int64_t deadline = mono_ms() + WAIT_MS; stats(b).watch_healthy; pause_ms(20))
+        if (mono_ms() > deadline)
+            fail_msg("frozen watch still healthy after %d ms", WAIT_MS);
+    gets = stats(b).gets;
+    assert_int_equal(k8slease_elector_stop(a, 0), 0);
+    died = mono_ms();
+    elected(b, "b");
+    print_message("frozen watch: took over %lld ms after the leader died, %llu GETs meanwhile\n",
+                  (long long)(started_at(&b_) - died), (unsigned long long)(stats(b).gets - gets));
+    assert_true(stats(b).gets > gets);
+    delete_faults();
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(ca);
+    k8slease_client_free(cb);
+}
+
+/* The server closes the follower's watch (cleanly, then with a reset): it
+ * is resumed, and the next release is still seen at once. */
+static void closed_watch_is_resumed(void **state)
+{
+    static const char *const closes[] = {
+        "{\"match\":{\"user_agent\":\"wm-closed-b\"}}",
+        "{\"abort\":true,\"match\":{\"user_agent\":\"wm-closed-b\"}}",
+    };
+    k8slease_client *ca, *cb;
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    int64_t t0, dt;
+
+    (void)state;
+    need_testserver();
+    ca = new_client("wm-closed-a");
+    cb = new_client("wm-closed-b");
+    a = start(ca, "wm-closed", "a:1", &a_);
+    elected(a, "a");
+    b = start(cb, "wm-closed", "b:1", &b_);
+    wait_following(b, &b_, "a:1");
+    for (size_t i = 0; i < 2; i++) {
+        long total = watches_total();
+
+        control("/testserver/v1/watches/close", closes[i], 200);
+        for (int64_t deadline = mono_ms() + WAIT_MS;
+             watches_total() <= total || !stats(b).watch_healthy; pause_ms(20))
+            if (mono_ms() > deadline)
+                fail_msg("watch not resumed within %d ms", WAIT_MS);
+    }
+    t0 = mono_ms();
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    elected(b, "b");
+    dt = started_at(&b_) - t0;
+    print_message("after a closed and an aborted watch: handover %lld ms\n", (long long)dt);
+    assert_true(dt < RP_MS / 2);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(ca);
+    k8slease_client_free(cb);
+}
+
+/* The follower's stream falls behind (frozen while the leader renews) and
+ * the history is compacted: when it thaws the server ends it with ERROR
+ * 410, the stream lists again, and the follower keeps following. */
+static void gone_resume_relists(void **state)
+{
+    k8slease_client *ca, *cb;
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    long lists;
+    int64_t t0, dt;
+
+    (void)state;
+    need_testserver();
+    ca = new_client("wm-gone-a");
+    cb = new_client("wm-gone-b");
+    a = start(ca, "wm-gone", "a:1", &a_);
+    elected(a, "a");
+    b = start(cb, "wm-gone", "b:1", &b_);
+    wait_following(b, &b_, "a:1");
+    lists = verb_ok("list");
+    control("/testserver/v1/faults",
+            "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"wm-gone-b\"}}", 201);
+    for (uint64_t renewals = stats(a).renewals; stats(a).renewals < renewals + 2; pause_ms(20))
+        ;
+    control("/testserver/v1/compact", "{}", 200);
+    delete_faults();
+    for (int64_t deadline = mono_ms() + WAIT_MS;
+         verb_ok("list") <= lists || !stats(b).watch_healthy; pause_ms(20))
+        if (mono_ms() > deadline)
+            fail_msg("no relist within %d ms", WAIT_MS);
+    t0 = mono_ms();
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    elected(b, "b");
+    dt = started_at(&b_) - t0;
+    print_message("after a relist: handover %lld ms\n", (long long)dt);
+    assert_true(dt < RP_MS / 2);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(ca);
+    k8slease_client_free(cb);
+}
+
+struct holder_log {
+    pthread_mutex_t mu;
+    char last[64];
+    int n;
+};
+
+static void on_holder(const char *id, int64_t epoch, void *ud)
+{
+    struct holder_log *l = ud;
+
+    (void)epoch;
+    pthread_mutex_lock(&l->mu);
+    snprintf(l->last, sizeof(l->last), "%s", id);
+    l->n++;
+    pthread_mutex_unlock(&l->mu);
+}
+
+/* An elector and a holder watch of one Lease in one client: one stream. */
+static void holder_watch_shares_the_stream(void **state)
+{
+    struct holder_log l = {PTHREAD_MUTEX_INITIALIZER, "", 0};
+    k8slease_client *c;
+    k8slease_watch *w = NULL;
+    k8slease_elector *e;
+    long before;
+
+    (void)state;
+    need_testserver();
+    c = new_client("wm-shared");
+    wait_watches_open(0); /* the other tests' streams are gone */
+    before = watches_total();
+    e = start(c, "wm-shared", "e:1", NULL);
+    assert_int_equal(k8slease_watch_start(&w, c, NULL, "wm-shared", on_holder, &l), 0);
+    elected(e, "e");
+    for (int64_t deadline = mono_ms() + WAIT_MS;; pause_ms(10)) {
+        int seen;
+
+        pthread_mutex_lock(&l.mu);
+        seen = strcmp(l.last, "e:1") == 0;
+        pthread_mutex_unlock(&l.mu);
+        if (seen && stats(e).watch_healthy)
+            break;
+        if (mono_ms() > deadline)
+            fail_msg("holder watch did not report e:1 within %d ms", WAIT_MS);
+    }
+    assert_int_equal(watches_open(), 1);
+    assert_int_equal(watches_total(), before + 1);
+    k8slease_watch_free(w);
+    k8slease_elector_free(e);
+    wait_watches_open(0);
+    k8slease_client_free(c);
+}
+
+/* Above 8 Leases of one namespace a client watches the whole namespace;
+ * when that list is forbidden (RBAC by resourceNames), it goes back to one
+ * stream per Lease and every election still follows its Lease. */
+static void namespace_watch_forbidden_goes_back(void **state)
+{
+    enum { N = 9 };
+    static k8slease_elector *e[N];
+    k8slease_client *c;
+    long open;
+
+    (void)state;
+    need_testserver();
+    c = new_client("wm-narrow");
+    open = watches_open();
+    for (int k = 0; k < N - 1; k++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "lease-%d", k);
+        e[k] = start_with(c, "wm-narrow", name, "narrow:1", NULL, &fast);
+    }
+    for (int k = 0; k < N - 1; k++) {
+        elected(e[k], "narrow");
+        for (int64_t deadline = mono_ms() + WAIT_MS; !stats(e[k]).watch_healthy; pause_ms(10))
+            if (mono_ms() > deadline)
+                fail_msg("election %d: no healthy watch within %d ms", k, WAIT_MS);
+    }
+    wait_watches_open(open + N - 1);
+    control("/testserver/v1/faults",
+            "{\"kind\":\"error\",\"status\":403,\"count\":1,\"match\":{\"verb\":\"list\","
+            "\"user_agent\":\"wm-narrow\"}}",
+            201);
+    e[N - 1] = start_with(c, "wm-narrow", "lease-8", "narrow:1", NULL, &fast);
+    elected(e[N - 1], "narrow");
+    wait_watches_open(open + N);
+    for (int k = 0; k < N; k++)
+        for (int64_t deadline = mono_ms() + WAIT_MS; !stats(e[k]).watch_healthy; pause_ms(10))
+            if (mono_ms() > deadline)
+                fail_msg("election %d: no healthy watch within %d ms", k, WAIT_MS);
+    delete_faults();
+    for (int k = 0; k < N; k++)
+        k8slease_elector_free(e[k]);
+    k8slease_client_free(c);
+}
+
+/* Threads of this process (/proc/self/task). */
+static int threads(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *de;
+    int n = 0;
+
+    if (!d)
+        return -1;
+    while ((de = readdir(d)))
+        n += de->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+static long rss_kb(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long kb = -1;
+
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmRSS: %ld kB", &kb) == 1)
+            break;
+    if (f)
+        fclose(f);
+    return kb;
+}
+
+/* 200 elections (distinct Leases of one namespace) in one client: all
+ * elected and renewing on the client's one thread, over one namespace-wide
+ * watch, and each released when freed. */
+static void many_elections_one_thread(void **state)
+{
+    enum { N = 200 };
+    static const timing relaxed = {8000, 5000, 1000, 0, 1};
+    static k8slease_elector *e[N];
+    k8slease_client *c = new_client("wm-many");
+    int64_t t0, all_at;
+    long rss0, rss1, open = 0;
+    int th0;
+    char *body = NULL;
+    long status = 0;
+    json_t *root;
+    size_t i;
+    json_t *item;
+
+    (void)state;
+    if (e2e_is_testserver())
+        wait_watches_open(open); /* the other tests' streams are gone */
+    th0 = threads();
+    rss0 = rss_kb();
+    t0 = mono_ms();
+    for (int k = 0; k < N; k++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "lease-%03d", k);
+        e[k] = start_with(c, "wm-many", name, "many:1", NULL, &relaxed);
+    }
+    for (int k = 0; k < N; k++)
+        elected(e[k], "many");
+    all_at = mono_ms();
+    for (int k = 0; k < N; k++)
+        for (int64_t deadline = mono_ms() + WAIT_MS; stats(e[k]).renewals < 2; pause_ms(50))
+            if (mono_ms() > deadline)
+                fail_msg("election %d: fewer than 2 renewals within %d ms", k, WAIT_MS);
+    rss1 = rss_kb();
+    print_message("%d elections in one client: all elected in %lld ms; %d threads before, %d "
+                  "after; RSS +%ld kB (%.1f kB per election, connections included)\n",
+                  N, (long long)(all_at - t0), th0, threads(), rss1 - rss0,
+                  (double)(rss1 - rss0) / N);
+    assert_int_equal(threads(), th0);
+    for (int k = 0; k < N; k++) {
+        assert_true(k8slease_elector_is_leader(e[k]));
+        assert_true(stats(e[k]).watch_healthy);
+    }
+    if (e2e_is_testserver())
+        assert_int_equal(watches_open(), open + 1); /* one namespace-wide stream */
+    for (int k = 0; k < N; k++)
+        k8slease_elector_free(e[k]);
+    if (!e2e_is_testserver()) {
+        k8slease_client_free(c);
+        return;
+    }
+    assert_int_equal(ts_request(e2e_server(), "GET",
+                                "/apis/coordination.k8s.io/v1/namespaces/wm-many/leases", NULL,
+                                NULL, &status, &body),
+                     0);
+    assert_int_equal(status, 200);
+    root = json_loads(body, 0, NULL);
+    free(body);
+    assert_int_equal(json_array_size(json_object_get(root, "items")), N);
+    json_array_foreach(json_object_get(root, "items"), i, item) assert_string_equal(
+        json_string_value(json_object_get(json_object_get(item, "spec"), "holderIdentity")), "");
+    json_decref(root);
+    k8slease_client_free(c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(release_taken_over_at_once),
+        cmocka_unit_test(failover_exactly_at_expiry),
+        cmocka_unit_test(followers_do_not_poll),
+        cmocka_unit_test(poll_only_still_takes_over),
+        cmocka_unit_test(frozen_watch_falls_back_to_polling),
+        cmocka_unit_test(closed_watch_is_resumed),
+        cmocka_unit_test(gone_resume_relists),
+        cmocka_unit_test(holder_watch_shares_the_stream),
+        cmocka_unit_test(namespace_watch_forbidden_goes_back),
+        cmocka_unit_test(many_elections_one_thread),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
