@@ -35,3 +35,30 @@ format:
 
 clean:
 	rm -rf build build-asan build-tsan
+
+# Packaging and documentation (scripts/ has the details).
+.PHONY: docs packages check-packages examples check-deploy
+
+docs:
+	./scripts/build-docs.sh $(BUILD)/docs
+
+packages:
+	./scripts/build-packages.sh $(BUILD)/packages
+
+check-packages: packages
+	./scripts/check-packages.sh $(BUILD)/packages
+
+examples: build
+	cd $(BUILD) && ctest --output-on-failure -L examples $(CTEST_ARGS)
+
+check-deploy: build
+	./scripts/check-deploy.sh $(BUILD)/tools/testserver/k8slease-testserver
+
+# Benchmarks (bench/README.md); not part of `make test`.
+.PHONY: bench bench-quick
+
+bench: deps
+	./bench/run.sh
+
+bench-quick: deps
+	./bench/run.sh --quick

@@ -1,0 +1,192 @@
+/* k8slease-bench: the benchmark driver (bench/README.md says what each
+ * benchmark measures and how).
+ *
+ * One program with three roles:
+ *   k8slease-bench [--quick] ...          the driver: starts the test server,
+ *                                         runs benchmarks 1-5, writes results
+ *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3)
+ *   k8slease-bench scale-worker ...       N elections in one client (benchmark 4)
+ * The driver never creates a k8slease client itself: it only forks and execs
+ * the other roles, so every measured client lives in a process of its own
+ * and the driver stays single-threaded (safe to fork).
+ */
+#ifndef K8SLEASE_BENCH_H
+#define K8SLEASE_BENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
+#include <time.h>
+
+#include "harness.h"
+
+#define NS_PER_MS INT64_C(1000000)
+#define NS_PER_S  INT64_C(1000000000)
+
+/* Election timings handed to candidates and workers. */
+typedef struct bench_timing {
+    int64_t lease_duration_ms;
+    int64_t renew_deadline_ms;
+    int64_t retry_period_ms;
+} bench_timing;
+
+/* One line of the result table. */
+typedef struct bench_row {
+    char bench[48];   /* "1 graceful handover" */
+    char mode[16];    /* "watch", "poll-only" or "" */
+    char n[24];       /* sample count or size */
+    char result[320]; /* the measurement, human-readable */
+    char target[64];  /* the target, "" for a comparison row */
+    const char *met;  /* "yes", "NO", "-" (no target) or "failed" */
+} bench_row;
+
+#define BENCH_MAX_ROWS 64
+
+typedef struct bench_ctx {
+    int quick;
+    time_t started;
+    char loadavg[64];     /* /proc/loadavg when the run started */
+    const char *out_dir;  /* CSV and PNG files go here */
+    char self_exe[4096];  /* this program, to exec the other roles */
+    ts_server *server;    /* the test server, shared by every benchmark */
+    bench_timing fast;    /* benchmarks 1-3 */
+    bench_timing regular; /* benchmarks 4-5 (client-go's defaults) */
+    bench_row rows[BENCH_MAX_ROWS];
+    int nrows;
+} bench_ctx;
+
+/* ---- util.c ------------------------------------------------------------ */
+
+int64_t bench_now_ns(void); /* CLOCK_MONOTONIC: comparable across processes */
+void bench_sleep_ms(int64_t ms);
+/* Uniform in [0, n) from a PRNG seeded once per process. */
+int64_t bench_rand(int64_t n);
+
+/* A growable array of measurements. */
+typedef struct samples {
+    double *v;
+    size_t n, cap;
+} samples;
+
+int samples_add(samples *s, double x);
+/* Nearest-rank percentile (p in (0, 100]); NAN when empty. Sorts s->v. */
+double samples_pct(samples *s, double p);
+double samples_max(const samples *s);
+void samples_free(samples *s);
+
+/* Add a table row; met: 1 yes, 0 NO, -1 no target, -2 the run failed. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 7, 8)))
+#endif
+void bench_row_add(bench_ctx *ctx, const char *bench, const char *mode, const char *n,
+                   const char *target, int met, const char *fmt, ...);
+
+/* fopen(out_dir/name, "w") and write the header line (if not NULL); NULL,
+ * with a message, on failure. */
+FILE *bench_csv_open(const bench_ctx *ctx, const char *name, const char *header);
+
+/* A field of /proc/self/status ("VmRSS", "Threads", ...) as a number (kB for
+ * sizes), -1 if absent. */
+long proc_status_field(const char *field);
+
+/* Print a progress line on stderr with the time since start. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 1, 2)))
+#endif
+void bench_log(const char *fmt, ...);
+
+/* ---- server.c: the test server's control API --------------------------- */
+
+enum { V_GET, V_LIST, V_WATCH, V_CREATE, V_UPDATE, V_PATCH, V_DELETE, V_COUNT };
+extern const char *const srv_verb_names[V_COUNT];
+
+typedef struct srv_stats {
+    double verb[V_COUNT]; /* requests answered, any status */
+    double total;
+    double conflicts;    /* HTTP 409 */
+    double watches_open; /* streams open now */
+} srv_stats;
+
+/* Forget objects, fault rules and counters. 0 or -1. */
+int srv_reset(bench_ctx *ctx);
+int srv_stats_get(bench_ctx *ctx, srv_stats *out);
+
+/* ---- pool.c: candidate processes, seen from the driver ------------------ */
+
+#define POOL_MAX 8
+
+typedef struct cand {
+    int id;           /* unique per run; identity "cand-ID" */
+    pid_t pid;        /* 0 when gone */
+    int cmd_fd;       /* write end of its stdin */
+    char leader[128]; /* last holder it reported (OnNewLeader) */
+    int leading;      /* between its OnStartedLeading and OnStoppedLeading */
+} cand;
+
+/* What a candidate reports, one line each (candidate.c):
+ *   'S' OnStartedLeading (epoch)      'X' OnStoppedLeading
+ *   'L' OnNewLeader (epoch, identity) 'R' release begins (command 'r')
+ *   'D' release done                  'W' a renewal completed (command 'w')
+ *   'E' error (text)
+ * t_ns is the candidate's CLOCK_MONOTONIC when it happened. */
+typedef struct cand_event {
+    char kind;
+    int slot; /* index in pool.c[], -1 for a candidate no longer in the pool */
+    int64_t t_ns;
+    long long epoch;
+    char text[128];
+} cand_event;
+
+typedef struct pool {
+    const bench_ctx *ctx;
+    const char *lease;
+    const char *kubeconfig;
+    int poll_only;
+    bench_timing timing;
+    cand c[POOL_MAX];
+    int next_id;
+    int ev_rd, ev_wr; /* the event pipe all candidates write to */
+    char buf[8192];
+    size_t len;
+} pool;
+
+int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
+              const bench_timing *t);
+/* Start one more candidate; its slot, or -1. */
+int pool_spawn(pool *p);
+/* Send a one-character command ('r' release, 'j' join, 'w' report the next
+ * renewal, 'q' quit). 0 or -1. */
+int pool_send(pool *p, int slot, char cmd);
+/* Next event, waiting until deadline_ns (monotonic); 0 or -1 on timeout. */
+int pool_next(pool *p, cand_event *ev, int64_t deadline_ns);
+/* SIGKILL the candidate and reap it. */
+void pool_kill(pool *p, int slot);
+/* Wait until some candidate leads; its slot, or -1. */
+int pool_wait_leader(pool *p, int64_t deadline_ns);
+/* Wait until candidate `slot` has reported `leader_slot` as the leader. */
+int pool_wait_sees(pool *p, int slot, int leader_slot, int64_t deadline_ns);
+/* Wait until every candidate has reported `leader_slot` as the leader. */
+int pool_wait_synced(pool *p, int leader_slot, int64_t deadline_ns);
+/* Ask every candidate to quit (releasing), wait a little, SIGKILL the rest. */
+void pool_fini(pool *p);
+
+/* ---- the roles and benchmarks ------------------------------------------ */
+
+int candidate_main(int argc, char **argv);
+int scale_worker_main(int argc, char **argv);
+
+void bench_handover(bench_ctx *ctx);  /* 1 */
+void bench_failover(bench_ctx *ctx);  /* 2 */
+void bench_api_load(bench_ctx *ctx);  /* 3 */
+void bench_scale(bench_ctx *ctx);     /* 4 */
+void bench_footprint(bench_ctx *ctx); /* 5 */
+
+/* Run argv (argv[0] searched in PATH), read its stdout until it exits or
+ * timeout_ms passes (then SIGKILL); the last line starting with "RESULT "
+ * goes to result. Returns the exit status, or -1. */
+int bench_run_child(char *const argv[], int64_t timeout_ms, char *result, size_t size);
+/* Value of key=VALUE in a RESULT line, as a double; NAN if absent. */
+double result_field(const char *line, const char *key);
+
+#endif

@@ -1,0 +1,231 @@
+/* Benchmarks 1 and 2: graceful handover and crash failover, with three
+ * candidate processes on one Lease, in watch mode and in poll-only mode. */
+#include <string.h>
+
+#include "bench.h"
+
+#define CANDIDATES  3
+#define START_MS    15000 /* first election, and every wait for a follower to catch up */
+#define STEP_GRACE  5000  /* on top of the lease duration for one handover or failover */
+#define HANDOVER_TO "p99 < 50 ms (watch)"
+#define FAILOVER_TO "p99 < 100 ms (watch)"
+
+static const char *mode_name(int poll_only)
+{
+    return poll_only ? "poll-only" : "watch";
+}
+
+static int64_t ms_from_now(int64_t ms)
+{
+    return bench_now_ns() + ms * NS_PER_MS;
+}
+
+/* Three candidates, one of them elected and the others following it.
+ * Returns the leader's slot, or -1. */
+static int start_election(pool *p)
+{
+    int leader;
+
+    for (int i = 0; i < CANDIDATES; i++)
+        if (pool_spawn(p) < 0)
+            return -1;
+    if ((leader = pool_wait_leader(p, ms_from_now(START_MS))) < 0 ||
+        pool_wait_synced(p, leader, ms_from_now(START_MS)) < 0)
+        return -1;
+    return leader;
+}
+
+/* Why a run stopped before its count: the time budget, or a step that did
+ * not happen (a failure of the library, or of the setup when nothing was
+ * measured at all). */
+static const char budget_used[] = "time budget used up";
+
+/* Add the table row of one mode. */
+static void report(bench_ctx *ctx, const char *bench, int poll_only, samples *s, const char *target,
+                   double limit, const char *failure)
+{
+    char n[24];
+    double p50 = samples_pct(s, 50), p99 = samples_pct(s, 99), max = samples_max(s);
+    int met = poll_only ? -1 : p99 < limit;
+
+    snprintf(n, sizeof(n), "%zu", s->n);
+    if (!s->n)
+        met = -2;
+    else if (failure && failure != budget_used && !poll_only)
+        met = 0; /* a handover that never happened is slower than any target */
+    bench_row_add(ctx, bench, mode_name(poll_only), n, poll_only ? "" : target, met,
+                  "p50 %.1f ms, p99 %.1f ms, max %.1f ms%s%s", p50, p99, max,
+                  failure ? "; stopped early: " : "", failure ? failure : "");
+}
+
+/* ---- 1: graceful handover ------------------------------------------------ */
+
+/* Returns NULL, or what went wrong (then s holds what was measured). */
+static const char *handover_run(bench_ctx *ctx, int poll_only, int count, int64_t budget_ms,
+                                samples *s, FILE *csv)
+{
+    const bench_timing *t = &ctx->fast;
+    int64_t end = ms_from_now(budget_ms);
+    const char *failure = NULL;
+    pool p;
+    int leader;
+
+    if (srv_reset(ctx) < 0 || pool_init(&p, ctx, "bench-handover", poll_only, t) < 0)
+        return "setup failed";
+    if ((leader = start_election(&p)) < 0) {
+        failure = "no leader elected";
+        goto out;
+    }
+    for (int i = 0; i < count; i++) {
+        int64_t step_end = ms_from_now(t->lease_duration_ms + STEP_GRACE);
+        int64_t t_release = 0, t_started = 0;
+        long long epoch = 0;
+        int next = -1;
+        cand_event ev;
+
+        if (bench_now_ns() > end) {
+            failure = budget_used;
+            break;
+        }
+        pool_send(&p, leader, 'r');
+        while ((!t_release || next < 0) && pool_next(&p, &ev, step_end) == 0) {
+            if (ev.kind == 'R' && ev.slot == leader)
+                t_release = ev.t_ns;
+            else if (ev.kind == 'S' && ev.slot != leader && ev.slot >= 0) {
+                next = ev.slot;
+                t_started = ev.t_ns;
+                epoch = ev.epoch;
+            }
+        }
+        if (!t_release || next < 0) {
+            failure = "no new leader after a release";
+            break;
+        }
+        samples_add(s, (double)(t_started - t_release) / NS_PER_MS);
+        if (csv)
+            fprintf(csv, "%s,%d,%.3f,cand-%d,cand-%d,%lld\n", mode_name(poll_only), i + 1,
+                    (double)(t_started - t_release) / NS_PER_MS, p.c[leader].id, p.c[next].id,
+                    epoch);
+        /* The old leader campaigns again and must follow the new one before
+         * the next release; then a random pause, so that releases do not
+         * fall at a fixed phase of the followers' retry timers. */
+        pool_send(&p, leader, 'j');
+        if (pool_wait_sees(&p, leader, next, ms_from_now(START_MS)) < 0) {
+            failure = "the old leader did not follow the new one";
+            break;
+        }
+        bench_sleep_ms(50 + bench_rand(100));
+        leader = next;
+    }
+out:
+    pool_fini(&p);
+    return failure;
+}
+
+void bench_handover(bench_ctx *ctx)
+{
+    int count = ctx->quick ? 20 : 200;
+    int64_t budget_ms = ctx->quick ? 20000 : 110000;
+    FILE *csv = bench_csv_open(ctx, "handover.csv", "mode,seq,latency_ms,from,to,epoch");
+
+    for (int poll_only = 0; poll_only <= 1; poll_only++) {
+        samples s = {0};
+        const char *failure;
+
+        bench_log("1 graceful handover, %s: %d handovers", mode_name(poll_only), count);
+        failure = handover_run(ctx, poll_only, count, budget_ms, &s, csv);
+        report(ctx, "1 graceful handover", poll_only, &s, HANDOVER_TO, 50, failure);
+        samples_free(&s);
+    }
+    if (csv)
+        fclose(csv);
+}
+
+/* ---- 2: crash failover --------------------------------------------------- */
+
+static const char *failover_run(bench_ctx *ctx, int poll_only, int count, int64_t budget_ms,
+                                samples *s, FILE *csv)
+{
+    const bench_timing *t = &ctx->fast;
+    int64_t end = ms_from_now(budget_ms);
+    const char *failure = NULL;
+    pool p;
+    int leader;
+
+    if (srv_reset(ctx) < 0 || pool_init(&p, ctx, "bench-failover", poll_only, t) < 0)
+        return "setup failed";
+    if ((leader = start_election(&p)) < 0) {
+        failure = "no leader elected";
+        goto out;
+    }
+    for (int i = 0; i < count; i++) {
+        int64_t t_kill, t_started = 0;
+        int next = -1, renewed = 0, fresh;
+        cand_event ev;
+        double overhead;
+
+        if (bench_now_ns() > end) {
+            failure = budget_used;
+            break;
+        }
+        /* Kill right after a renewal: the Lease then has its whole duration
+         * to run, and what follows it is the library's own delay. */
+        pool_send(&p, leader, 'w');
+        while (!renewed && pool_next(&p, &ev, ms_from_now(3 * t->retry_period_ms + 2000)) == 0)
+            renewed = ev.kind == 'W' && ev.slot == leader;
+        if (!renewed) {
+            failure = "the leader did not renew";
+            break;
+        }
+        t_kill = bench_now_ns();
+        pool_kill(&p, leader);
+        while (next < 0 &&
+               pool_next(&p, &ev, t_kill + (t->lease_duration_ms + STEP_GRACE) * NS_PER_MS) == 0) {
+            if (ev.kind == 'S' && ev.slot >= 0) {
+                next = ev.slot;
+                t_started = ev.t_ns;
+            }
+        }
+        if (next < 0) {
+            failure = "no new leader after a kill";
+            break;
+        }
+        overhead = (double)(t_started - t_kill) / NS_PER_MS - (double)t->lease_duration_ms;
+        samples_add(s, overhead);
+        if (csv)
+            fprintf(csv, "%s,%d,%.3f,%.3f,cand-%d,%lld\n", mode_name(poll_only), i + 1, overhead,
+                    (double)(t_started - t_kill) / NS_PER_MS, p.c[next].id, ev.epoch);
+        /* A fresh candidate replaces the dead one; it must follow the new
+         * leader, then a random pause (as for handovers). */
+        if ((fresh = pool_spawn(&p)) < 0 ||
+            pool_wait_sees(&p, fresh, next, ms_from_now(START_MS)) < 0) {
+            failure = "the replacement candidate did not follow the leader";
+            break;
+        }
+        bench_sleep_ms(t->retry_period_ms / 2 + bench_rand(t->retry_period_ms));
+        leader = next;
+    }
+out:
+    pool_fini(&p);
+    return failure;
+}
+
+void bench_failover(bench_ctx *ctx)
+{
+    int count = ctx->quick ? 4 : 25;
+    int64_t budget_ms = ctx->quick ? 20000 : 100000;
+    FILE *csv =
+        bench_csv_open(ctx, "failover.csv", "mode,seq,overhead_ms,kill_to_leader_ms,to,epoch");
+
+    for (int poll_only = 0; poll_only <= 1; poll_only++) {
+        samples s = {0};
+        const char *failure;
+
+        bench_log("2 crash failover, %s: %d kills", mode_name(poll_only), count);
+        failure = failover_run(ctx, poll_only, count, budget_ms, &s, csv);
+        report(ctx, "2 crash failover", poll_only, &s, FAILOVER_TO, 100, failure);
+        samples_free(&s);
+    }
+    if (csv)
+        fclose(csv);
+}

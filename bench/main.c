@@ -1,0 +1,253 @@
+/* k8slease-bench: runs benchmarks 1-5 against k8slease-testserver on
+ * loopback and prints the result table (Markdown), with CSV files for the
+ * plots. See bench/README.md. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/utsname.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "k8slease.h"
+
+static const struct {
+    char id;
+    void (*run)(bench_ctx *);
+} benchmarks[] = {
+    {'1', bench_handover}, {'2', bench_failover},  {'3', bench_api_load},
+    {'4', bench_scale},    {'5', bench_footprint},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: k8slease-bench [--quick] [--out DIR] [--only LIST]\n"
+               "  --quick      fewer samples and shorter windows (under 2 minutes)\n"
+               "  --out DIR    where the CSV files and summary go (default bench/results)\n"
+               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5)\n");
+}
+
+/* The first line of a command's output, "" if none. */
+static void command_line(const char *cmd, char *out, size_t size)
+{
+    FILE *p = popen(cmd, "r");
+
+    out[0] = '\0';
+    if (!p)
+        return;
+    if (fgets(out, (int)size, p))
+        out[strcspn(out, "\n")] = '\0';
+    pclose(p);
+}
+
+static void cpu_model(char *out, size_t size)
+{
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    char line[512];
+
+    snprintf(out, size, "unknown CPU");
+    while (f && fgets(line, sizeof(line), f)) {
+        char *colon = strchr(line, ':');
+
+        if (strncmp(line, "model name", 10) == 0 && colon) {
+            colon += 1 + strspn(colon + 1, " \t");
+            colon[strcspn(colon, "\n")] = '\0';
+            snprintf(out, size, "%s", colon);
+            break;
+        }
+    }
+    if (f)
+        fclose(f);
+}
+
+/* The first line of a file, "" if unreadable. */
+static void first_line(const char *path, char *out, size_t size)
+{
+    FILE *f = fopen(path, "r");
+
+    out[0] = '\0';
+    if (f && fgets(out, (int)size, f))
+        out[strcspn(out, "\n")] = '\0';
+    if (f)
+        fclose(f);
+}
+
+static void print_header(FILE *f, const bench_ctx *ctx, int argc, char **argv)
+{
+    char cpu[256], git[128], date[64], cmd[1024] = "";
+    struct utsname u;
+    double mem_gib = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / (1 << 30);
+
+    cpu_model(cpu, sizeof(cpu));
+    uname(&u);
+    strftime(date, sizeof(date), "%Y-%m-%d %H:%M UTC", gmtime(&ctx->started));
+    command_line("git -C " BENCH_SOURCE_DIR " describe --always --dirty 2>/dev/null", git,
+                 sizeof(git));
+    for (int i = 0; i < argc; i++) {
+        size_t len = strlen(cmd);
+
+        snprintf(cmd + len, sizeof(cmd) - len, "%s%s", i ? " " : "", argv[i]);
+    }
+    fprintf(f, "# k8slease benchmarks%s\n\n", ctx->quick ? " (quick)" : "");
+    fprintf(f, "- k8slease %s, git %s\n", k8slease_version(), git[0] ? git : "unknown");
+    fprintf(f, "- date: %s\n", date);
+    fprintf(f, "- machine: nproc %ld, %s, %s %s %s, %.1f GiB RAM\n", sysconf(_SC_NPROCESSORS_ONLN),
+            cpu, u.sysname, u.release, u.machine, mem_gib);
+    fprintf(f, "- command: %s\n", cmd);
+    fprintf(f, "- /proc/loadavg at start: %s\n", ctx->loadavg);
+    fprintf(f, "- server: k8slease-testserver on 127.0.0.1, same machine (TLS, HTTP/1.1)\n");
+    fprintf(f,
+            "- timings (lease duration / renew deadline / retry period): benchmarks 1-3 "
+            "%lld/%lld/%lld ms, 4-5 %lld/%lld/%lld ms (client-go's defaults)\n",
+            (long long)ctx->fast.lease_duration_ms, (long long)ctx->fast.renew_deadline_ms,
+            (long long)ctx->fast.retry_period_ms, (long long)ctx->regular.lease_duration_ms,
+            (long long)ctx->regular.renew_deadline_ms, (long long)ctx->regular.retry_period_ms);
+    fprintf(f, "- modes: watch = poll_only 0 (the default), poll-only = poll_only 1 (as "
+               "client-go)\n\n");
+}
+
+#define COLUMNS 6
+
+static void row_cells(const bench_row *r, const char *cells[COLUMNS])
+{
+    cells[0] = r->bench;
+    cells[1] = r->mode;
+    cells[2] = r->n;
+    cells[3] = r->result;
+    cells[4] = r->target;
+    cells[5] = r->met;
+}
+
+static void print_cells(FILE *f, const char *const cells[COLUMNS], const size_t w[COLUMNS])
+{
+    for (int c = 0; c < COLUMNS; c++)
+        fprintf(f, "| %-*s ", (int)w[c], cells[c]);
+    fputs("|\n", f);
+}
+
+/* The rows as a Markdown table, columns padded to line up in a terminal. */
+static void print_table(FILE *f, const bench_ctx *ctx)
+{
+    static const char *const head[COLUMNS] = {"benchmark", "mode", "n", "result", "target", "met"};
+    const char *cells[COLUMNS];
+    size_t w[COLUMNS];
+
+    for (int c = 0; c < COLUMNS; c++)
+        w[c] = strlen(head[c]);
+    for (int i = 0; i < ctx->nrows; i++) {
+        row_cells(&ctx->rows[i], cells);
+        for (int c = 0; c < COLUMNS; c++)
+            if (strlen(cells[c]) > w[c])
+                w[c] = strlen(cells[c]);
+    }
+    print_cells(f, head, w);
+    for (int c = 0; c < COLUMNS; c++) {
+        fputs("|-", f);
+        for (size_t k = 0; k <= w[c]; k++)
+            fputc('-', f);
+    }
+    fputs("|\n", f);
+    for (int i = 0; i < ctx->nrows; i++) {
+        row_cells(&ctx->rows[i], cells);
+        print_cells(f, cells, w);
+    }
+}
+
+static void csv_field(FILE *f, const char *s, int last)
+{
+    fputc('"', f);
+    for (; *s; s++) {
+        if (*s == '"')
+            fputc('"', f);
+        fputc(*s, f);
+    }
+    fputs(last ? "\"\n" : "\",", f);
+}
+
+static void write_summary(const bench_ctx *ctx, int argc, char **argv, double run_s)
+{
+    FILE *md = bench_csv_open(ctx, "summary.md", NULL);
+    FILE *csv = bench_csv_open(ctx, "summary.csv", "benchmark,mode,n,result,target,met");
+
+    if (md) {
+        print_header(md, ctx, argc, argv);
+        print_table(md, ctx);
+        fprintf(md, "\nrun time: %.0f s\n", run_s);
+        fclose(md);
+    }
+    for (int i = 0; csv && i < ctx->nrows; i++) {
+        const char *cells[COLUMNS];
+
+        row_cells(&ctx->rows[i], cells);
+        for (int c = 0; c < COLUMNS; c++)
+            csv_field(csv, cells[c], c == COLUMNS - 1);
+    }
+    if (csv)
+        fclose(csv);
+}
+
+int main(int argc, char **argv)
+{
+    static bench_ctx ctx = {
+        .out_dir = "bench/results",
+        .fast = {2000, 1500, 500},
+        .regular = {15000, 10000, 2000},
+    };
+    const char *only = "12345";
+    int64_t t0 = bench_now_ns();
+    ssize_t n;
+    int failed = 0;
+
+    ctx.started = time(NULL);
+    first_line("/proc/loadavg", ctx.loadavg, sizeof(ctx.loadavg));
+    if (argc > 1 && !strcmp(argv[1], "candidate"))
+        return candidate_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "scale-worker"))
+        return scale_worker_main(argc - 1, argv + 1);
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick"))
+            ctx.quick = 1;
+        else if (!strcmp(argv[i], "--out") && i + 1 < argc)
+            ctx.out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            usage(strcmp(argv[i], "--help") ? stderr : stdout);
+            return strcmp(argv[i], "--help") ? 2 : 0;
+        }
+    }
+
+    /* Candidates that die make writes fail with EPIPE, not kill us. */
+    signal(SIGPIPE, SIG_IGN);
+    if ((n = readlink("/proc/self/exe", ctx.self_exe, sizeof(ctx.self_exe) - 1)) <= 0) {
+        fprintf(stderr, "k8slease-bench: cannot find myself: %s\n", strerror(errno));
+        return 1;
+    }
+    ctx.self_exe[n] = '\0';
+    if (mkdir(ctx.out_dir, 0755) < 0 && errno != EEXIST) {
+        fprintf(stderr, "k8slease-bench: cannot create %s: %s\n", ctx.out_dir, strerror(errno));
+        return 1;
+    }
+    print_header(stdout, &ctx, argc, argv);
+    fflush(stdout);
+    if (ts_start(&ctx.server, NULL) < 0) {
+        fprintf(stderr, "k8slease-bench: cannot start the test server\n");
+        return 1;
+    }
+    bench_log("test server at %s", ts_url(ctx.server));
+    for (size_t i = 0; i < sizeof(benchmarks) / sizeof(benchmarks[0]); i++)
+        if (strchr(only, benchmarks[i].id))
+            benchmarks[i].run(&ctx);
+    ts_stop(ctx.server);
+
+    print_table(stdout, &ctx);
+    printf("\nrun time: %.0f s; CSV files and summary.md in %s\n",
+           (double)(bench_now_ns() - t0) / NS_PER_S, ctx.out_dir);
+    write_summary(&ctx, argc, argv, (double)(bench_now_ns() - t0) / NS_PER_S);
+    for (int i = 0; i < ctx.nrows; i++)
+        failed |= !strcmp(ctx.rows[i].met, "failed");
+    return failed;
+}

@@ -1,0 +1,92 @@
+# Plots of k8slease-bench's CSV files: gnuplot -e "dir='bench/results'" bench/plots.gp
+# Draws handover.png, failover.png, api_load.png and scale.png in dir, for
+# each CSV file that exists.
+if (!exists("dir")) dir = "bench/results"
+
+set terminal pngcairo size 900,560 font "sans,10"
+set datafile separator ","
+set grid
+set key top left
+
+have(f) = int(system("test -s '" . dir . "/" . f . "' && echo 1 || echo 0"))
+is(mode) = sprintf("%s", strcol(1)) eq mode
+
+# 1: cumulative distribution of the handover time, one curve per mode.
+if (have("handover.csv")) {
+    set output dir . "/handover.png"
+    set title "1. Graceful handover: release -> another candidate's OnStartedLeading"
+    set xlabel "handover time (ms, log scale)"
+    set ylabel "fraction of handovers"
+    set logscale x
+    set yrange [0:1.02]
+    set arrow 1 from 50, graph 0 to 50, graph 1 nohead dashtype 2 lc rgb "red"
+    set label 1 "target p99 < 50 ms (watch)" at 50, graph 0.05 offset 0.5,0 tc rgb "red"
+    plot dir . "/handover.csv" skip 1 using (is("watch") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "watch", \
+         ""                   skip 1 using (is("poll-only") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "poll-only"
+    unset logscale x
+    unset arrow 1
+    unset label 1
+}
+
+# 2: cumulative distribution of the failover time beyond the lease duration.
+if (have("failover.csv")) {
+    set output dir . "/failover.png"
+    set title "2. Crash failover: SIGKILL -> new leader's OnStartedLeading, minus lease duration"
+    set xlabel "failover time - lease duration (ms)"
+    set ylabel "fraction of failovers"
+    set yrange [0:1.02]
+    set arrow 1 from 100, graph 0 to 100, graph 1 nohead dashtype 2 lc rgb "red"
+    set label 1 "target p99 < 100 ms (watch)" at 100, graph 0.05 offset 0.5,0 tc rgb "red"
+    plot dir . "/failover.csv" skip 1 using (is("watch") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "watch", \
+         ""                   skip 1 using (is("poll-only") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "poll-only"
+    unset arrow 1
+    unset label 1
+}
+
+# 3: requests per second by verb, per role and mode.
+if (have("api_load.csv")) {
+    set output dir . "/api_load.png"
+    set title "3. API requests per candidate at steady state"
+    set xlabel ""
+    set ylabel "requests/s"
+    set yrange [0:*]
+    set offsets 0, 0, graph 0.1, 0
+    set key top right
+    set style data histograms
+    set style histogram clustered gap 1
+    set style fill solid 0.8 border -1
+    set boxwidth 0.9
+    set xtics nomirror
+    plot dir . "/api_load.csv" skip 1 using 3:xticlabels(sprintf("%s %s", strcol(2), strcol(1))) \
+             title "get", \
+         "" skip 1 using 5 title "watch", \
+         "" skip 1 using 6 title "create", \
+         "" skip 1 using 7 title "update (PUT)"
+    set key top left
+    set offsets 0, 0, 0, 0
+    unset style data
+}
+
+# 4: memory and CPU per election against the number of elections.
+if (have("scale.csv")) {
+    set output dir . "/scale.png"
+    set multiplot layout 1,2 title "4. Elections in one process (one client), retry period 2 s"
+    set logscale x
+    set xlabel "elections"
+    set yrange [0:*]
+    set title "RSS per election"
+    set ylabel "KB per election"
+    set logscale y
+    set yrange [*:*]
+    plot dir . "/scale.csv" skip 1 using 1:9 with linespoints lw 2 pt 7 title "measured", \
+         8 dashtype 2 lc rgb "red" title "target < 8 KB"
+    set title "CPU per renewal"
+    set ylabel "us of process CPU per successful renewal"
+    plot dir . "/scale.csv" skip 1 using 1:12 with linespoints lw 2 pt 7 title "measured", \
+         30 dashtype 2 lc rgb "red" title "target < 30 us"
+    unset multiplot
+}

@@ -1,0 +1,364 @@
+/* Benchmark 4: many elections in one process and one client.
+ *
+ * The driver runs `k8slease-bench scale-worker` once per size, in a fresh
+ * process (so RSS and CPU belong to that size alone), on an empty server.
+ * The worker starts N electors on N Leases in batches, waits (within a time
+ * budget) until it leads them all, lets them renew for one retry period,
+ * then measures for a window: CPU (getrusage, whole process) per successful
+ * renewal, RSS, threads, renew latency and renewals missed. It prints one
+ * RESULT line of key=value pairs. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include "bench.h"
+#include "k8slease.h"
+
+#define BATCH        500   /* electors started before waiting for them */
+#define WORKER_SLACK 30000 /* on top of the worker's own budget */
+
+enum {
+    WATCHED = 1,      /* led when the window opened */
+    LATE = 2,         /* its current renewal is overdue (counted once) */
+    PAST_DEADLINE = 4 /* is_leader turned false (counted once) */
+};
+
+static atomic_uint started_count, stopped_count;
+
+static void on_started(int64_t epoch, void *ud)
+{
+    (void)epoch;
+    (void)ud;
+    atomic_fetch_add(&started_count, 1);
+}
+
+static void on_stopped(void *ud)
+{
+    (void)ud;
+    atomic_fetch_add(&stopped_count, 1);
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+           (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+}
+
+/* Counters summed over every elector. */
+typedef struct totals {
+    uint64_t renewals, requests, errors;
+    uint64_t latency[K8SLEASE_LATENCY_BUCKETS]; /* renew latency histogram */
+    double latency_sum_s;
+} totals;
+
+static totals sum(k8slease_elector **e, int n)
+{
+    totals t = {0};
+
+    for (int i = 0; i < n; i++) {
+        k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+        if (!e[i] || k8slease_elector_stats_get(e[i], &st) < 0)
+            continue;
+        t.renewals += st.renewals;
+        t.requests += st.requests;
+        t.errors += st.conflicts + st.http_4xx + st.http_5xx + st.transport_errors;
+        for (int b = 0; b < K8SLEASE_LATENCY_BUCKETS; b++)
+            t.latency[b] += st.renew_latency_bucket[b];
+        t.latency_sum_s += st.renew_latency_sum_s;
+    }
+    return t;
+}
+
+/* Upper bound (ms) of the histogram bucket holding the p-th percentile of
+ * the renewals between two sums; -1 for the open last bucket, NAN if none. */
+static double latency_pct(const totals *a, const totals *b, double p)
+{
+    static const int64_t bounds_ms[K8SLEASE_LATENCY_BUCKETS] = K8SLEASE_LATENCY_BOUNDS_MS;
+    uint64_t n = b->renewals - a->renewals, seen = 0;
+
+    for (int i = 0; n && i < K8SLEASE_LATENCY_BUCKETS; i++) {
+        seen += b->latency[i] - a->latency[i];
+        if ((double)seen >= p / 100 * (double)n)
+            return (double)bounds_ms[i];
+    }
+    return NAN;
+}
+
+/* Start electors [from, to) and wait until they lead or the monotonic
+ * deadline passes; the number elected. */
+static int start_batch(k8slease_client *client, k8slease_elector **e, int from, int to,
+                       const bench_timing *t, int poll_only, int64_t deadline)
+{
+    int elected = 0;
+
+    for (int i = from; i < to; i++) {
+        k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+        char name[32];
+
+        snprintf(name, sizeof(name), "scale-%05d", i);
+        o.name = name;
+        o.identity = "bench-scale";
+        o.lease_duration_ms = t->lease_duration_ms;
+        o.renew_deadline_ms = t->renew_deadline_ms;
+        o.retry_period_ms = t->retry_period_ms;
+        o.release_on_cancel = 0; /* the server is reset afterwards */
+        o.poll_only = poll_only;
+        o.on_started_leading = on_started;
+        o.on_stopped_leading = on_stopped;
+        if (k8slease_elector_start(&e[i], client, &o) < 0)
+            fprintf(stderr, "scale-worker: %s\n", k8slease_error_last());
+    }
+    for (int i = from; i < to; i++) {
+        int64_t left_ms = (deadline - bench_now_ns()) / NS_PER_MS;
+
+        if (e[i] && k8slease_elector_wait_elected(e[i], left_ms > 0 ? left_ms : 0, NULL) == 0)
+            elected++;
+    }
+    return elected;
+}
+
+int scale_worker_main(int argc, char **argv)
+{
+    k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *client = NULL;
+    k8slease_elector **e = NULL;
+    int64_t *last = NULL, window_ms = 10000, elect_ms = 60000, t0, rp_ns, end;
+    unsigned char *flags = NULL; /* per elector, during the window */
+    bench_timing t = {15000, 10000, 2000};
+    const char *kubeconfig = NULL;
+    int n = 1, poll_only = 0, elected = 0;
+    long rss_base, rss_client;
+    uint64_t late = 0, not_leader = 0, leading_start = 0, leading_end = 0;
+    double elect_s, cpu0, cpu1, window_s;
+    totals before, after;
+
+    for (int i = 1; i + 1 < argc; i += 2) {
+        const char *k = argv[i], *v = argv[i + 1];
+
+        if (!strcmp(k, "--kubeconfig"))
+            kubeconfig = v;
+        else if (!strcmp(k, "--count"))
+            n = atoi(v);
+        else if (!strcmp(k, "--window-ms"))
+            window_ms = atoll(v);
+        else if (!strcmp(k, "--elect-ms"))
+            elect_ms = atoll(v);
+        else if (!strcmp(k, "--poll-only"))
+            poll_only = atoi(v);
+        else if (!strcmp(k, "--timing"))
+            sscanf(v, "%" SCNd64 "/%" SCNd64 "/%" SCNd64, &t.lease_duration_ms,
+                   &t.renew_deadline_ms, &t.retry_period_ms);
+    }
+    if (!kubeconfig || n < 1) {
+        fprintf(stderr, "k8slease-bench scale-worker: --kubeconfig and --count are required\n");
+        return 2;
+    }
+    rp_ns = t.retry_period_ms * NS_PER_MS;
+    e = calloc((size_t)n, sizeof(*e));
+    last = calloc((size_t)n, sizeof(*last));
+    flags = calloc((size_t)n, 1);
+    if (!e || !last || !flags)
+        return 1;
+
+    rss_base = proc_status_field("VmRSS");
+    co.kubeconfig = kubeconfig;
+    co.user_agent = "bench scale-worker";
+    if (k8slease_client_new(&client, &co) < 0) {
+        fprintf(stderr, "scale-worker: %s\n", k8slease_error_last());
+        return 1;
+    }
+    rss_client = proc_status_field("VmRSS");
+
+    t0 = bench_now_ns();
+    end = t0 + elect_ms * NS_PER_MS;
+    for (int from = 0; from < n && bench_now_ns() < end; from += BATCH)
+        elected +=
+            start_batch(client, e, from, from + BATCH < n ? from + BATCH : n, &t, poll_only, end);
+    elect_s = (double)(bench_now_ns() - t0) / NS_PER_S;
+
+    /* Every elector renews once before the window opens; the window
+     * watches those that lead when it opens. */
+    bench_sleep_ms(t.retry_period_ms + 200);
+    for (int i = 0; i < n; i++) {
+        k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+        if (e[i] && k8slease_elector_is_leader(e[i]) &&
+            k8slease_elector_stats_get(e[i], &st) == 0) {
+            last[i] = st.last_renew_ns;
+            flags[i] = WATCHED;
+            leading_start++;
+        }
+    }
+    before = sum(e, n);
+    cpu0 = cpu_s();
+    t0 = bench_now_ns();
+    end = t0 + window_ms * NS_PER_MS;
+
+    /* A renewal is missed when a whole retry period passes after the one
+     * that was due (2 x retry_period since the last success); a term whose
+     * renew deadline passed shows up as not leader. Sampled 4 times per
+     * retry period. */
+    while (bench_now_ns() < end) {
+        bench_sleep_ms(t.retry_period_ms / 4);
+        for (int i = 0; i < n; i++) {
+            k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+            int64_t now = bench_now_ns();
+
+            if (!(flags[i] & WATCHED) || k8slease_elector_stats_get(e[i], &st) < 0)
+                continue;
+            if (st.last_renew_ns != last[i]) {
+                last[i] = st.last_renew_ns;
+                flags[i] &= ~LATE;
+            } else if (now - last[i] > 2 * rp_ns && !(flags[i] & LATE)) {
+                late++;
+                flags[i] |= LATE;
+            }
+            if (!k8slease_elector_is_leader(e[i]) && !(flags[i] & PAST_DEADLINE)) {
+                not_leader++;
+                flags[i] |= PAST_DEADLINE;
+            }
+        }
+    }
+    cpu1 = cpu_s();
+    after = sum(e, n);
+    for (int i = 0; i < n; i++)
+        leading_end += e[i] && k8slease_elector_is_leader(e[i]);
+    window_s = (double)(bench_now_ns() - t0) / NS_PER_S;
+
+    printf("RESULT n=%d elected=%d leading_start=%" PRIu64 " leading_end=%" PRIu64
+           " elect_s=%.2f window_s=%.2f rss_base_kb=%ld "
+           "rss_client_kb=%ld rss_kb=%ld threads=%ld cpu_s=%.4f renewals=%" PRIu64
+           " requests=%" PRIu64 " errors=%" PRIu64 " late=%" PRIu64 " not_leader=%" PRIu64
+           " lost=%u renew_ms_mean=%.2f renew_ms_p99_bucket=%.0f\n",
+           n, elected, leading_start, leading_end, elect_s, window_s, rss_base, rss_client,
+           proc_status_field("VmRSS"), proc_status_field("Threads"), cpu1 - cpu0,
+           after.renewals - before.renewals, after.requests - before.requests,
+           after.errors - before.errors, late, not_leader, atomic_load(&stopped_count),
+           after.renewals > before.renewals ? (after.latency_sum_s - before.latency_sum_s) * 1000 /
+                                                  (double)(after.renewals - before.renewals)
+                                            : NAN,
+           latency_pct(&before, &after, 99));
+    fflush(stdout);
+    /* No cleanup: freeing N electors one by one would only wait for their
+     * requests in flight, and the driver resets the server next. */
+    _exit(0);
+}
+
+/* ---- the driver side ----------------------------------------------------- */
+
+/* A worker's RESULT line, decoded. */
+typedef struct scale_result {
+    double elected, leading_start, leading_end, elect_s, window_s;
+    double rss_client_kb, rss_kb, threads, cpu_s, renewals, errors;
+    double late, not_leader, lost, renew_ms_mean, renew_ms_p99_bucket;
+} scale_result;
+
+static void decode(const char *line, scale_result *r)
+{
+    static const struct {
+        const char *key;
+        size_t offset;
+    } fields[] = {
+#define F(name) {#name, offsetof(scale_result, name)}
+        F(elected),    F(leading_start), F(leading_end),   F(elect_s),
+        F(window_s),   F(rss_client_kb), F(rss_kb),        F(threads),
+        F(cpu_s),      F(renewals),      F(errors),        F(late),
+        F(not_leader), F(lost),          F(renew_ms_mean), F(renew_ms_p99_bucket),
+#undef F
+    };
+
+    for (size_t i = 0; i < sizeof(fields) / sizeof(fields[0]); i++)
+        *(double *)((char *)r + fields[i].offset) = result_field(line, fields[i].key);
+}
+
+/* Run the worker for one size; 0 with *r filled, or its exit status. */
+static int run_worker(bench_ctx *ctx, int size, int64_t window_ms, int64_t elect_ms,
+                      scale_result *r)
+{
+    const bench_timing *t = &ctx->regular;
+    char count[16], window[24], elect[24], timing[64], result[1024];
+    char *argv[] = {
+        ctx->self_exe, "scale-worker", "--kubeconfig", (char *)ts_kubeconfig(ctx->server),
+        "--count",     count,          "--window-ms",  window,
+        "--elect-ms",  elect,          "--timing",     timing,
+        NULL};
+    int rc;
+
+    snprintf(count, sizeof(count), "%d", size);
+    snprintf(window, sizeof(window), "%" PRId64, window_ms);
+    snprintf(elect, sizeof(elect), "%" PRId64, elect_ms);
+    snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64, t->lease_duration_ms,
+             t->renew_deadline_ms, t->retry_period_ms);
+    if (srv_reset(ctx) < 0)
+        return -1;
+    rc = bench_run_child(argv, elect_ms + t->retry_period_ms + window_ms + WORKER_SLACK, result,
+                         sizeof(result));
+    if (rc == 0 && !result[0])
+        rc = -1;
+    if (rc == 0)
+        decode(result, r);
+    return rc;
+}
+
+void bench_scale(bench_ctx *ctx)
+{
+    static const int full_sizes[] = {1, 100, 1000, 10000}, quick_sizes[] = {1, 1000, 10000};
+    const int *sizes = ctx->quick ? quick_sizes : full_sizes;
+    size_t nsizes =
+        ctx->quick ? sizeof(quick_sizes) / sizeof(int) : sizeof(full_sizes) / sizeof(int);
+    int64_t window_ms = ctx->quick ? 4000 : 16000, elect_ms = ctx->quick ? 15000 : 60000;
+    const char *target = "all held, 0 missed, <8 KB/election, <30 us/renewal";
+    FILE *csv = bench_csv_open(ctx, "scale.csv",
+                               "elections,elected,leading_at_start,leading_at_end,elect_s,"
+                               "window_s,rss_client_kb,rss_kb,kb_per_election,threads,renewals,"
+                               "cpu_us_per_renewal,renew_ms_mean,renew_ms_p99_bucket,"
+                               "missed_renewals,past_deadline,terms_lost,errors");
+
+    for (size_t k = 0; k < nsizes; k++) {
+        int size = sizes[k], last = k + 1 == nsizes, rc, met;
+        double kb_per, us_per;
+        scale_result r;
+        char n[16], p99[32];
+
+        snprintf(n, sizeof(n), "%d", size);
+        bench_log("4 scale: %d election(s), %.0f s window", size, (double)window_ms / 1000);
+        if ((rc = run_worker(ctx, size, window_ms, elect_ms, &r)) != 0) {
+            bench_row_add(ctx, "4 scale", "watch", n, last ? target : "", -2,
+                          "the worker failed (exit status %d)", rc);
+            continue;
+        }
+        kb_per = (r.rss_kb - r.rss_client_kb) / size;
+        us_per = r.renewals > 0 ? r.cpu_s * 1e6 / r.renewals : NAN;
+        /* The histogram's bucket bound; the last bucket is open. */
+        if (r.renew_ms_p99_bucket < 0)
+            snprintf(p99, sizeof(p99), "> 2500 ms");
+        else
+            snprintf(p99, sizeof(p99), "<= %.0f ms", r.renew_ms_p99_bucket);
+        met = r.leading_start == size && r.leading_end == size && r.late == 0 &&
+              r.not_leader == 0 && r.lost == 0 && kb_per < 8 && us_per < 30;
+        bench_row_add(ctx, "4 scale", "watch", n, last ? target : "", last ? met : -1,
+                      "leading %.0f -> %.0f during the window (elections took %.1f s); RSS "
+                      "%.1f MB, %.1f KB/election; %.1f us CPU/renewal; renew mean %.1f ms, p99 "
+                      "%s; missed %.0f, past deadline %.0f, terms lost %.0f; %.0f threads",
+                      r.leading_start, r.leading_end, r.elect_s, r.rss_kb / 1024, kb_per, us_per,
+                      r.renew_ms_mean, p99, r.late, r.not_leader, r.lost, r.threads);
+        if (csv)
+            fprintf(csv,
+                    "%d,%.0f,%.0f,%.0f,%.2f,%.2f,%.0f,%.0f,%.3f,%.0f,%.0f,%.2f,%.2f,%.0f,%.0f,"
+                    "%.0f,%.0f,%.0f\n",
+                    size, r.elected, r.leading_start, r.leading_end, r.elect_s, r.window_s,
+                    r.rss_client_kb, r.rss_kb, kb_per, r.threads, r.renewals, us_per,
+                    r.renew_ms_mean, r.renew_ms_p99_bucket, r.late, r.not_leader, r.lost, r.errors);
+    }
+    if (csv)
+        fclose(csv);
+}
