@@ -31,10 +31,10 @@ extern "C" {
 #define K8SLEASE_API
 #endif
 
-#define K8SLEASE_VERSION_MAJOR  0
-#define K8SLEASE_VERSION_MINOR  1
-#define K8SLEASE_VERSION_PATCH  0
-#define K8SLEASE_VERSION_STRING "0.1.0"
+#define K8SLEASE_VERSION_MAJOR  0       /**< major version of this header */
+#define K8SLEASE_VERSION_MINOR  1       /**< minor version of this header */
+#define K8SLEASE_VERSION_PATCH  0       /**< patch version of this header */
+#define K8SLEASE_VERSION_STRING "0.1.0" /**< "MAJOR.MINOR.PATCH" of this header */
 
 /** Error codes. Every fallible function returns 0 or one of these. */
 enum k8slease_error {
@@ -67,8 +67,11 @@ K8SLEASE_API const char *k8slease_version(void);
 /* Client                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/** A connection to one API server: configuration, credentials and one
+ *  event-loop thread. Created by k8slease_client_new(). */
 typedef struct k8slease_client k8slease_client;
 
+/** Levels of the log callback, most severe first. */
 typedef enum k8slease_log_level {
     K8SLEASE_LOG_ERROR = 0,
     K8SLEASE_LOG_WARN = 1,
@@ -79,8 +82,10 @@ typedef enum k8slease_log_level {
 /** Log sink. Called from any library thread (mostly the loop thread). */
 typedef void (*k8slease_log_cb)(k8slease_log_level level, const char *msg, void *user_data);
 
+/** Current version of k8slease_client_options. */
 #define K8SLEASE_CLIENT_OPTIONS_VERSION 1
 
+/** Options of k8slease_client_new(); initialise with K8SLEASE_CLIENT_OPTIONS_INIT. */
 typedef struct k8slease_client_options {
     unsigned int version; /**< K8SLEASE_CLIENT_OPTIONS_VERSION */
     /** Path of a kubeconfig file. NULL: in-cluster config when
@@ -98,6 +103,7 @@ typedef struct k8slease_client_options {
     const char *user_agent;
 } k8slease_client_options;
 
+/** Initialiser of k8slease_client_options with the defaults. */
 #define K8SLEASE_CLIENT_OPTIONS_INIT                                                               \
     {                                                                                              \
         K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO, NULL           \
@@ -124,6 +130,8 @@ K8SLEASE_API const char *k8slease_client_server(const k8slease_client *client);
 /* Elector                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/** One campaign for one Lease (one term at most). Created by
+ *  k8slease_elector_start(). */
 typedef struct k8slease_elector k8slease_elector;
 
 /** Called on the loop thread when this candidate becomes leader; epoch is
@@ -138,8 +146,10 @@ typedef void (*k8slease_elector_stopped_cb)(void *user_data);
 typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epoch,
                                                void *user_data);
 
+/** Current version of k8slease_elector_options. */
 #define K8SLEASE_ELECTOR_OPTIONS_VERSION 1
 
+/** Options of k8slease_elector_start(); initialise with K8SLEASE_ELECTOR_OPTIONS_INIT. */
 typedef struct k8slease_elector_options {
     unsigned int version; /**< K8SLEASE_ELECTOR_OPTIONS_VERSION */
     const char *ns;       /**< Lease namespace; NULL: the client's namespace */
@@ -148,14 +158,14 @@ typedef struct k8slease_elector_options {
     /** Timing, as client-go: lease_duration > renew_deadline > 1.2 * retry_period > 0.
      *  Defaults (0): 15000 / 10000 / 2000 ms. */
     int64_t lease_duration_ms;
-    int64_t renew_deadline_ms;
-    int64_t retry_period_ms;
+    int64_t renew_deadline_ms; /**< see lease_duration_ms */
+    int64_t retry_period_ms;   /**< see lease_duration_ms */
     /** 1 (default): write holderIdentity "" when the election stops while leading. */
     int release_on_cancel;
     k8slease_elector_started_cb on_started_leading; /**< may be NULL */
     k8slease_elector_stopped_cb on_stopped_leading; /**< may be NULL */
     k8slease_elector_new_leader_cb on_new_leader;   /**< may be NULL */
-    void *user_data;
+    void *user_data;                                /**< passed to the callbacks */
     /** 0 (default): followers watch the Lease and act on a release at once
      *  and on an expiry exactly when it is due (observed time + lease
      *  duration + up to retry_period/20 of jitter), polling only while the
@@ -167,6 +177,7 @@ typedef struct k8slease_elector_options {
     int poll_only;
 } k8slease_elector_options;
 
+/** Initialiser of k8slease_elector_options with the defaults. */
 #define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
     {                                                                                              \
         K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL, 0  \
@@ -202,12 +213,13 @@ K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *elector);
 /** Number of buckets of the renew latency histogram; bucket i counts renewals
  *  that took at most K8SLEASE_LATENCY_BOUNDS_MS[i] ms, the last one the rest. */
 #define K8SLEASE_LATENCY_BUCKETS 12
+/** Upper bounds (ms) of the renew latency buckets; -1: no bound. */
 #define K8SLEASE_LATENCY_BOUNDS_MS                                                                 \
     {                                                                                              \
         1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, -1                                         \
     }
 
-/* Version 2 added the fields from gets on; k8slease_elector_stats_get still
+/** Version 2 added the fields from gets on; k8slease_elector_stats_get still
  * accepts version 1 (and fills only the fields version 1 had). */
 #define K8SLEASE_ELECTOR_STATS_VERSION 2
 
@@ -224,8 +236,8 @@ typedef struct k8slease_elector_stats {
     uint64_t http_5xx;         /**< 5xx answers */
     uint64_t transport_errors; /**< timeouts, TLS and connection failures */
     uint64_t renew_latency_bucket[K8SLEASE_LATENCY_BUCKETS]; /**< not cumulative */
-    uint64_t renew_latency_count;
-    double renew_latency_sum_s;
+    uint64_t renew_latency_count;                            /**< renewals measured */
+    double renew_latency_sum_s;                              /**< their total duration, seconds */
     /** CLOCK_MONOTONIC ns of the start of the last successful renewal (or
      *  acquisition); 0 if none. */
     int64_t last_renew_ns;
@@ -263,6 +275,7 @@ K8SLEASE_API void k8slease_elector_free(k8slease_elector *elector);
 /* Holder                                                                   */
 /* ------------------------------------------------------------------------ */
 
+/** A Lease's holder record, from k8slease_holder_get(). */
 typedef struct k8slease_holder {
     char *identity;           /**< holderIdentity; "" when none (never NULL) */
     int64_t epoch;            /**< leaseTransitions (0 when absent) */
@@ -280,6 +293,7 @@ typedef struct k8slease_holder {
 K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, const char *name,
                                      int64_t timeout_ms, k8slease_holder **out);
 
+/** Free a holder record. Accepts NULL. Any thread. */
 K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder);
 
 /** Release a Lease held by identity (blocking, timeout_ms <= 0: 10 s): write
@@ -296,6 +310,7 @@ K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns,
 /* Watch                                                                    */
 /* ------------------------------------------------------------------------ */
 
+/** A watch of one Lease's holder. Created by k8slease_watch_start(). */
 typedef struct k8slease_watch k8slease_watch;
 
 /** Called on the loop thread when the holder or epoch of the Lease changes

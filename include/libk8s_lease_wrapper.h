@@ -33,52 +33,52 @@ extern "C" {
 #define K8SLEASE_COMPAT_API
 #endif
 
-/* holder is NULL (holderSize 0) when the Lease has no holder. */
+/** holder is NULL (holderSize 0) when the Lease has no holder. */
 typedef void (*holder_change_cb_t)(void *ctx, const char *holder, size_t holderSize,
                                    int64_t leaseTransitions);
 
-/* Create the process-wide client (idempotent). */
+/** Create the process-wide client (idempotent). */
 K8SLEASE_COMPAT_API extern int K8sLeaseInit(char **errMsg);
 
-/* Start campaigning for ns/leaseName (release on cancel). Fails if an
+/** Start campaigning for ns/leaseName (release on cancel). Fails if an
  * election for the same key is running; a finished one may be restarted. */
 K8SLEASE_COMPAT_API extern int K8sLeaseRunElection(char *ns, char *leaseName, char *identity,
                                                    int leaseDurationSec, int renewDeadlineSec,
                                                    int retryPeriodSec, char **errMsg);
 
-/* 0 and *leaseTransitions (the epoch) once elected; -1 if the election ended
+/** 0 and *leaseTransitions (the epoch) once elected; -1 if the election ended
  * first; -1 after timeoutSec, having cancelled the election. */
 K8SLEASE_COMPAT_API extern int K8sLeaseWaitElected(char *ns, char *leaseName, int timeoutSec,
                                                    long long int *leaseTransitions, char **errMsg);
 
-/* Block until the election is over; 0 at once if none exists. */
+/** Block until the election is over; 0 at once if none exists. */
 K8SLEASE_COMPAT_API extern int K8sLeaseWaitLost(char *ns, char *leaseName, char **errMsg);
 
-/* Cancel the election (releasing the Lease if leading). Idempotent; does
+/** Cancel the election (releasing the Lease if leading). Idempotent; does
  * not wait: use K8sLeaseWaitLost. */
 K8SLEASE_COMPAT_API extern int K8sLeaseCancelElection(char *ns, char *leaseName, char **errMsg);
 
-/* Read the holder: *holderIdentity NULL when none or expired (renewTime +
+/** Read the holder: *holderIdentity NULL when none or expired (renewTime +
  * leaseDurationSeconds in the past); *leaseTransitions always. Returns 1
  * when the Lease does not exist. */
 K8SLEASE_COMPAT_API extern int K8sLeaseGetHolder(char *ns, char *leaseName, char **holderIdentity,
                                                  long long int *leaseTransitions, char **errMsg);
 
-/* Call callbackFunc(callbackCtx, holder, size, transitions) on every change
+/** Call callbackFunc(callbackCtx, holder, size, transitions) on every change
  * of holder or transitions (first with the current state). Fails if a
  * watch runs for the key or callbackFunc is NULL. */
 K8SLEASE_COMPAT_API extern int K8sLeaseWatchHolder(char *ns, char *leaseName, void *callbackCtx,
                                                    holder_change_cb_t callbackFunc, char **errMsg);
 
-/* Stop the watch; no callback runs after it returns (unless called from the
+/** Stop the watch; no callback runs after it returns (unless called from the
  * callback itself). Idempotent. */
 K8SLEASE_COMPAT_API extern int K8sLeaseCancelWatch(char *ns, char *leaseName, char **errMsg);
 
-/* Set metadata.labels[labelKey] = labelValue on the Pod ns/podName. */
+/** Set metadata.labels[labelKey] = labelValue on the Pod ns/podName. */
 K8SLEASE_COMPAT_API extern int K8sPatchPodLabel(char *ns, char *podName, char *labelKey,
                                                 char *labelValue, char **errMsg);
 
-/* Remove metadata.labels[labelKey] from the Pod ns/podName. */
+/** Remove metadata.labels[labelKey] from the Pod ns/podName. */
 K8SLEASE_COMPAT_API extern int K8sRemovePodLabel(char *ns, char *podName, char *labelKey,
                                                  char **errMsg);
 

@@ -55,6 +55,10 @@ static route parse_route(const char *path)
                                           "/apis",
                                           "/apis/coordination.k8s.io",
                                           "/apis/coordination.k8s.io/v1",
+                                          "/apis/apps",
+                                          "/apis/apps/v1",
+                                          "/apis/rbac.authorization.k8s.io",
+                                          "/apis/rbac.authorization.k8s.io/v1",
                                           "/version",
                                           "/openapi/v2",
                                           "/openapi/v3",
@@ -300,9 +304,51 @@ static bool check_name_matches(const json_t *body, const char *name, ts_response
 
 /* ---- discovery ---------------------------------------------------------- */
 
-static json_t *group_version(void)
+/*
+ * Served: coordination.k8s.io/v1 Leases and v1 Pods and Namespaces.
+ * Discovery only (so that `kubectl apply --dry-run=client -f deploy/`
+ * validates the manifests of a leader-elected Deployment): apps/v1
+ * Deployments, v1 Services and ServiceAccounts, rbac.authorization.k8s.io/v1
+ * Roles and RoleBindings. Requests for those objects get 404 NotFound,
+ * which kubectl's client-side dry run reads as "would be created".
+ */
+#define ALL_VERBS "create,delete,get,list,patch,update,watch"
+
+static json_t *group_version(const char *group)
 {
-    return json_pack("{s:s, s:s}", "groupVersion", "coordination.k8s.io/v1", "version", "v1");
+    char gv[64];
+    snprintf(gv, sizeof(gv), "%s/v1", group);
+    return json_pack("{s:s, s:s}", "groupVersion", gv, "version", "v1");
+}
+
+/* An entry of the APIGroupList (one version, v1). */
+static json_t *group_entry(const char *group)
+{
+    return json_pack("{s:s, s:[o], s:o}", "name", group, "versions", group_version(group),
+                     "preferredVersion", group_version(group));
+}
+
+/* The APIGroup document of group. */
+static json_t *api_group(const char *group)
+{
+    json_t *g = group_entry(group);
+    if (g && (json_object_set_new(g, "kind", json_string("APIGroup")) < 0 ||
+              json_object_set_new(g, "apiVersion", json_string("v1")) < 0)) {
+        json_decref(g);
+        g = NULL;
+    }
+    return g;
+}
+
+/* True when path is "/apis/GROUP" or "/apis/GROUP/" (suffix ""), or that
+ * followed by suffix ("/v1"). */
+static bool is_group_path(const char *path, const char *group, const char *suffix)
+{
+    size_t gl = strlen(group), sl = strlen(suffix);
+    if (strncmp(path, "/apis/", 6) || strncmp(path + 6, group, gl) ||
+        strncmp(path + 6 + gl, suffix, sl))
+        return false;
+    return path[6 + gl + sl] == '\0' || !strcmp(path + 6 + gl + sl, "/");
 }
 
 static json_t *api_resource(const char *name, const char *singular, bool namespaced,
@@ -325,8 +371,8 @@ static json_t *api_resource(const char *name, const char *singular, bool namespa
     return r;
 }
 
-/* The OpenAPI v3 document for one group-version: enough for kubectl. */
-static json_t *openapi_gv(const char *path, const char *group, const char *kind, const char *op_id)
+/* The PATCH operation of a kind in an OpenAPI v3 stub. */
+static json_t *openapi_patch(const char *group, const char *kind, const char *op_id)
 {
     /*
      * kubectl's validator asks whether the PATCH operation of the kind takes
@@ -340,13 +386,28 @@ static json_t *openapi_gv(const char *path, const char *group, const char *kind,
         json_array_append_new(params, json_pack("{s:s, s:s, s:{s:s, s:b}}", "name", names[i], "in",
                                                 "query", "schema", "type",
                                                 i == 3 ? "boolean" : "string", "uniqueItems", 1));
-    json_t *patch =
-        json_pack("{s:[s], s:s, s:o, s:{s:{s:s}}, s:s, s:{s:s, s:s, s:s}}", "tags",
-                  group[0] ? "coordination_v1" : "core_v1", "operationId", op_id, "parameters",
-                  params, "responses", "200", "description", "OK", "x-kubernetes-action", "patch",
-                  "x-kubernetes-group-version-kind", "group", group, "kind", kind, "version", "v1");
+    char tag[64];
+    snprintf(tag, sizeof(tag), "%.*s_v1", (int)strcspn(group[0] ? group : "core", "."),
+             group[0] ? group : "core");
+    return json_pack("{s:[s], s:s, s:o, s:{s:{s:s}}, s:s, s:{s:s, s:s, s:s}}", "tags", tag,
+                     "operationId", op_id, "parameters", params, "responses", "200", "description",
+                     "OK", "x-kubernetes-action", "patch", "x-kubernetes-group-version-kind",
+                     "group", group, "kind", kind, "version", "v1");
+}
+
+/* One kind of an OpenAPI v3 stub: the path of an object and its PATCH operation. */
+typedef struct openapi_kind {
+    const char *path, *kind, *op_id;
+} openapi_kind;
+
+/* The OpenAPI v3 document for one group-version: enough for kubectl. */
+static json_t *openapi_gv(const char *group, const openapi_kind *kinds, size_t n)
+{
     json_t *paths = json_object();
-    json_object_set_new(paths, path, json_pack("{s:o}", "patch", patch));
+    for (size_t k = 0; k < n; k++)
+        json_object_set_new(
+            paths, kinds[k].path,
+            json_pack("{s:o}", "patch", openapi_patch(group, kinds[k].kind, kinds[k].op_id)));
     return json_pack("{s:s, s:{s:s, s:s}, s:o, s:{s:{}}}", "openapi", "3.0.0", "info", "title",
                      "Kubernetes", "version", "v1.32.0", "paths", paths, "components", "schemas");
 }
@@ -379,21 +440,37 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
                       "serverAddressByClientCIDRs", "clientCIDR", "0.0.0.0/0", "serverAddress",
                       addr);
     } else if (!strcmp(p, "/apis") || !strcmp(p, "/apis/")) {
-        j = json_pack("{s:s, s:s, s:[{s:s, s:[o], s:o}]}", "kind", "APIGroupList", "apiVersion",
-                      "v1", "groups", "name", "coordination.k8s.io", "versions", group_version(),
-                      "preferredVersion", group_version());
-    } else if (!strncmp(p, "/apis/coordination.k8s.io", 25) &&
-               (p[25] == '\0' || !strcmp(p + 25, "/"))) {
-        j = json_pack("{s:s, s:s, s:s, s:[o], s:o}", "kind", "APIGroup", "apiVersion", "v1", "name",
-                      "coordination.k8s.io", "versions", group_version(), "preferredVersion",
-                      group_version());
+        j = json_pack("{s:s, s:s, s:[o, o, o]}", "kind", "APIGroupList", "apiVersion", "v1",
+                      "groups", group_entry("coordination.k8s.io"), group_entry("apps"),
+                      group_entry("rbac.authorization.k8s.io"));
+    } else if (is_group_path(p, "coordination.k8s.io", "")) {
+        j = api_group("coordination.k8s.io");
+    } else if (is_group_path(p, "apps", "")) {
+        j = api_group("apps");
+    } else if (is_group_path(p, "rbac.authorization.k8s.io", "")) {
+        j = api_group("rbac.authorization.k8s.io");
+    } else if (is_group_path(p, "apps", "/v1")) {
+        j = json_pack("{s:s, s:s, s:s, s:[o]}", "kind", "APIResourceList", "apiVersion", "v1",
+                      "groupVersion", "apps/v1", "resources",
+                      api_resource("deployments", "deployment", true, "Deployment", ALL_VERBS,
+                                   "deploy", "8aSe+NMegvE="));
+    } else if (is_group_path(p, "rbac.authorization.k8s.io", "/v1")) {
+        j = json_pack("{s:s, s:s, s:s, s:[o, o]}", "kind", "APIResourceList", "apiVersion", "v1",
+                      "groupVersion", "rbac.authorization.k8s.io/v1", "resources",
+                      api_resource("roles", "role", true, "Role", ALL_VERBS, NULL, "7FuwZcIIItM="),
+                      api_resource("rolebindings", "rolebinding", true, "RoleBinding", ALL_VERBS,
+                                   NULL, "eGsCzGH6b1g="));
     } else if (!strncmp(p, "/api/v1", 7)) {
         j = json_pack(
-            "{s:s, s:s, s:[o, o]}", "kind", "APIResourceList", "groupVersion", "v1", "resources",
+            "{s:s, s:s, s:[o, o, o, o]}", "kind", "APIResourceList", "groupVersion", "v1",
+            "resources",
             api_resource("namespaces", "namespace", false, "Namespace", "get,list", "ns",
                          "Q3oi5N2YM8M="),
             api_resource("pods", "pod", true, "Pod", "create,delete,get,list,patch,update,watch",
-                         "po", "xPOwRZ+Yhw8="));
+                         "po", "xPOwRZ+Yhw8="),
+            api_resource("services", "service", true, "Service", ALL_VERBS, "svc", "0/CO1lhkEBI="),
+            api_resource("serviceaccounts", "serviceaccount", true, "ServiceAccount", ALL_VERBS,
+                         "sa", "pbx9ZvyFpBE="));
     } else if (!strncmp(p, "/apis/coordination.k8s.io/v1", 28)) {
         j = json_pack("{s:s, s:s, s:s, s:[o]}", "kind", "APIResourceList", "apiVersion", "v1",
                       "groupVersion", "coordination.k8s.io/v1", "resources",
@@ -401,16 +478,39 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
                                    "create,delete,get,list,patch,update,watch", NULL,
                                    "gqkMMb/YqFM="));
     } else if (!strcmp(p, "/openapi/v3") || !strcmp(p, "/openapi/v3/")) {
-        j = json_pack("{s:{s:{s:s}, s:{s:s}}}", "paths", "api/v1", "serverRelativeURL",
-                      "/openapi/v3/api/v1?hash=K8SLEASETESTSERVER1", "apis/coordination.k8s.io/v1",
-                      "serverRelativeURL",
-                      "/openapi/v3/apis/coordination.k8s.io/v1?hash=K8SLEASETESTSERVER1");
+        j = json_pack("{s:{s:{s:s}, s:{s:s}, s:{s:s}, s:{s:s}}}", "paths", "api/v1",
+                      "serverRelativeURL", "/openapi/v3/api/v1?hash=K8SLEASETESTSERVER1",
+                      "apis/coordination.k8s.io/v1", "serverRelativeURL",
+                      "/openapi/v3/apis/coordination.k8s.io/v1?hash=K8SLEASETESTSERVER1",
+                      "apis/apps/v1", "serverRelativeURL",
+                      "/openapi/v3/apis/apps/v1?hash=K8SLEASETESTSERVER1",
+                      "apis/rbac.authorization.k8s.io/v1", "serverRelativeURL",
+                      "/openapi/v3/apis/rbac.authorization.k8s.io/v1?hash=K8SLEASETESTSERVER1");
     } else if (!strcmp(p, "/openapi/v3/apis/coordination.k8s.io/v1")) {
-        j = openapi_gv("/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}",
-                       "coordination.k8s.io", "Lease", "patchCoordinationV1NamespacedLease");
+        static const openapi_kind kinds[] = {
+            {"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}", "Lease",
+             "patchCoordinationV1NamespacedLease"}};
+        j = openapi_gv("coordination.k8s.io", kinds, 1);
     } else if (!strcmp(p, "/openapi/v3/api/v1")) {
-        j = openapi_gv("/api/v1/namespaces/{namespace}/pods/{name}", "", "Pod",
-                       "patchCoreV1NamespacedPod");
+        static const openapi_kind kinds[] = {
+            {"/api/v1/namespaces/{namespace}/pods/{name}", "Pod", "patchCoreV1NamespacedPod"},
+            {"/api/v1/namespaces/{namespace}/services/{name}", "Service",
+             "patchCoreV1NamespacedService"},
+            {"/api/v1/namespaces/{namespace}/serviceaccounts/{name}", "ServiceAccount",
+             "patchCoreV1NamespacedServiceAccount"}};
+        j = openapi_gv("", kinds, 3);
+    } else if (!strcmp(p, "/openapi/v3/apis/apps/v1")) {
+        static const openapi_kind kinds[] = {
+            {"/apis/apps/v1/namespaces/{namespace}/deployments/{name}", "Deployment",
+             "patchAppsV1NamespacedDeployment"}};
+        j = openapi_gv("apps", kinds, 1);
+    } else if (!strcmp(p, "/openapi/v3/apis/rbac.authorization.k8s.io/v1")) {
+        static const openapi_kind kinds[] = {
+            {"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/roles/{name}", "Role",
+             "patchRbacAuthorizationV1NamespacedRole"},
+            {"/apis/rbac.authorization.k8s.io/v1/namespaces/{namespace}/rolebindings/{name}",
+             "RoleBinding", "patchRbacAuthorizationV1NamespacedRoleBinding"}};
+        j = openapi_gv("rbac.authorization.k8s.io", kinds, 2);
     } else {
         /* /openapi/v2 is protobuf-first and large; kubectl copes without it. */
         not_found_path(rs);
