@@ -43,20 +43,21 @@ static int teardown(void **state)
     return e2e_teardown(NULL);
 }
 
-/* Assert rc == 0, printing and freeing the error message otherwise. */
-static void ok(int rc, char *err, const char *what)
+/* Assert rc == 0 and no message; on failure print (and free) the message.
+ * err is read after the call, hence the pointer. */
+static void ok(int rc, char **err, const char *what)
 {
     if (rc != 0) {
-        fail_msg("%s returned %d: %s", what, rc, err ? err : "(no message)");
+        fail_msg("%s returned %d: %s", what, rc, *err ? *err : "(no message)");
     }
-    assert_null(err);
+    assert_null(*err);
 }
 
 static void run(char *lease, char *id)
 {
     char *err = NULL;
 
-    ok(K8sLeaseRunElection(ns, lease, id, LD, RD, RP, &err), err, "K8sLeaseRunElection");
+    ok(K8sLeaseRunElection(ns, lease, id, LD, RD, RP, &err), &err, "K8sLeaseRunElection");
 }
 
 static long long wait_elected(char *lease)
@@ -64,7 +65,7 @@ static long long wait_elected(char *lease)
     long long t = -1;
     char *err = NULL;
 
-    ok(K8sLeaseWaitElected(ns, lease, WAIT_S, &t, &err), err, "K8sLeaseWaitElected");
+    ok(K8sLeaseWaitElected(ns, lease, WAIT_S, &t, &err), &err, "K8sLeaseWaitElected");
     return t;
 }
 
@@ -72,8 +73,8 @@ static void cancel_and_wait(char *lease)
 {
     char *err = NULL;
 
-    ok(K8sLeaseCancelElection(ns, lease, &err), err, "K8sLeaseCancelElection");
-    ok(K8sLeaseWaitLost(ns, lease, &err), err, "K8sLeaseWaitLost");
+    ok(K8sLeaseCancelElection(ns, lease, &err), &err, "K8sLeaseCancelElection");
+    ok(K8sLeaseWaitLost(ns, lease, &err), &err, "K8sLeaseWaitLost");
 }
 
 /* Returns the holder (caller frees, NULL when none) and the transitions. */
@@ -207,7 +208,7 @@ static void wait_elected_times_out_and_cancels(void **state)
     free(err);
     err = NULL;
     /* The election was cancelled: WaitLost returns, the key can be reused. */
-    ok(K8sLeaseWaitLost(ns, lease, &err), err, "K8sLeaseWaitLost");
+    ok(K8sLeaseWaitLost(ns, lease, &err), &err, "K8sLeaseWaitLost");
     run(lease, id);
     cancel_and_wait(lease);
     k8slease_elector_free(holder_el);
@@ -385,7 +386,7 @@ static void watch_holder(void **state)
     int ia, ib, n;
 
     (void)state;
-    ok(K8sLeaseWatchHolder(ns, lease, &s, on_holder, &err), err, "K8sLeaseWatchHolder");
+    ok(K8sLeaseWatchHolder(ns, lease, &s, on_holder, &err), &err, "K8sLeaseWatchHolder");
     assert_int_equal(K8sLeaseWatchHolder(ns, lease, &s, on_holder, &err), -1);
     assert_non_null(strstr(err, "watch already running for default/compat-watch"));
     free(err);
@@ -400,8 +401,8 @@ static void watch_holder(void **state)
     ib = wait_seen(&s, b);
     assert_true(ib > ia);
     assert_true(s.transitions[ib] > s.transitions[ia]);
-    ok(K8sLeaseCancelWatch(ns, lease, &err), err, "K8sLeaseCancelWatch");
-    ok(K8sLeaseCancelWatch(ns, lease, &err), err, "K8sLeaseCancelWatch again");
+    ok(K8sLeaseCancelWatch(ns, lease, &err), &err, "K8sLeaseCancelWatch");
+    ok(K8sLeaseCancelWatch(ns, lease, &err), &err, "K8sLeaseCancelWatch again");
     pthread_mutex_lock(&s.mu);
     n = s.n;
     pthread_mutex_unlock(&s.mu);
@@ -428,13 +429,13 @@ static void pod_labels(void **state)
                      0);
     free(resp);
     assert_int_equal(status, 201);
-    ok(K8sPatchPodLabel(ns, pod, key, value, &err), err, "K8sPatchPodLabel");
+    ok(K8sPatchPodLabel(ns, pod, key, value, &err), &err, "K8sPatchPodLabel");
     ts_control(e2e_server(), "GET", "/api/v1/namespaces/default/pods/compat-pod", NULL, &status,
                &resp);
     assert_non_null(strstr(resp, "\"role\":\"leader\""));
     assert_non_null(strstr(resp, "\"app\":\"x\""));
     free(resp);
-    ok(K8sRemovePodLabel(ns, pod, key, &err), err, "K8sRemovePodLabel");
+    ok(K8sRemovePodLabel(ns, pod, key, &err), &err, "K8sRemovePodLabel");
     ts_control(e2e_server(), "GET", "/api/v1/namespaces/default/pods/compat-pod", NULL, &status,
                &resp);
     assert_null(strstr(resp, "\"role\""));

@@ -1368,7 +1368,7 @@ static void test_cancel(void **state)
     loop_start(&cfg);
     o.method = "GET";
     o.path = "/block";
-    o.timeout_ms = 300;
+    o.timeout_ms = 2000;
     /* In flight, cancelled later; cancelled at once; cancelled from on_data. */
     req = start_req(&o, &T.r[0], 0);
     start_req(&o, &T.r[1], 1);
@@ -1383,11 +1383,12 @@ static void test_cancel(void **state)
     pthread_mutex_unlock(&T.mu);
     assert_int_equal(T.r[2].data_calls, 1);
 
-    /* Had they not been cancelled, their 300 ms timeout would have passed
-     * by the time this one times out too. */
+    /* Had they not been cancelled, their 2 s timeout would have passed by
+     * the time this one times out too (long enough that a loaded machine
+     * cannot time them out before they are cancelled). */
     o.path = "/block";
     o.on_data = NULL;
-    o.timeout_ms = 600;
+    o.timeout_ms = 2500;
     start_req(&o, &T.r[3], 0);
     wait_done(&T.r[3]);
     assert_int_equal(T.r[3].err, K8SLEASE_ETIMEOUT);
