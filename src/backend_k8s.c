@@ -53,6 +53,7 @@ struct k8slease_elector {
     int64_t req_started; /* monotonic ns */
     int req_renewal;     /* the UPDATE in flight renews our term */
     kl__timer timer;
+    kl__timer failed; /* answers a request that could not start */
 
     /* Shared with the threads that wait. */
     pthread_mutex_t mu;
@@ -253,12 +254,12 @@ static void on_watch(const kl__sub_event *sev, void *arg)
 
 /* A request that could not even start is answered like a failed one, on a
  * later loop turn so the state machine is never re-entered. */
-static void fail_later(void *arg)
+static void on_failed(kl__timer *t, void *arg)
 {
-    k8slease_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_RESULT, .status = K8SLEASE_ENOMEM};
 
-    run(e, &ev);
+    (void)t;
+    run(arg, &ev);
 }
 
 /* Body of an UPDATE over the newest object seen; NULL on ENOMEM, or when
@@ -322,17 +323,14 @@ static void start_request(k8slease_elector *e, const kl__elector_action *a)
 fail:
     kl__log_printf(&e->client->log, K8SLEASE_LOG_ERROR, "%s: cannot start request: out of memory",
                    e->what);
-    if (kl__loop_post(e->client->loop, fail_later, e) < 0) {
-        /* Nothing left to drive the machine: end the election. */
-        kl__elector_event stop = {.type = KL_EV_STOP};
-
-        run(e, &stop);
-    }
+    /* A timer of our own (no allocation) answers on the next loop turn. */
+    kl__timer_arm(e->client->loop, &e->failed, kl__loop_now(e->client->loop));
 }
 
 static void finish(k8slease_elector *e)
 {
     kl__timer_cancel(e->client->loop, &e->timer);
+    kl__timer_cancel(e->client->loop, &e->failed);
     kl__http_cancel(e->client->loop, e->req);
     e->req = NULL;
     kl__sub_stop(e->sub);
@@ -541,6 +539,7 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
     if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
         goto out;
     kl__timer_init(&e->timer, on_timer, e);
+    kl__timer_init(&e->failed, on_failed, e);
     if ((err = kl__loop_post(client->loop, start_on_loop, e)) < 0) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
@@ -694,6 +693,7 @@ static void detach(void *arg)
     k8slease_elector *e = arg;
 
     kl__timer_cancel(e->client->loop, &e->timer);
+    kl__timer_cancel(e->client->loop, &e->failed);
     kl__http_cancel(e->client->loop, e->req);
     e->req = NULL;
     kl__sub_stop(e->sub);
