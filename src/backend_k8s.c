@@ -448,10 +448,8 @@ static uint64_t make_seed(const void *p)
 {
     uint64_t x = (uint64_t)kl__clock_mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)p;
 
-    /* splitmix64 finaliser: spread the bits of weak entropy. */
-    x = (x ^ (x >> 30)) * UINT64_C(0xbf58476d1ce4e5b9);
-    x = (x ^ (x >> 27)) * UINT64_C(0x94d049bb133111eb);
-    return x ^ (x >> 31);
+    /* One splitmix64 step spreads the bits of this weak entropy. */
+    return kl__splitmix64(&x);
 }
 
 static void elector_destroy(k8slease_elector *e)

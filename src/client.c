@@ -239,6 +239,24 @@ K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder)
     kl__free(holder);
 }
 
+/* A label value, also the name part of a key: at most 63 characters of
+ * [A-Za-z0-9._-], starting and ending alphanumeric (or empty). */
+static int is_label_value(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+
+        if (!alnum && (i == 0 || i == n - 1 || (c != '-' && c != '_' && c != '.')))
+            return 0;
+    }
+    return 1;
+}
+
 static int check_label_key(const char *key)
 {
     const char *slash;
@@ -259,19 +277,8 @@ static int check_label_key(const char *key)
         if (kl__check_name("label key prefix", prefix) < 0)
             goto bad;
     }
-    {
-        size_t n = strlen(name);
-
-        if (n == 0 || n > 63)
-            goto bad;
-        for (size_t i = 0; i < n; i++) {
-            char c = name[i];
-            int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-
-            if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '_' && c != '.')))
-                goto bad;
-        }
-    }
+    if (!name[0] || !is_label_value(name))
+        goto bad;
     return 0;
 bad:
     return kl__error_set(K8SLEASE_EINVAL,
@@ -282,19 +289,8 @@ bad:
 
 static int check_label_value(const char *value)
 {
-    size_t n = strlen(value);
-
-    if (n > 63)
-        goto bad;
-    for (size_t i = 0; i < n; i++) {
-        char c = value[i];
-        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-
-        if (!alnum && ((i == 0 || i == n - 1) || (c != '-' && c != '_' && c != '.')))
-            goto bad;
-    }
-    return 0;
-bad:
+    if (is_label_value(value))
+        return 0;
     return kl__error_set(K8SLEASE_EINVAL,
                          "label value \"%.80s\": must be at most 63 characters of [A-Za-z0-9._-] "
                          "starting and ending alphanumeric",

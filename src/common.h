@@ -16,6 +16,35 @@
 
 #define KL_ARRAY_LEN(a) (sizeof(a) / sizeof((a)[0]))
 
+/* a + b for b >= 0, saturating: durations come from servers and callers,
+ * and an overflow would turn "valid for ages" into "expired". */
+static inline int64_t kl__add_sat(int64_t a, int64_t b)
+{
+    return a > INT64_MAX - b ? INT64_MAX : a + b;
+}
+
+/* FNV-1a, 64 bits: cheap equality hints for names kept truncated. */
+static inline uint64_t kl__fnv1a(const char *s, size_t len)
+{
+    uint64_t h = 14695981039346656037u;
+
+    for (size_t i = 0; i < len; i++) {
+        h ^= (unsigned char)s[i];
+        h *= 1099511628211u;
+    }
+    return h;
+}
+
+/* splitmix64: advances *state; any seed, including 0, gives a full period. */
+static inline uint64_t kl__splitmix64(uint64_t *state)
+{
+    uint64_t z = (*state += 0x9e3779b97f4a7c15u);
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+    return z ^ (z >> 31);
+}
+
 /* Set the calling thread's last error message and return code (negative).
  * The message should name the thing that was wrong. */
 int kl__error_set(int code, const char *fmt, ...) KL_PRINTF(2, 3);

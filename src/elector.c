@@ -21,13 +21,6 @@ static void set_state(kl__elector *e, kl__elector_state to)
     e->state = to;
 }
 
-/* a + b for b >= 0, saturating: durations come from the server and the
- * caller, and an overflow would turn "valid for ages" into "expired". */
-static int64_t add_sat(int64_t a, int64_t b)
-{
-    return a > INT64_MAX - b ? INT64_MAX : a + b;
-}
-
 static int64_t sec_to_ns(int64_t s)
 {
     if (s <= 0)
@@ -44,25 +37,9 @@ static int64_t lease_duration_s(const kl__elector *e)
     return ns / KL_NS_PER_S + (ns % KL_NS_PER_S != 0);
 }
 
-static uint64_t fnv1a(const char *s, size_t len)
-{
-    uint64_t h = 14695981039346656037u;
-
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211u;
-    }
-    return h;
-}
-
-/* splitmix64: any seed, including 0, gives a full-period sequence. */
 static uint64_t next_rand(kl__elector *e)
 {
-    uint64_t z = (e->rng += 0x9e3779b97f4a7c15u);
-
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
-    return z ^ (z >> 31);
+    return kl__splitmix64(&e->rng);
 }
 
 /* RP * (1 + r * 1.2), r in [0,1): the jitter spreads candidates that failed
@@ -73,7 +50,7 @@ static int64_t retry_delay(kl__elector *e)
     int64_t rp = e->cfg.retry_period_ns;
     uint64_t span = (uint64_t)(rp + rp / 5);
 
-    return add_sat(rp, (int64_t)(next_rand(e) % span));
+    return kl__add_sat(rp, (int64_t)(next_rand(e) % span));
 }
 
 /* j in [0, RP/20): spreads the attempts of the followers that all saw the
@@ -145,7 +122,7 @@ static void observe(kl__elector *e, const kl__lease_spec *s, int64_t now, int wr
 {
     const char *h = s->holder ? s->holder : "";
     size_t len = strlen(h);
-    uint64_t hash = fnv1a(h, len);
+    uint64_t hash = kl__fnv1a(h, len);
 
     if (!written && e->have_observed &&
         same_name(e->holder, e->holder_len, e->holder_hash, h, len, hash) &&
@@ -185,7 +162,7 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
 static int held_by_other(const kl__elector *e, int64_t now)
 {
     return e->holder_len > 0 && !holder_is_self(e) &&
-           add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
+           kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
 }
 
 static void emit_stopped(kl__elector *e, kl__elector_actions *out)
@@ -259,7 +236,7 @@ static void step_down(kl__elector *e, int release, int may_hold, int64_t now,
     e->stop_release = release;
     e->may_hold = may_hold;
     e->release_started = 0;
-    e->release_deadline = add_sat(now, e->cfg.renew_deadline_ns);
+    e->release_deadline = kl__add_sat(now, e->cfg.renew_deadline_ns);
     e->next_attempt = INT64_MAX;
     if (e->req == KL_REQ_NONE)
         begin_release(e, now, out);
@@ -277,9 +254,9 @@ static void retry_later(kl__elector *e, int64_t now)
 {
     if (watching(e) && e->have_observed && held_by_other(e, now))
         e->next_attempt =
-            add_sat(add_sat(e->observed_time, sec_to_ns(e->duration_s)), expiry_jitter(e));
+            kl__add_sat(kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)), expiry_jitter(e));
     else
-        e->next_attempt = add_sat(now, retry_delay(e));
+        e->next_attempt = kl__add_sat(now, retry_delay(e));
 }
 
 static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
@@ -307,15 +284,15 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
     /* A write answered after the renew deadline would start a term that is
      * already over: stay a candidate. The next GET shows us as holder and
      * takes a fresh term at once. */
-    if (!holder_is_self(e) || now >= add_sat(e->req_started, e->cfg.renew_deadline_ns)) {
+    if (!holder_is_self(e) || now >= kl__add_sat(e->req_started, e->cfg.renew_deadline_ns)) {
         report_leader(e, out);
         retry_later(e, now);
         return;
     }
     set_state(e, KL_EL_LEADING);
     e->epoch = e->transitions;
-    e->leader_deadline = add_sat(e->req_started, e->cfg.renew_deadline_ns);
-    e->next_attempt = add_sat(now, e->cfg.retry_period_ns);
+    e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
+    e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     push(out, KL_ACT_STARTED)->epoch = e->epoch;
     report_leader(e, out);
 }
@@ -327,8 +304,8 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
     if (req == KL_REQ_UPDATE && status == 0) {
         observe(e, spec, now, 1);
         report_leader(e, out);
-        e->leader_deadline = add_sat(e->req_started, e->cfg.renew_deadline_ns);
-        e->next_attempt = add_sat(now, e->cfg.retry_period_ns);
+        e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     } else if (req == KL_REQ_UPDATE && e->req_fast_path) {
         /* the cached object may be stale: read it and try again now */
         get(e, now, out);
@@ -347,7 +324,7 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
          * and break the epoch order, so this term is over. */
         step_down(e, 0, 0, now, out);
     } else {
-        e->next_attempt = add_sat(now, e->cfg.retry_period_ns);
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     }
 }
 
@@ -379,7 +356,7 @@ static void releasing_result(kl__elector *e, kl__elector_req req, int status,
     } else if (req == KL_REQ_UPDATE && status == K8SLEASE_ECONFLICT) {
         get(e, now, out);
     } else {
-        e->next_attempt = add_sat(now, e->cfg.retry_period_ns);
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     }
 }
 
@@ -442,7 +419,7 @@ static void on_watch_health(kl__elector *e, int healthy, int64_t now)
         if (e->have_observed && held_by_other(e, now))
             retry_later(e, now);
     } else {
-        int64_t poll = add_sat(now, retry_delay(e));
+        int64_t poll = kl__add_sat(now, retry_delay(e));
 
         if (poll < e->next_attempt)
             e->next_attempt = poll;

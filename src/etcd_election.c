@@ -20,25 +20,9 @@ static void set_state(kl__etcd_election *e, kl__etcd_election_state to)
     e->state = to;
 }
 
-static int64_t add_sat(int64_t a, int64_t b)
-{
-    return a > INT64_MAX - b ? INT64_MAX : a + b;
-}
-
 static int64_t min64(int64_t a, int64_t b)
 {
     return a < b ? a : b;
-}
-
-static uint64_t fnv1a(const char *s, size_t len)
-{
-    uint64_t h = 14695981039346656037u;
-
-    for (size_t i = 0; i < len; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 1099511628211u;
-    }
-    return h;
 }
 
 static int same_bytes(const char *a, size_t a_len, const char *b, size_t b_len)
@@ -109,7 +93,7 @@ static void cancel(kl__etcd_election *e, kl__etcd_channel ch, kl__etcd_election_
 
 static void retry_later(kl__etcd_election *e, kl__etcd_channel ch, int64_t now)
 {
-    e->next[ch] = add_sat(now, e->cfg.retry_period_ns);
+    e->next[ch] = kl__add_sat(now, e->cfg.retry_period_ns);
 }
 
 static void send_grant(kl__etcd_election *e, int64_t now, kl__etcd_election_actions *out)
@@ -237,7 +221,7 @@ static void campaign_send(kl__etcd_election *e, int64_t now, kl__etcd_election_a
 static void report_leader(kl__etcd_election *e, const char *value, size_t len, int64_t epoch,
                           int64_t rev, kl__etcd_election_actions *out)
 {
-    uint64_t hash = fnv1a(value, len);
+    uint64_t hash = kl__fnv1a(value, len);
     size_t n = len < KL_EE_VALUE_MAX - 1 ? len : KL_EE_VALUE_MAX - 1;
     kl__etcd_election_action *a;
 
@@ -301,7 +285,7 @@ static void end(kl__etcd_election *e, int release, int64_t now, kl__etcd_electio
     e->release_delete = e->my_rev > 0 && !e->key_gone;
     /* Without keepalives the lease dies at most TTL after its last renewal
      * at the server, which is before now: then there is nothing left. */
-    e->release_deadline = add_sat(now, e->cfg.ttl_ns);
+    e->release_deadline = kl__add_sat(now, e->cfg.ttl_ns);
     campaign_send(e, now, out);
 }
 
@@ -377,12 +361,12 @@ static void grant_result(kl__etcd_election *e, int status, const kl__etcd_lease 
      * shorter of the two keeps the deadline on the safe side. */
     granted = l->ttl > INT64_MAX / KL_NS_PER_S ? INT64_MAX : l->ttl * KL_NS_PER_S;
     e->lease_id = l->id;
-    e->lease_deadline = add_sat(e->sent[KL_EE_CH_CAMPAIGN], min64(e->cfg.ttl_ns, granted));
+    e->lease_deadline = kl__add_sat(e->sent[KL_EE_CH_CAMPAIGN], min64(e->cfg.ttl_ns, granted));
     e->key_len =
         (size_t)snprintf(e->key, sizeof(e->key), "%s%llx", e->prefix, (unsigned long long)l->id);
     e->my_rev = 0;
     e->key_gone = 0;
-    e->next[KL_EE_CH_KEEPALIVE] = add_sat(now, e->keepalive_ns);
+    e->next[KL_EE_CH_KEEPALIVE] = kl__add_sat(now, e->keepalive_ns);
     if (now >= e->lease_deadline) {
         /* the answer took longer than the TTL: presumed expired already */
         lease_lost(e, 0, now, out);
@@ -471,7 +455,7 @@ static void predecessor_result(kl__etcd_election *e, int status, const kl__etcd_
         return;
     }
     set_state(e, KL_EE_WAITING);
-    send_watch(e, KL_EE_CH_CAMPAIGN, e->pred, e->pred_len, add_sat(r->revision, 1), now, out);
+    send_watch(e, KL_EE_CH_CAMPAIGN, e->pred, e->pred_len, kl__add_sat(r->revision, 1), now, out);
 }
 
 /* A canceled watch is over on etcd's side; CANCEL closes our stream. After
@@ -564,7 +548,8 @@ static void keepalive_result(kl__etcd_election *e, int status, const kl__etcd_le
     int64_t ttl;
 
     if (status != 0 || (l->id != 0 && l->id != e->lease_id)) {
-        e->next[KL_EE_CH_KEEPALIVE] = add_sat(now, min64(e->keepalive_ns, e->cfg.retry_period_ns));
+        e->next[KL_EE_CH_KEEPALIVE] =
+            kl__add_sat(now, min64(e->keepalive_ns, e->cfg.retry_period_ns));
         return;
     }
     if (l->ttl <= 0) {
@@ -572,8 +557,8 @@ static void keepalive_result(kl__etcd_election *e, int status, const kl__etcd_le
         return;
     }
     ttl = l->ttl > INT64_MAX / KL_NS_PER_S ? INT64_MAX : l->ttl * KL_NS_PER_S;
-    e->lease_deadline = add_sat(e->sent[KL_EE_CH_KEEPALIVE], min64(e->cfg.ttl_ns, ttl));
-    e->next[KL_EE_CH_KEEPALIVE] = add_sat(now, e->keepalive_ns);
+    e->lease_deadline = kl__add_sat(e->sent[KL_EE_CH_KEEPALIVE], min64(e->cfg.ttl_ns, ttl));
+    e->next[KL_EE_CH_KEEPALIVE] = kl__add_sat(now, e->keepalive_ns);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -602,8 +587,8 @@ static void leader_range_result(kl__etcd_election *e, int status, const kl__etcd
         retry_later(e, KL_EE_CH_OBSERVE, now);
         return;
     }
-    send_watch(e, KL_EE_CH_OBSERVE, e->leader_key, e->leader_key_len, add_sat(r->revision, 1), now,
-               out);
+    send_watch(e, KL_EE_CH_OBSERVE, e->leader_key, e->leader_key_len, kl__add_sat(r->revision, 1),
+               now, out);
 }
 
 static void observe_watch(kl__etcd_election *e, const kl__etcd_watch_msg *m, int64_t now,
