@@ -389,7 +389,7 @@ static int run_demo(demo *d)
         fprintf(stderr, "k8slease demo: epochs did not increase: %lld %lld %lld\n", e1, e2, e3);
         return -1;
     }
-    say(d, "done: 3 terms, epochs %lld < %lld < %lld, never two leaders", e1, e2, e3);
+    say(d, "done: 3 terms, epochs strictly increasing: %lld < %lld < %lld", e1, e2, e3);
     return 0;
 }
 
