@@ -2,6 +2,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "harness.h"
 
@@ -65,4 +66,19 @@ int e2e_is_testserver(void)
 struct ts_server *e2e_server(void)
 {
     return server;
+}
+
+int64_t e2e_mono_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void e2e_pause_ms(int ms)
+{
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
+
+    nanosleep(&ts, NULL);
 }

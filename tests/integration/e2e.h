@@ -2,6 +2,8 @@
 #ifndef K8SLEASE_E2E_H
 #define K8SLEASE_E2E_H
 
+#include <stdint.h>
+
 #include "k8slease.h"
 
 /* Use $K8SLEASE_TEST_KUBECONFIG when set (any API server: a real cluster,
@@ -14,5 +16,9 @@ int e2e_teardown(k8slease_client *client);
 /* 1 when the server is our test server (fault injection available). */
 int e2e_is_testserver(void);
 struct ts_server *e2e_server(void);
+
+/* CLOCK_MONOTONIC in ms; a pause for polling loops (never synchronisation). */
+int64_t e2e_mono_ms(void);
+void e2e_pause_ms(int ms);
 
 #endif

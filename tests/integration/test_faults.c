@@ -37,21 +37,6 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void pause_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-
-    nanosleep(&ts, NULL);
-}
-
 static void need_testserver(void)
 {
     if (!e2e_is_testserver()) {
@@ -73,7 +58,7 @@ static void on_started(int64_t epoch, void *ud)
     cand *c = ud;
 
     pthread_mutex_lock(&c->mu);
-    c->started_at = mono_ms();
+    c->started_at = e2e_mono_ms();
     c->epoch = epoch;
     pthread_mutex_unlock(&c->mu);
 }
@@ -83,7 +68,7 @@ static void on_stopped(void *ud)
     cand *c = ud;
 
     pthread_mutex_lock(&c->mu);
-    c->stopped_at = mono_ms();
+    c->stopped_at = e2e_mono_ms();
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -158,7 +143,7 @@ static long add_fault(const char *json)
 static void wait_fault_retired(long id)
 {
     char path[64];
-    int64_t deadline = mono_ms() + WAIT_MS;
+    int64_t deadline = e2e_mono_ms() + WAIT_MS;
 
     snprintf(path, sizeof(path), "/testserver/v1/faults/%ld", id);
     for (;;) {
@@ -167,9 +152,9 @@ static void wait_fault_retired(long id)
         assert_int_equal(ts_control(e2e_server(), "GET", path, NULL, &status, NULL), 0);
         if (status == 404)
             return;
-        if (mono_ms() > deadline)
+        if (e2e_mono_ms() > deadline)
             fail_msg("fault %ld still live after %d ms", id, WAIT_MS);
-        pause_ms(50);
+        e2e_pause_ms(50);
     }
 }
 
@@ -209,9 +194,9 @@ static void conflict_storm_keeps_one_leader(void **state)
     wait_fault_retired(id);
     assert_true(stats(a).conflicts + stats(b).conflicts >= 8);
     /* After the storm: one leader, whoever it is. */
-    for (int64_t deadline = mono_ms() + WAIT_MS; leaders == 0; pause_ms(50)) {
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; leaders == 0; e2e_pause_ms(50)) {
         leaders = k8slease_elector_is_leader(a) + k8slease_elector_is_leader(b);
-        if (mono_ms() > deadline)
+        if (e2e_mono_ms() > deadline)
             fail_msg("no leader %d ms after the storm", WAIT_MS);
     }
     assert_int_equal(leaders, 1);
@@ -244,8 +229,9 @@ static void token_rotation_is_followed(void **state)
     assert_int_equal(status, 200);
     renewals = stats(a).renewals;
     /* Renewals go on with the new token, read again after a 401. */
-    for (int64_t deadline = mono_ms() + WAIT_MS; stats(a).renewals < renewals + 3; pause_ms(50))
-        if (mono_ms() > deadline)
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(a).renewals < renewals + 3;
+         e2e_pause_ms(50))
+        if (e2e_mono_ms() > deadline)
             fail_msg("fewer than 3 renewals in %d ms after the token rotation", WAIT_MS);
     assert_true(k8slease_elector_is_leader(a));
     assert_true(answers_with("401") > before401);
@@ -272,17 +258,17 @@ static void hang_longer_than_renew_deadline(void **state)
     a = start(client, "faults-hang", "a:1", &ca);
     elected(a, "a");
     b = start(cb_client, "faults-hang", "b:1", &cb);
-    for (int64_t deadline = mono_ms() + WAIT_MS;; pause_ms(20)) {
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(20)) {
         pthread_mutex_lock(&cb.mu);
         int seen = strcmp(cb.leader, "a:1") == 0;
         pthread_mutex_unlock(&cb.mu);
         if (seen)
             break;
-        if (mono_ms() > deadline)
+        if (e2e_mono_ms() > deadline)
             fail_msg("b did not see a as leader within %d ms", WAIT_MS);
     }
     /* The server stops answering for longer than the renew deadline. */
-    hang_at = mono_ms();
+    hang_at = e2e_mono_ms();
     add_fault("{\"kind\":\"hang\",\"duration_ms\":4000}");
     elected(b, "b");
     pthread_mutex_lock(&ca.mu);
@@ -313,8 +299,9 @@ static void restart_keeping_state(void **state)
     /* Down for a quarter of the renew deadline: the leader rides it out. */
     assert_int_equal(ts_restart(e2e_server(), true, RD_MS / 4), 0);
     renewals = stats(a).renewals;
-    for (int64_t deadline = mono_ms() + WAIT_MS; stats(a).renewals < renewals + 2; pause_ms(50))
-        if (mono_ms() > deadline)
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(a).renewals < renewals + 2;
+         e2e_pause_ms(50))
+        if (e2e_mono_ms() > deadline)
             fail_msg("no renewals in %d ms after the restart", WAIT_MS);
     assert_true(k8slease_elector_is_leader(a));
     assert_true(stats(a).terms == 1);
@@ -335,7 +322,7 @@ static void restart_losing_state(void **state)
     assert_int_equal(ts_restart(e2e_server(), false, 200), 0);
     /* The Lease is gone: within a few lease durations there is again
      * exactly one leader. */
-    for (deadline = mono_ms() + WAIT_MS;; pause_ms(50)) {
+    for (deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(50)) {
         k8slease_holder *h = NULL;
 
         leaders = k8slease_elector_is_leader(a) + k8slease_elector_is_leader(b);
@@ -347,7 +334,7 @@ static void restart_losing_state(void **state)
                 break;
         }
         assert_true(leaders <= 1);
-        if (mono_ms() > deadline)
+        if (e2e_mono_ms() > deadline)
             fail_msg("no single leader %d ms after a restart without state", WAIT_MS);
     }
     k8slease_elector_free(a);

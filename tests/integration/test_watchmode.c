@@ -47,21 +47,6 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void pause_ms(int ms)
-{
-    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000};
-
-    nanosleep(&ts, NULL);
-}
-
 static void need_testserver(void)
 {
     if (!e2e_is_testserver()) {
@@ -96,7 +81,7 @@ static void on_started(int64_t epoch, void *ud)
     cand *c = ud;
 
     pthread_mutex_lock(&c->mu);
-    c->started_at = mono_ms();
+    c->started_at = e2e_mono_ms();
     c->epoch = epoch;
     pthread_mutex_unlock(&c->mu);
 }
@@ -106,7 +91,7 @@ static void on_stopped(void *ud)
     cand *c = ud;
 
     pthread_mutex_lock(&c->mu);
-    c->stopped_at = mono_ms();
+    c->stopped_at = e2e_mono_ms();
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -179,7 +164,7 @@ static k8slease_elector_stats stats(const k8slease_elector *e)
 /* Wait (bounded) until the follower has seen who leads, on a healthy watch. */
 static void wait_following(k8slease_elector *e, cand *c, const char *leader)
 {
-    for (int64_t deadline = mono_ms() + WAIT_MS;; pause_ms(10)) {
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(10)) {
         int seen;
 
         pthread_mutex_lock(&c->mu);
@@ -187,7 +172,7 @@ static void wait_following(k8slease_elector *e, cand *c, const char *leader)
         pthread_mutex_unlock(&c->mu);
         if (seen && stats(e).watch_healthy)
             return;
-        if (mono_ms() > deadline)
+        if (e2e_mono_ms() > deadline)
             fail_msg("follower did not see \"%s\" on a healthy watch within %d ms", leader,
                      WAIT_MS);
     }
@@ -269,8 +254,8 @@ static void delete_faults(void)
 
 static void wait_watches_open(long n)
 {
-    for (int64_t deadline = mono_ms() + WAIT_MS; watches_open() != n; pause_ms(20))
-        if (mono_ms() > deadline)
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; watches_open() != n; e2e_pause_ms(20))
+        if (e2e_mono_ms() > deadline)
             fail_msg("watches open: %ld, expected %ld within %d ms", watches_open(), n, WAIT_MS);
 }
 
@@ -291,7 +276,7 @@ static void release_taken_over_at_once(void **state)
     elected(a, "a");
     b = start_with(cb, NULL, "wm-release", "b:1", &b_, &defaults);
     wait_following(b, &b_, "a:1");
-    t0 = mono_ms();
+    t0 = e2e_mono_ms();
     assert_int_equal(k8slease_elector_stop(a, 1), 0);
     elected(b, "b");
     dt = started_at(&b_) - t0;
@@ -324,7 +309,7 @@ static void failover_exactly_at_expiry(void **state)
     b = start(cb, "wm-death", "b:1", &b_);
     wait_following(b, &b_, "a:1");
     assert_int_equal(k8slease_elector_stop(a, 0), 0);
-    died = mono_ms();
+    died = e2e_mono_ms();
     last_renew = stats(a).last_renew_ns / 1000000;
     elected(b, "b");
     t = started_at(&b_);
@@ -363,7 +348,7 @@ static void followers_do_not_poll(void **state)
     c = start_with(cp, NULL, "wm-quiet", "c:1", &c_, &poll);
     b0 = stats(b);
     c0 = stats(c);
-    pause_ms(5 * RP_MS);
+    e2e_pause_ms(5 * RP_MS);
     b1 = stats(b);
     c1 = stats(c);
     print_message("in %d ms: watching follower %llu GETs, %llu events; poll-only follower %llu "
@@ -429,12 +414,12 @@ static void frozen_watch_falls_back_to_polling(void **state)
     wait_following(b, &b_, "a:1");
     control("/testserver/v1/faults",
             "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"wm-frozen-b\"}}", 201);
-    for (int64_t deadline = mono_ms() + WAIT_MS; stats(b).watch_healthy; pause_ms(20))
-        if (mono_ms() > deadline)
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(b).watch_healthy; e2e_pause_ms(20))
+        if (e2e_mono_ms() > deadline)
             fail_msg("frozen watch still healthy after %d ms", WAIT_MS);
     gets = stats(b).gets;
     assert_int_equal(k8slease_elector_stop(a, 0), 0);
-    died = mono_ms();
+    died = e2e_mono_ms();
     elected(b, "b");
     print_message("frozen watch: took over %lld ms after the leader died, %llu GETs meanwhile\n",
                   (long long)(started_at(&b_) - died), (unsigned long long)(stats(b).gets - gets));
@@ -471,12 +456,12 @@ static void closed_watch_is_resumed(void **state)
         long total = watches_total();
 
         control("/testserver/v1/watches/close", closes[i], 200);
-        for (int64_t deadline = mono_ms() + WAIT_MS;
-             watches_total() <= total || !stats(b).watch_healthy; pause_ms(20))
-            if (mono_ms() > deadline)
+        for (int64_t deadline = e2e_mono_ms() + WAIT_MS;
+             watches_total() <= total || !stats(b).watch_healthy; e2e_pause_ms(20))
+            if (e2e_mono_ms() > deadline)
                 fail_msg("watch not resumed within %d ms", WAIT_MS);
     }
-    t0 = mono_ms();
+    t0 = e2e_mono_ms();
     assert_int_equal(k8slease_elector_stop(a, 1), 0);
     elected(b, "b");
     dt = started_at(&b_) - t0;
@@ -510,15 +495,15 @@ static void gone_resume_relists(void **state)
     lists = verb_ok("list");
     control("/testserver/v1/faults",
             "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"wm-gone-b\"}}", 201);
-    for (uint64_t renewals = stats(a).renewals; stats(a).renewals < renewals + 2; pause_ms(20))
+    for (uint64_t renewals = stats(a).renewals; stats(a).renewals < renewals + 2; e2e_pause_ms(20))
         ;
     control("/testserver/v1/compact", "{}", 200);
     delete_faults();
-    for (int64_t deadline = mono_ms() + WAIT_MS;
-         verb_ok("list") <= lists || !stats(b).watch_healthy; pause_ms(20))
-        if (mono_ms() > deadline)
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;
+         verb_ok("list") <= lists || !stats(b).watch_healthy; e2e_pause_ms(20))
+        if (e2e_mono_ms() > deadline)
             fail_msg("no relist within %d ms", WAIT_MS);
-    t0 = mono_ms();
+    t0 = e2e_mono_ms();
     assert_int_equal(k8slease_elector_stop(a, 1), 0);
     elected(b, "b");
     dt = started_at(&b_) - t0;
@@ -564,7 +549,7 @@ static void holder_watch_shares_the_stream(void **state)
     e = start(c, "wm-shared", "e:1", NULL);
     assert_int_equal(k8slease_watch_start(&w, c, NULL, "wm-shared", on_holder, &l), 0);
     elected(e, "e");
-    for (int64_t deadline = mono_ms() + WAIT_MS;; pause_ms(10)) {
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(10)) {
         int seen;
 
         pthread_mutex_lock(&l.mu);
@@ -572,7 +557,7 @@ static void holder_watch_shares_the_stream(void **state)
         pthread_mutex_unlock(&l.mu);
         if (seen && stats(e).watch_healthy)
             break;
-        if (mono_ms() > deadline)
+        if (e2e_mono_ms() > deadline)
             fail_msg("holder watch did not report e:1 within %d ms", WAIT_MS);
     }
     assert_int_equal(watches_open(), 1);
@@ -605,8 +590,9 @@ static void namespace_watch_forbidden_goes_back(void **state)
     }
     for (int k = 0; k < N - 1; k++) {
         elected(e[k], "narrow");
-        for (int64_t deadline = mono_ms() + WAIT_MS; !stats(e[k]).watch_healthy; pause_ms(10))
-            if (mono_ms() > deadline)
+        for (int64_t deadline = e2e_mono_ms() + WAIT_MS; !stats(e[k]).watch_healthy;
+             e2e_pause_ms(10))
+            if (e2e_mono_ms() > deadline)
                 fail_msg("election %d: no healthy watch within %d ms", k, WAIT_MS);
     }
     wait_watches_open(open + N - 1);
@@ -618,8 +604,9 @@ static void namespace_watch_forbidden_goes_back(void **state)
     elected(e[N - 1], "narrow");
     wait_watches_open(open + N);
     for (int k = 0; k < N; k++)
-        for (int64_t deadline = mono_ms() + WAIT_MS; !stats(e[k]).watch_healthy; pause_ms(10))
-            if (mono_ms() > deadline)
+        for (int64_t deadline = e2e_mono_ms() + WAIT_MS; !stats(e[k]).watch_healthy;
+             e2e_pause_ms(10))
+            if (e2e_mono_ms() > deadline)
                 fail_msg("election %d: no healthy watch within %d ms", k, WAIT_MS);
     delete_faults();
     for (int k = 0; k < N; k++)
@@ -679,7 +666,7 @@ static void many_elections_one_thread(void **state)
         wait_watches_open(open); /* the other tests' streams are gone */
     th0 = threads();
     rss0 = rss_kb();
-    t0 = mono_ms();
+    t0 = e2e_mono_ms();
     for (int k = 0; k < N; k++) {
         char name[32];
 
@@ -688,10 +675,10 @@ static void many_elections_one_thread(void **state)
     }
     for (int k = 0; k < N; k++)
         elected(e[k], "many");
-    all_at = mono_ms();
+    all_at = e2e_mono_ms();
     for (int k = 0; k < N; k++)
-        for (int64_t deadline = mono_ms() + WAIT_MS; stats(e[k]).renewals < 2; pause_ms(50))
-            if (mono_ms() > deadline)
+        for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(e[k]).renewals < 2; e2e_pause_ms(50))
+            if (e2e_mono_ms() > deadline)
                 fail_msg("election %d: fewer than 2 renewals within %d ms", k, WAIT_MS);
     rss1 = rss_kb();
     print_message("%d elections in one client: all elected in %lld ms; %d threads before, %d "
