@@ -126,6 +126,8 @@ struct kl__http_req {
     int in_multi;
     struct curl_slist *headers;
     char *method, *path, *content_type;
+    char *server;        /* opts->base_url, NULL: the configured server */
+    char *authorization; /* opts->authorization, NULL: the configured credentials */
     int has_body;
     char *body; /* a copy: it must outlive kl__http_start while the request waits */
     size_t body_len;
@@ -384,6 +386,12 @@ static const char *bearer_token(const kl__loop *loop)
     return loop->exec ? loop->cred.token : loop->token;
 }
 
+/* The server of a request, for URLs and messages. */
+static const char *req_server(const kl__loop *loop, const kl__http_req *req)
+{
+    return req->server ? req->server : loop->server;
+}
+
 /* ------------------------------------------------------------------------ */
 /* Requests                                                                 */
 /* ------------------------------------------------------------------------ */
@@ -462,8 +470,8 @@ static void map_curl_error(kl__loop *loop, kl__http_req *req, CURLcode rc)
     default:
         break;
     }
-    set_req_error(req, err, "%s%s: %s: %s", loop->server, connection ? "" : req->path, kind,
-                  detail);
+    set_req_error(req, err, "%s%s: %s: %s", req_server(loop, req), connection ? "" : req->path,
+                  kind, detail);
 }
 
 static void make_ready(kl__loop *loop, kl__http_req *req)
@@ -495,6 +503,16 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
         }
     }
     return len;
+}
+
+/* Sockets are close-on-exec from birth: a child the program forks and
+ * execs (the CLI's supervised command) must not keep the connection to the
+ * API server open after we close it, or hold a TLS session it cannot use. */
+static curl_socket_t on_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    (void)arg;
+    (void)purpose;
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
 }
 
 static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
@@ -544,12 +562,12 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
     req->streaming = req->on_data && status == 200;
     if (req->resp.len + len > BODY_MAX) {
         set_req_error(req, K8SLEASE_EPROTOCOL, "response body from %s%s larger than 16 MiB",
-                      loop->server, req->path);
+                      req_server(loop, req), req->path);
         return 0;
     }
     if (kl__buf_append(&req->resp, data, len) < 0) {
         set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory for the response body",
-                      loop->server, req->path);
+                      req_server(loop, req), req->path);
         return 0;
     }
     if (req->streaming)
@@ -618,9 +636,10 @@ static int build_headers(const kl__loop *loop, const kl__http_req *req, struct c
         (err = add_header(&h, "Accept: application/json")) < 0 ||
         (err = add_header(&h, "Expect:")) < 0)
         goto out;
-    if (token) {
+    if (req->authorization || token) {
         kl__free(line);
-        line = kl__sprintf("Authorization: Bearer %s", token);
+        line = req->authorization ? kl__sprintf("Authorization: %s", req->authorization)
+                                  : kl__sprintf("Authorization: Bearer %s", token);
         if ((err = add_header(&h, line)) < 0)
             goto out;
     }
@@ -646,7 +665,8 @@ static int req_launch(kl__loop *loop, kl__http_req *req)
     }
     if ((err = build_headers(loop, req, &h)) < 0 || (err = set_client_cert(loop, req->easy)) < 0 ||
         curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, h) != CURLE_OK) {
-        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", loop->server, req->path);
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", req_server(loop, req),
+                      req->path);
         err = req->err;
         goto out;
     }
@@ -667,8 +687,8 @@ static int req_launch(kl__loop *loop, kl__http_req *req)
     req->opened = req->open_pending = 0;
     req->last_byte = loop->now;
     if (curl_multi_add_handle(loop->multi, req->easy) != CURLM_OK) {
-        set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request", loop->server,
-                      req->path);
+        set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request",
+                      req_server(loop, req), req->path);
         err = req->err;
         goto out;
     }
@@ -695,7 +715,7 @@ static void pump(kl__loop *loop)
         req->waiting = 0;
         /* A failure is delivered by the request's timer. */
         if (dispatch(loop, req) < 0) {
-            set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", loop->server, req->path,
+            set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", req_server(loop, req), req->path,
                           kl__error_get());
             kl__timer_arm(loop, &req->timer, loop->now);
         }
@@ -742,6 +762,8 @@ static void req_free(kl__loop *loop, kl__http_req *req)
     kl__free(req->method);
     kl__free(req->path);
     kl__free(req->content_type);
+    kl__free(req->server);
+    kl__free(req->authorization);
     kl__free(req->body);
     if (req->counted) {
         loop->active--;
@@ -771,11 +793,11 @@ static void req_complete(kl__loop *loop, kl__http_req *req)
     res.body_len = req->resp.data && !req->streaming ? req->resp.len : 0;
     res.content_type = content_type ? content_type : "";
     if (req->err)
-        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method, loop->server,
-                       req->path, req->errmsg);
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method,
+                       req_server(loop, req), req->path, req->errmsg);
     else
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: HTTP %ld", req->method,
-                       loop->server, req->path, status);
+                       req_server(loop, req), req->path, status);
     req->busy = 1;
     req->done(&res, req->arg);
     req_free(loop, req);
@@ -802,8 +824,8 @@ static void on_req_timer(kl__timer *t, void *arg)
         kl__timer_arm(loop, t, req->last_byte + req->idle_ns);
         return;
     }
-    snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", loop->server, req->path,
-             (long long)(req->idle_ns / KL_NS_PER_MS));
+    snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", req_server(loop, req),
+             req->path, (long long)(req->idle_ns / KL_NS_PER_MS));
     req_fail(loop, req, K8SLEASE_ETIMEOUT, msg);
 }
 
@@ -823,14 +845,14 @@ static void req_finish(kl__loop *loop, kl__http_req *req, CURLcode rc)
         return;
     }
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-    if (status == 401 && !req->retried && (loop->token_file || loop->exec)) {
+    if (status == 401 && !req->retried && !req->authorization && (loop->token_file || loop->exec)) {
         req->retried = 1;
         /* Requests that left with older credentials must not refresh again. */
         if (req->auth_gen == loop->auth_gen)
             loop->auth_stale = 1;
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
                        "%s %s%s: HTTP 401; retrying with fresh credentials", req->method,
-                       loop->server, req->path);
+                       req_server(loop, req), req->path);
         if (req_launch(loop, req) == 0)
             return;
     }
@@ -852,6 +874,7 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const char *url)
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
     curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
     curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
     if (req->on_open) {
@@ -870,7 +893,7 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const char *url)
                                                                     : CURLPROTO_HTTPS)) !=
             CURLE_OK ||
 #endif
-        (loop->connect_to &&
+        (loop->connect_to && !req->server &&
          (rc = curl_easy_setopt(e, CURLOPT_CONNECT_TO, loop->connect_to)) != CURLE_OK))
         return rc;
 
@@ -914,7 +937,7 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const char *url)
  * undo but the request itself) when it cannot be set up. */
 static int dispatch(kl__loop *loop, kl__http_req *req)
 {
-    char *url = kl__sprintf("%s%s", loop->base, req->path);
+    char *url = kl__sprintf("%s%s", req->server ? req->server : loop->base, req->path);
     CURLcode rc;
 
     if (!url || !(req->easy = curl_easy_init())) {
@@ -971,6 +994,8 @@ kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http
     req->method = kl__strdup(method);
     req->path = kl__strdup(opts->path ? opts->path : "/");
     req->content_type = opts->content_type ? kl__strdup(opts->content_type) : NULL;
+    req->server = opts->base_url ? kl__strdup(opts->base_url) : NULL;
+    req->authorization = opts->authorization ? kl__strdup(opts->authorization) : NULL;
     if (req->has_body) {
         req->body_len = opts->body ? opts->body_len : 0;
         if ((req->body = kl__malloc(req->body_len + 1))) {
@@ -979,6 +1004,7 @@ kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http
         }
     }
     if (!req->method || !req->path || (opts->content_type && !req->content_type) ||
+        (opts->base_url && !req->server) || (opts->authorization && !req->authorization) ||
         (req->has_body && !req->body)) {
         kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto fail;
@@ -1042,8 +1068,8 @@ static void deliver_streams(kl__loop *loop)
             if (kl__error_get()[0])
                 snprintf(msg, sizeof(msg), "%s", kl__error_get());
             else
-                snprintf(msg, sizeof(msg), "%s%s: stream ended by its reader", loop->server,
-                         req->path);
+                snprintf(msg, sizeof(msg), "%s%s: stream ended by its reader",
+                         req_server(loop, req), req->path);
             req_fail(loop, req, rc, msg);
         }
     }

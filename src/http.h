@@ -90,6 +90,14 @@ typedef struct kl__http_opts {
     /* Streams only: abort if no byte arrived for this long (0: never). */
     int64_t idle_timeout_ms;
     kl__http_open_cb on_open; /* streams only; may be NULL */
+    /* "scheme://host:port" of another server of the same scheme (the etcd
+     * endpoints) instead of the configured one; NULL: the configured
+     * server. The configured TLS settings apply; tls_server_name does not. */
+    const char *base_url;
+    /* The whole value of the Authorization header (etcd's raw token)
+     * instead of the configured credentials; a 401 is then returned as is,
+     * not retried. NULL: the configured credentials. */
+    const char *authorization;
 } kl__http_opts;
 
 /* Start a request (loop thread). done is called exactly once on the loop
