@@ -23,20 +23,15 @@
 #include "client.h"
 #include "clock.h"
 #include "elector.h"
+#include "elector_impl.h"
 #include "informer.h"
 #include "lease.h"
 
-#define DEFAULT_LEASE_DURATION_MS 15000
-#define DEFAULT_RENEW_DEADLINE_MS 10000
-#define DEFAULT_RETRY_PERIOD_MS   2000
-
-struct k8slease_elector {
-    k8slease_client *client;
+typedef struct k8s_elector {
+    k8slease_elector pub; /* first: the handle the caller holds */
     char *ns, *name, *identity;
-    char *path;                    /* .../leases/NAME */
-    char *collection;              /* .../leases */
-    char what[300];                /* "lease NS/NAME" for messages */
-    k8slease_elector_options opts; /* callbacks and user_data; strings not kept */
+    char *path;       /* .../leases/NAME */
+    char *collection; /* .../leases */
     int64_t request_timeout_ms;
 
     /* Loop thread only. */
@@ -54,19 +49,9 @@ struct k8slease_elector {
     int req_renewal;     /* the UPDATE in flight renews our term */
     kl__timer timer;
     kl__timer failed; /* answers a request that could not start */
+} k8s_elector;
 
-    /* Shared with the threads that wait. */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int elected;     /* STARTED happened */
-    int done;        /* DONE happened */
-    int stop_posted; /* a STOP was sent to the loop */
-    k8slease_elector_stats stats;
-    _Atomic int64_t epoch;
-    _Atomic int64_t leader_deadline; /* monotonic ns while leader, else 0 */
-};
-
-static void run(k8slease_elector *e, const kl__elector_event *ev);
+static void run(k8s_elector *e, const kl__elector_event *ev);
 
 static void on_timer(kl__timer *t, void *arg)
 {
@@ -76,28 +61,26 @@ static void on_timer(kl__timer *t, void *arg)
     run(arg, &ev);
 }
 
-static void set_base(k8slease_elector *e, char *json)
+static void set_base(k8s_elector *e, char *json)
 {
     kl__free(e->base);
     e->base = json;
     e->absent = 0;
 }
 
-static void set_absent(k8slease_elector *e)
+static void set_absent(k8s_elector *e)
 {
     kl__free(e->base);
     e->base = NULL;
     e->absent = 1;
 }
 
-static void count(k8slease_elector *e, const kl__http_result *res, int status)
+static void count(k8s_elector *e, const kl__http_result *res, int status)
 {
-    static const int64_t bounds_ms[K8SLEASE_LATENCY_BUCKETS] = K8SLEASE_LATENCY_BOUNDS_MS;
-    k8slease_elector_stats *st = &e->stats;
+    k8slease_elector_stats *st = &e->pub.stats;
     int64_t took = kl__clock_mono_ns() - e->req_started;
-    int b = 0;
 
-    pthread_mutex_lock(&e->mu);
+    pthread_mutex_lock(&e->pub.mu);
     st->requests++;
     if (e->req_kind == KL_REQ_GET)
         st->gets++;
@@ -115,22 +98,15 @@ static void count(k8slease_elector *e, const kl__http_result *res, int status)
         st->http_4xx++;
     if (status == 0 && e->req_kind != KL_REQ_GET)
         st->last_renew_ns = e->req_started;
-    if (status == 0 && e->req_renewal) {
-        st->renewals++;
-        while (b < K8SLEASE_LATENCY_BUCKETS - 1 && took > bounds_ms[b] * KL_NS_PER_MS)
-            b++;
-        st->renew_latency_bucket[b]++;
-        st->renew_latency_count++;
-        st->renew_latency_sum_s += (double)took / KL_NS_PER_S;
-    }
-    pthread_mutex_unlock(&e->mu);
+    if (status == 0 && e->req_renewal)
+        kl__elector_count_renewal(st, e->req_started, took);
+    pthread_mutex_unlock(&e->pub.mu);
 }
 
 /* A GET answered with an older state than the watch already showed (the
  * server read it before the change the event reported): answer with the
  * newer state instead, so the machine never steps back. */
-static int newer_than_get(k8slease_elector *e, kl__lease *got, kl__lease **newer,
-                          kl__elector_event *ev)
+static int newer_than_get(k8s_elector *e, kl__lease *got, kl__lease **newer, kl__elector_event *ev)
 {
     if (e->req_kind != KL_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
         return 0;
@@ -142,14 +118,14 @@ static int newer_than_get(k8slease_elector *e, kl__lease *got, kl__lease **newer
     } else {
         ev->spec = &(*newer)->spec;
     }
-    kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG,
-                   "get %s: rv %s is older than the watch's: using that", e->what, got->rv);
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG,
+                   "get %s: rv %s is older than the watch's: using that", e->pub.what, got->rv);
     return 1;
 }
 
 static void on_result(const kl__http_result *res, void *arg)
 {
-    k8slease_elector *e = arg;
+    k8s_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_RESULT};
     kl__lease *lease = NULL, *newer = NULL;
     char what[400];
@@ -158,7 +134,7 @@ static void on_result(const kl__http_result *res, void *arg)
                                                       : "update";
 
     e->req = NULL;
-    snprintf(what, sizeof(what), "%s %s", verb, e->what);
+    snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
     ev.status = kl__lease_result(res, what, &lease);
     count(e, res, ev.status);
     if (ev.status == 0 && newer_than_get(e, lease, &newer, &ev)) {
@@ -179,13 +155,13 @@ static void on_result(const kl__http_result *res, void *arg)
             kl__rv_gate_set(&e->gate, lease->rv);
         }
         ev.spec = &lease->spec;
-        kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: ok, holder \"%s\" rv %s", what,
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: ok, holder \"%s\" rv %s", what,
                        lease->spec.holder ? lease->spec.holder : "", lease->rv);
     } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
         set_absent(e);
-        kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: not found", what);
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: not found", what);
     } else {
-        kl__log_printf(&e->client->log,
+        kl__log_printf(&e->pub.client->log,
                        ev.status == K8SLEASE_ECONFLICT ? K8SLEASE_LOG_INFO : K8SLEASE_LOG_WARN,
                        "%s", kl__error_get());
     }
@@ -214,13 +190,13 @@ static char *lease_json(const kl__lease *lease)
 
 static void on_watch(const kl__sub_event *sev, void *arg)
 {
-    k8slease_elector *e = arg;
+    k8s_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_OBSERVE};
 
     if (sev->type == KL_SUB_HEALTH) {
-        pthread_mutex_lock(&e->mu);
-        e->stats.watch_healthy = sev->healthy;
-        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->pub.mu);
+        e->pub.stats.watch_healthy = sev->healthy;
+        pthread_mutex_unlock(&e->pub.mu);
         ev.type = KL_EV_WATCH;
         ev.healthy = sev->healthy;
         run(e, &ev);
@@ -238,17 +214,18 @@ static void on_watch(const kl__sub_event *sev, void *arg)
         else
             set_absent(e);
         ev.spec = &sev->lease->spec;
-        kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: watch: holder \"%s\" rv %s",
-                       e->what, sev->lease->spec.holder ? sev->lease->spec.holder : "", sev->rv);
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: holder \"%s\" rv %s",
+                       e->pub.what, sev->lease->spec.holder ? sev->lease->spec.holder : "",
+                       sev->rv);
     } else {
         set_absent(e);
         ev.status = K8SLEASE_ENOTFOUND;
-        kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: watch: no lease (rv %s)", e->what,
-                       sev->rv);
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: no lease (rv %s)",
+                       e->pub.what, sev->rv);
     }
-    pthread_mutex_lock(&e->mu);
-    e->stats.watch_events++;
-    pthread_mutex_unlock(&e->mu);
+    pthread_mutex_lock(&e->pub.mu);
+    e->pub.stats.watch_events++;
+    pthread_mutex_unlock(&e->pub.mu);
     run(e, &ev);
 }
 
@@ -265,7 +242,7 @@ static void on_failed(kl__timer *t, void *arg)
 /* Body of an UPDATE over the newest object seen; NULL on ENOMEM, or when
  * there is none (the machine asks for an UPDATE only after a result or an
  * observation gave it one; without it there is nothing safe to PUT). */
-static char *update_body(const k8slease_elector *e, const kl__lease_spec *spec)
+static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
 {
     kl__lease *base = NULL;
     char *body;
@@ -277,7 +254,7 @@ static char *update_body(const k8slease_elector *e, const kl__lease_spec *spec)
     return body;
 }
 
-static void start_request(k8slease_elector *e, const kl__elector_action *a)
+static void start_request(k8s_elector *e, const kl__elector_action *a)
 {
     kl__http_opts req = {0};
     char *body = NULL;
@@ -286,9 +263,9 @@ static void start_request(k8slease_elector *e, const kl__elector_action *a)
     e->req_started = kl__clock_mono_ns();
     e->req_renewal = a->type == KL_ACT_UPDATE && e->sm.state == KL_EL_LEADING;
     if (a->type == KL_ACT_GET && e->sm.state == KL_EL_LEADING) {
-        pthread_mutex_lock(&e->mu);
-        e->stats.slow_path++;
-        pthread_mutex_unlock(&e->mu);
+        pthread_mutex_lock(&e->pub.mu);
+        e->pub.stats.slow_path++;
+        pthread_mutex_unlock(&e->pub.mu);
     }
     switch (a->type) {
     case KL_ACT_GET:
@@ -316,37 +293,37 @@ static void start_request(k8slease_elector *e, const kl__elector_action *a)
         req.body = body;
         req.body_len = strlen(body);
     }
-    e->req = kl__http_start(e->client->loop, &req, on_result, e);
+    e->req = kl__http_start(e->pub.client->loop, &req, on_result, e);
     kl__free(body);
     if (e->req)
         return;
 fail:
-    kl__log_printf(&e->client->log, K8SLEASE_LOG_ERROR, "%s: cannot start request: out of memory",
-                   e->what);
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR,
+                   "%s: cannot start request: out of memory", e->pub.what);
     /* A timer of our own (no allocation) answers on the next loop turn. */
-    kl__timer_arm(e->client->loop, &e->failed, kl__loop_now(e->client->loop));
+    kl__timer_arm(e->pub.client->loop, &e->failed, kl__loop_now(e->pub.client->loop));
 }
 
-static void finish(k8slease_elector *e)
+static void detach(k8slease_elector *pub)
 {
-    kl__timer_cancel(e->client->loop, &e->timer);
-    kl__timer_cancel(e->client->loop, &e->failed);
-    kl__http_cancel(e->client->loop, e->req);
+    k8s_elector *e = (k8s_elector *)pub;
+
+    kl__timer_cancel(e->pub.client->loop, &e->timer);
+    kl__timer_cancel(e->pub.client->loop, &e->failed);
+    kl__http_cancel(e->pub.client->loop, e->req);
     e->req = NULL;
     kl__sub_stop(e->sub);
     e->sub = NULL;
-    atomic_store(&e->leader_deadline, 0);
-    pthread_mutex_lock(&e->mu);
-    e->done = 1;
-    e->stats.watch_healthy = 0;
-    pthread_cond_broadcast(&e->cv);
-    pthread_mutex_unlock(&e->mu);
 }
 
-static void exec_action(k8slease_elector *e, const kl__elector_action *a)
+static void finish(k8s_elector *e)
 {
-    const kl__log *log = &e->client->log;
+    detach(&e->pub);
+    kl__elector_report_done(&e->pub);
+}
 
+static void exec_action(k8s_elector *e, const kl__elector_action *a)
+{
     switch (a->type) {
     case KL_ACT_GET:
     case KL_ACT_CREATE:
@@ -354,40 +331,22 @@ static void exec_action(k8slease_elector *e, const kl__elector_action *a)
         start_request(e, a);
         break;
     case KL_ACT_STARTED:
-        kl__log_printf(log, K8SLEASE_LOG_INFO, "%s: elected, epoch %lld", e->what,
-                       (long long)a->epoch);
-        atomic_store(&e->epoch, a->epoch);
-        atomic_store(&e->leader_deadline, kl__elector_leader_deadline(&e->sm));
-        /* The callback first: wait_elected returns once it has run. */
-        if (e->opts.on_started_leading)
-            e->opts.on_started_leading(a->epoch, e->opts.user_data);
-        pthread_mutex_lock(&e->mu);
-        e->elected = 1;
-        e->stats.terms++;
-        pthread_cond_broadcast(&e->cv);
-        pthread_mutex_unlock(&e->mu);
+        kl__elector_report_started(&e->pub, a->epoch, kl__elector_leader_deadline(&e->sm));
         break;
     case KL_ACT_STOPPED:
-        kl__log_printf(log, K8SLEASE_LOG_INFO, "%s: stopped leading", e->what);
-        atomic_store(&e->leader_deadline, 0);
-        if (e->opts.on_stopped_leading)
-            e->opts.on_stopped_leading(e->opts.user_data);
+        kl__elector_report_stopped(&e->pub);
         break;
     case KL_ACT_NEW_LEADER:
-        kl__log_printf(log, K8SLEASE_LOG_INFO, "%s: leader is \"%s\" (epoch %lld)", e->what,
-                       a->identity, (long long)a->epoch);
-        if (e->opts.on_new_leader)
-            e->opts.on_new_leader(a->identity, a->epoch, e->opts.user_data);
+        kl__elector_report_new_leader(&e->pub, a->identity, a->epoch);
         break;
     case KL_ACT_DONE:
-        kl__log_printf(log, K8SLEASE_LOG_DEBUG, "%s: election over", e->what);
         finish(e);
         break;
     }
 }
 
 /* Feed one event to the state machine and carry out what it says. */
-static void run(k8slease_elector *e, const kl__elector_event *ev)
+static void run(k8s_elector *e, const kl__elector_event *ev)
 {
     kl__elector_actions acts;
     int64_t at;
@@ -400,25 +359,25 @@ static void run(k8slease_elector *e, const kl__elector_event *ev)
     if (e->sm.state == KL_EL_DONE)
         return;
     if (e->sm.state == KL_EL_LEADING)
-        atomic_store(&e->leader_deadline, kl__elector_leader_deadline(&e->sm));
+        kl__elector_report_deadline(&e->pub, kl__elector_leader_deadline(&e->sm));
     at = kl__elector_timer(&e->sm);
     if (at == INT64_MAX)
-        kl__timer_cancel(e->client->loop, &e->timer);
+        kl__timer_cancel(e->pub.client->loop, &e->timer);
     else
-        kl__timer_arm(e->client->loop, &e->timer, at);
+        kl__timer_arm(e->pub.client->loop, &e->timer, at);
 }
 
-static void start_on_loop(void *arg)
+static void start(k8slease_elector *pub)
 {
-    k8slease_elector *e = arg;
+    k8s_elector *e = (k8s_elector *)pub;
     kl__elector_event ev = {.type = KL_EV_START};
 
-    kl__loop_set_dead_timeout(e->client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
-    if (!e->opts.poll_only && e->sm.state == KL_EL_IDLE &&
-        !(e->sub = kl__sub_start(e->client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
+    kl__loop_set_dead_timeout(e->pub.client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
+    if (!e->pub.opts.poll_only && e->sm.state == KL_EL_IDLE &&
+        !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
                                  on_watch, e)))
-        kl__log_printf(&e->client->log, K8SLEASE_LOG_WARN, "%s: %s; polling without a watch",
-                       e->what, kl__error_get());
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN, "%s: %s; polling without a watch",
+                       e->pub.what, kl__error_get());
     run(e, &ev);
     if (kl__sub_healthy(e->sub)) {
         kl__sub_event healthy = {.type = KL_SUB_HEALTH, .healthy = 1};
@@ -427,33 +386,17 @@ static void start_on_loop(void *arg)
     }
 }
 
-static void stop_on_loop(void *arg, int release)
+static void stop(k8slease_elector *pub, int release)
 {
     kl__elector_event ev = {.type = KL_EV_STOP, .release = release};
 
-    run(arg, &ev);
+    run((k8s_elector *)pub, &ev);
 }
 
-static void stop_release(void *arg)
+static void destroy(k8slease_elector *pub)
 {
-    stop_on_loop(arg, 1);
-}
+    k8s_elector *e = (k8s_elector *)pub;
 
-static void stop_keep(void *arg)
-{
-    stop_on_loop(arg, 0);
-}
-
-static uint64_t make_seed(const void *p)
-{
-    uint64_t x = (uint64_t)kl__clock_mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)p;
-
-    /* One splitmix64 step spreads the bits of this weak entropy. */
-    return kl__splitmix64(&x);
-}
-
-static void elector_destroy(k8slease_elector *e)
-{
     if (!e)
         return;
     kl__free(e->base);
@@ -462,38 +405,27 @@ static void elector_destroy(k8slease_elector *e)
     kl__free(e->identity);
     kl__free(e->path);
     kl__free(e->collection);
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->mu);
+    kl__elector_head_destroy(&e->pub);
     kl__free(e);
 }
 
-K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client *client,
-                                        const k8slease_elector_options *opts)
+static int create(k8slease_elector **out, k8slease_client *client,
+                  const k8slease_elector_options *opts)
 {
     kl__elector_config cfg = {0};
-    pthread_condattr_t attr;
-    k8slease_elector *e = NULL;
+    k8s_elector *e = NULL;
     const char *ns;
     int64_t ld, rd, rp;
     int err;
 
-    if (!out || !client || !opts)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "k8slease_elector_start: out, client or opts is NULL");
-    *out = NULL;
-    if (opts->version != K8SLEASE_ELECTOR_OPTIONS_VERSION)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "k8slease_elector_options.version is %u, expected %u (use "
-                             "K8SLEASE_ELECTOR_OPTIONS_INIT)",
-                             opts->version, K8SLEASE_ELECTOR_OPTIONS_VERSION);
     ns = opts->ns ? opts->ns : client->cfg->ns;
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", opts->name)) < 0)
         return err;
     if (!opts->identity)
         return kl__error_set(K8SLEASE_EINVAL, "identity is NULL");
-    ld = opts->lease_duration_ms ? opts->lease_duration_ms : DEFAULT_LEASE_DURATION_MS;
-    rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : DEFAULT_RENEW_DEADLINE_MS;
-    rp = opts->retry_period_ms ? opts->retry_period_ms : DEFAULT_RETRY_PERIOD_MS;
+    ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
+    rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
+    rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;
     if (ld < 0 || rd < 0 || rp < 0 || ld > INT64_MAX / KL_NS_PER_MS)
         return kl__error_set(K8SLEASE_EINVAL,
                              "durations must be positive (lease_duration %lld ms, renew_deadline "
@@ -502,17 +434,8 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
 
     if (!(e = kl__calloc(1, sizeof(*e))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &attr);
-    pthread_condattr_destroy(&attr);
-    e->client = client;
-    e->stats.version = K8SLEASE_ELECTOR_STATS_VERSION;
-    e->opts = *opts;
-    e->opts.ns = e->opts.name = e->opts.identity = NULL;
-    atomic_init(&e->epoch, -1);
-    atomic_init(&e->leader_deadline, 0);
+    kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts, "lease %s/%s", ns,
+                          opts->name);
     e->ns = kl__strdup(ns);
     e->name = kl__strdup(opts->name);
     e->identity = kl__strdup(opts->identity);
@@ -522,7 +445,6 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
-    snprintf(e->what, sizeof(e->what), "lease %s/%s", ns, opts->name);
     /* As client-go: a request may take at most half the renew deadline, so
      * one slow request cannot eat the whole budget; but at least 1 s. */
     e->request_timeout_ms = rd / 2 > 1000 ? rd / 2 : 1000;
@@ -532,181 +454,17 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
     cfg.renew_deadline_ns = rd * KL_NS_PER_MS;
     cfg.retry_period_ns = rp * KL_NS_PER_MS;
     cfg.release_on_cancel = opts->release_on_cancel;
-    cfg.seed = make_seed(e);
+    cfg.seed = kl__elector_seed(e);
     cfg.poll_only = opts->poll_only != 0;
     if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
         goto out;
     kl__timer_init(&e->timer, on_timer, e);
     kl__timer_init(&e->failed, on_failed, e);
-    if ((err = kl__loop_post(client->loop, start_on_loop, e)) < 0) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    *out = e;
+    *out = &e->pub;
     e = NULL;
 out:
-    elector_destroy(e);
+    destroy((k8slease_elector *)e);
     return err;
 }
 
-/* Absolute CLOCK_MONOTONIC time timeout_ms from now. */
-static struct timespec deadline_in(int64_t timeout_ms)
-{
-    int64_t at = kl__clock_mono_ns() + timeout_ms * KL_NS_PER_MS;
-    struct timespec ts = {.tv_sec = at / KL_NS_PER_S, .tv_nsec = at % KL_NS_PER_S};
-
-    return ts;
-}
-
-/* Wait (mu held) until *flag or done; 0, or K8SLEASE_ETIMEOUT. */
-static int wait_flag(k8slease_elector *e, const int *flag, int64_t timeout_ms)
-{
-    struct timespec until = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
-
-    while (!*flag && !e->done) {
-        if (timeout_ms < 0)
-            pthread_cond_wait(&e->cv, &e->mu);
-        else if (pthread_cond_timedwait(&e->cv, &e->mu, &until) != 0 && !*flag && !e->done)
-            return K8SLEASE_ETIMEOUT;
-    }
-    return 0;
-}
-
-K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *e, int64_t timeout_ms,
-                                               int64_t *epoch)
-{
-    int err;
-
-    if (!e)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_wait_elected: elector is NULL");
-    if (kl__loop_on_thread(e->client->loop))
-        return kl__error_set(K8SLEASE_ESTATE,
-                             "k8slease_elector_wait_elected: called from a callback");
-    pthread_mutex_lock(&e->mu);
-    err = wait_flag(e, &e->elected, timeout_ms);
-    if (err == 0 && e->done)
-        err = kl__error_set(K8SLEASE_ESTATE, "%s: election over %s", e->what,
-                            e->elected ? "(leadership already lost)" : "without becoming leader");
-    else if (err == K8SLEASE_ETIMEOUT)
-        kl__error_set(err, "%s: not elected within %lld ms", e->what, (long long)timeout_ms);
-    pthread_mutex_unlock(&e->mu);
-    if (err == 0 && epoch)
-        *epoch = atomic_load(&e->epoch);
-    return err;
-}
-
-K8SLEASE_API int k8slease_elector_is_leader(const k8slease_elector *e)
-{
-    int64_t deadline;
-
-    if (!e)
-        return 0;
-    deadline = atomic_load(&((k8slease_elector *)e)->leader_deadline);
-    return deadline != 0 && kl__clock_mono_ns() < deadline;
-}
-
-K8SLEASE_API int64_t k8slease_elector_leader_deadline(const k8slease_elector *e)
-{
-    return e ? atomic_load(&((k8slease_elector *)e)->leader_deadline) : 0;
-}
-
-K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *e)
-{
-    return e ? atomic_load(&((k8slease_elector *)e)->epoch) : -1;
-}
-
-K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *e, int64_t timeout_ms)
-{
-    static const int never = 0;
-    int err;
-
-    if (!e)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_wait_lost: elector is NULL");
-    if (timeout_ms != 0 && kl__loop_on_thread(e->client->loop))
-        return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_wait_lost: called from a callback");
-    pthread_mutex_lock(&e->mu);
-    err = wait_flag(e, &never, timeout_ms);
-    pthread_mutex_unlock(&e->mu);
-    if (err == K8SLEASE_ETIMEOUT)
-        kl__error_set(err, "%s: election still running after %lld ms", e->what,
-                      (long long)timeout_ms);
-    return err;
-}
-
-K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *e,
-                                            k8slease_elector_stats *stats)
-{
-    k8slease_elector *m = (k8slease_elector *)e; /* the mutex, not the counters */
-
-    if (!e || !stats)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "k8slease_elector_stats_get: elector or stats is NULL");
-    if (stats->version < 1 || stats->version > K8SLEASE_ELECTOR_STATS_VERSION)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "k8slease_elector_stats.version is %u, expected 1 to %u",
-                             stats->version, K8SLEASE_ELECTOR_STATS_VERSION);
-    pthread_mutex_lock(&m->mu);
-    /* A caller built against version 1 has the shorter struct. */
-    if (stats->version == 1) {
-        memcpy(stats, &e->stats, offsetof(k8slease_elector_stats, gets));
-        stats->version = 1;
-    } else {
-        *stats = e->stats;
-    }
-    pthread_mutex_unlock(&m->mu);
-    return 0;
-}
-
-/* Ask the loop to stop the election; does not wait. */
-int kl__elector_stop_async(k8slease_elector *e, int release)
-{
-    int err = 0;
-
-    if (release < 0)
-        release = e->opts.release_on_cancel;
-    pthread_mutex_lock(&e->mu);
-    if (!e->done && !e->stop_posted) {
-        err = kl__loop_post(e->client->loop, release ? stop_release : stop_keep, e);
-        e->stop_posted = err == 0;
-    }
-    pthread_mutex_unlock(&e->mu);
-    return err < 0 ? kl__error_set(K8SLEASE_ENOMEM, "out of memory") : 0;
-}
-
-K8SLEASE_API int k8slease_elector_stop(k8slease_elector *e, int release)
-{
-    int err;
-
-    if (!e)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_stop: elector is NULL");
-    if (kl__loop_on_thread(e->client->loop))
-        return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_stop: called from a callback");
-    if ((err = kl__elector_stop_async(e, release)) < 0)
-        return err;
-    return k8slease_elector_wait_lost(e, -1);
-}
-
-static void detach(void *arg)
-{
-    k8slease_elector *e = arg;
-
-    kl__timer_cancel(e->client->loop, &e->timer);
-    kl__timer_cancel(e->client->loop, &e->failed);
-    kl__http_cancel(e->client->loop, e->req);
-    e->req = NULL;
-    kl__sub_stop(e->sub);
-    e->sub = NULL;
-}
-
-K8SLEASE_API void k8slease_elector_free(k8slease_elector *e)
-{
-    if (!e)
-        return;
-    if (k8slease_elector_stop(e, -1) < 0) {
-        /* Out of memory posting the stop: end it without releasing. */
-        kl__loop_call(e->client->loop, detach, e);
-    }
-    /* FIFO: once this returns, no closure of ours is left in the queue. */
-    kl__loop_call(e->client->loop, detach, e);
-    elector_destroy(e);
-}
+const kl__elector_backend kl__k8s_elector_backend = {create, start, stop, detach, destroy};
