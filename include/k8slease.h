@@ -82,17 +82,29 @@ typedef enum k8slease_log_level {
 /** Log sink. Called from any library thread (mostly the loop thread). */
 typedef void (*k8slease_log_cb)(k8slease_log_level level, const char *msg, void *user_data);
 
-/** Current version of k8slease_client_options. */
-#define K8SLEASE_CLIENT_OPTIONS_VERSION 1
+/** Where elections live; k8slease_client_options.backend. */
+typedef enum k8slease_backend {
+    /** Kubernetes Lease objects (coordination.k8s.io/v1), as client-go. */
+    K8SLEASE_BACKEND_K8S = 0,
+    /** etcd v3 over its JSON gateway (/v3/...), with the key scheme of
+     *  etcd's clientv3/concurrency.Election, so `etcdctl elect` and Go
+     *  programs take part in the same elections. See docs/etcd.md. */
+    K8SLEASE_BACKEND_ETCD = 1
+} k8slease_backend;
+
+/** Current version of k8slease_client_options. Version 1 (without the
+ *  backend and etcd fields) is still accepted. */
+#define K8SLEASE_CLIENT_OPTIONS_VERSION 2
 
 /** Options of k8slease_client_new(); initialise with K8SLEASE_CLIENT_OPTIONS_INIT. */
 typedef struct k8slease_client_options {
     unsigned int version; /**< K8SLEASE_CLIENT_OPTIONS_VERSION */
     /** Path of a kubeconfig file. NULL: in-cluster config when
      *  KUBERNETES_SERVICE_HOST is set, else $KUBECONFIG (colon-separated),
-     *  else ~/.kube/config. */
+     *  else ~/.kube/config. Kubernetes backend only. */
     const char *kubeconfig;
-    /** Context to use. NULL: the kubeconfig's current-context. */
+    /** Context to use. NULL: the kubeconfig's current-context. Kubernetes
+     *  backend only. */
     const char *context;
     k8slease_log_cb log_cb;       /**< NULL: no logging */
     void *log_user_data;          /**< passed to log_cb */
@@ -101,16 +113,35 @@ typedef struct k8slease_client_options {
      *  program and its identity), so audit logs and proxies can tell
      *  clients apart. NULL: nothing appended. */
     const char *user_agent;
+    /* Version 2: */
+    k8slease_backend backend; /**< K8SLEASE_BACKEND_K8S (default) or K8SLEASE_BACKEND_ETCD */
+    /** etcd: comma-separated endpoint URLs, all http:// or all https://,
+     *  e.g. "https://10.0.0.1:2379,https://10.0.0.2:2379". Requests go to
+     *  one endpoint and move to the next one when it fails to answer
+     *  (connection, TLS or timeout errors, "no leader"). Required with
+     *  K8SLEASE_BACKEND_ETCD; must be NULL otherwise. */
+    const char *etcd_endpoints;
+    /** etcd: PEM file of the CA that signed the servers' certificates.
+     *  NULL: the system trust store. */
+    const char *etcd_ca_file;
+    const char *etcd_cert_file; /**< etcd: PEM client certificate (with etcd_key_file) */
+    const char *etcd_key_file;  /**< etcd: PEM private key of etcd_cert_file */
+    /** etcd: user name for etcd authentication (/v3/auth/authenticate); the
+     *  token it gives is renewed when etcd says it is invalid. NULL: none. */
+    const char *etcd_username;
+    const char *etcd_password; /**< etcd: password of etcd_username */
 } k8slease_client_options;
 
 /** Initialiser of k8slease_client_options with the defaults. */
 #define K8SLEASE_CLIENT_OPTIONS_INIT                                                               \
     {                                                                                              \
-        K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO, NULL           \
+        K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO, NULL,          \
+            K8SLEASE_BACKEND_K8S, NULL, NULL, NULL, NULL, NULL, NULL                               \
     }
 
 /** Create a client: loads the configuration and starts the loop thread.
- *  opts may be NULL (defaults). No network I/O happens here.
+ *  opts may be NULL (defaults: Kubernetes backend). No network I/O happens
+ *  here (with etcd, authentication happens with the first request).
  *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ECONFIG, K8SLEASE_ENOMEM.
  *  Any thread. */
 K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts);
@@ -120,23 +151,35 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
 K8SLEASE_API void k8slease_client_free(k8slease_client *client);
 
 /** Namespace of the configuration (context namespace, in-cluster namespace
- *  file, else "default"). Borrowed, valid for the client's life. */
+ *  file, else "default"; "" with etcd). Borrowed, valid for the client's
+ *  life. */
 K8SLEASE_API const char *k8slease_client_namespace(const k8slease_client *client);
 
-/** Server URL the client talks to. Borrowed, valid for the client's life. */
+/** Server URL the client talks to (with etcd: the first endpoint).
+ *  Borrowed, valid for the client's life. */
 K8SLEASE_API const char *k8slease_client_server(const k8slease_client *client);
+
+/** The backend of a client. Any thread. */
+K8SLEASE_API k8slease_backend k8slease_client_backend(const k8slease_client *client);
 
 /* ------------------------------------------------------------------------ */
 /* Elector                                                                  */
 /* ------------------------------------------------------------------------ */
 
 /** One campaign for one Lease (one term at most). Created by
- *  k8slease_elector_start(). */
+ *  k8slease_elector_start().
+ *
+ *  With the etcd backend the election is etcd's: the candidate grants a
+ *  lease of lease_duration (whole seconds, rounded up), keeps it alive every
+ *  lease_duration / 3, and creates the key "NAME/<lease ID in hex>" with
+ *  identity as its value; the oldest key under "NAME/" leads, and the epoch
+ *  is its create revision (strictly increasing: a fencing token). */
 typedef struct k8slease_elector k8slease_elector;
 
 /** Called on the loop thread when this candidate becomes leader; epoch is
- *  the Lease's leaseTransitions written by the acquisition (fencing token,
- *  strictly greater for every new term). */
+ *  the Lease's leaseTransitions written by the acquisition (etcd: the
+ *  create revision of our key); a fencing token, strictly greater for every
+ *  new term. */
 typedef void (*k8slease_elector_started_cb)(int64_t epoch, void *user_data);
 /** Called once when the election ends: after having led, or when it ends
  *  without having led (stop, fatal error). */
@@ -152,21 +195,30 @@ typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epo
 /** Options of k8slease_elector_start(); initialise with K8SLEASE_ELECTOR_OPTIONS_INIT. */
 typedef struct k8slease_elector_options {
     unsigned int version; /**< K8SLEASE_ELECTOR_OPTIONS_VERSION */
-    const char *ns;       /**< Lease namespace; NULL: the client's namespace */
-    const char *name;     /**< Lease name (DNS subdomain), required */
+    /** Lease namespace; NULL: the client's namespace. Must be NULL with etcd. */
+    const char *ns;
+    /** Lease name (DNS subdomain), required. etcd: the election name, the
+     *  prefix of the candidates' keys (as `etcdctl elect NAME`): any bytes
+     *  but NUL, at most 400. */
+    const char *name;
     const char *identity; /**< our identity, e.g. "host:port"; required, non-empty */
     /** Timing, as client-go: lease_duration > renew_deadline > 1.2 * retry_period > 0.
-     *  Defaults (0): 15000 / 10000 / 2000 ms. */
+     *  Defaults (0): 15000 / 10000 / 2000 ms. etcd: lease_duration is the
+     *  lease TTL (at least 1 s; the leader deadline is the start of the last
+     *  successful keepalive + TTL), renew_deadline bounds each request,
+     *  retry_period is the pause after a failed request. */
     int64_t lease_duration_ms;
     int64_t renew_deadline_ms; /**< see lease_duration_ms */
     int64_t retry_period_ms;   /**< see lease_duration_ms */
-    /** 1 (default): write holderIdentity "" when the election stops while leading. */
+    /** 1 (default): write holderIdentity "" when the election stops while
+     *  leading (etcd: delete our key and revoke our lease, leading or not). */
     int release_on_cancel;
     k8slease_elector_started_cb on_started_leading; /**< may be NULL */
     k8slease_elector_stopped_cb on_stopped_leading; /**< may be NULL */
     k8slease_elector_new_leader_cb on_new_leader;   /**< may be NULL */
     void *user_data;                                /**< passed to the callbacks */
-    /** 0 (default): followers watch the Lease and act on a release at once
+    /** Kubernetes only (ignored with etcd, which always watches).
+     *  0 (default): followers watch the Lease and act on a release at once
      *  and on an expiry exactly when it is due (observed time + lease
      *  duration + up to retry_period/20 of jitter), polling only while the
      *  watch is not healthy (no event or bookmark within its expected
@@ -289,6 +341,10 @@ typedef struct k8slease_holder {
 /** Read the Lease once (blocking, timeout_ms <= 0: 10 s).
  *  Returns 0 with *out set (free with k8slease_holder_free), K8SLEASE_ENOTFOUND
  *  when the Lease does not exist, or another error code.
+ *  etcd (ns must be NULL): the leader of election name, i.e. the value and
+ *  create revision (epoch) of the oldest key under "name/";
+ *  lease_duration_s is its lease's granted TTL, resource_version its mod
+ *  revision, the times 0; K8SLEASE_ENOTFOUND when there is no candidate.
  *  Any thread but the loop thread. */
 K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, const char *name,
                                      int64_t timeout_ms, k8slease_holder **out);
@@ -302,7 +358,9 @@ K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder);
  *  releases its own lease when stopped. If another identity holds the
  *  Lease, K8SLEASE_ECONFLICT unless force is 1. Returns 0 (also when the
  *  Lease has no holder), K8SLEASE_ENOTFOUND, K8SLEASE_ECONFLICT, or another
- *  error code. Any thread but the loop thread. */
+ *  error code. etcd (ns must be NULL): revoke the lease of the leader's key
+ *  (which deletes it, and ends that candidate's session); 0 when there is
+ *  no leader. Any thread but the loop thread. */
 K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns, const char *name,
                                         const char *identity, int force, int64_t timeout_ms);
 
@@ -315,13 +373,15 @@ typedef struct k8slease_watch k8slease_watch;
 
 /** Called on the loop thread when the holder or epoch of the Lease changes
  *  (not on every renew). identity is "" when there is no holder or the Lease
- *  was deleted; epoch is -1 when the Lease does not exist. */
+ *  was deleted; epoch is -1 when the Lease does not exist. etcd: the leader's
+ *  value and create revision; "" and -1 when there is no candidate. */
 typedef void (*k8slease_watch_cb)(const char *identity, int64_t epoch, void *user_data);
 
 /** Start watching a Lease. The first callback reports the current state.
  *  The watch reconnects by itself until cancelled. It shares the client's
  *  stream of that Lease with the electors and other watches of the same
- *  Lease (one stream per Lease per client).
+ *  Lease (one stream per Lease per client). etcd (ns must be NULL): a watch
+ *  of the election's prefix of its own.
  *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOMEM. Any thread. */
 K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *client, const char *ns,
                                       const char *name, k8slease_watch_cb cb, void *user_data);
@@ -336,7 +396,8 @@ K8SLEASE_API void k8slease_watch_free(k8slease_watch *watch);
 
 /** Set (value != NULL) or remove (value == NULL) metadata.labels[key] of a
  *  Pod with a JSON merge patch (blocking, 10 s timeout).
- *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOTFOUND, or another error code.
+ *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ENOTFOUND, or another error code;
+ *  K8SLEASE_ESTATE on an etcd client.
  *  Any thread but the loop thread. */
 K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
                                     const char *key, const char *value);

@@ -1,6 +1,7 @@
 /* The client: configuration + loop thread; one-shot calls (holder, labels). */
 #include "client.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,42 +13,122 @@
 
 #define DEFAULT_SYNC_TIMEOUT_MS 10000
 
+/* The options of a version 1 caller end before the backend field. */
+#define CLIENT_OPTIONS_V1_SIZE offsetof(k8slease_client_options, backend)
+
+/* Kubernetes: the kubeconfig chain; the loop; the shared watches. */
+static int k8s_client_init(k8slease_client *c, const k8slease_client_options *opts)
+{
+    int err;
+
+    if (opts->context && !opts->context[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.context is empty");
+    if (opts->kubeconfig)
+        err = kl__restconfig_from_kubeconfig(&c->cfg, opts->kubeconfig, opts->context);
+    else
+        err = kl__restconfig_load(&c->cfg, NULL, opts->context);
+    if (err < 0)
+        return err;
+    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
+                   c->cfg->server, c->cfg->ns);
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
+        return err;
+    return kl__informer_new(&c->informer, c->loop, &c->log);
+}
+
+static int check_etcd_file(const char *field, const char *path)
+{
+    if (path && !path[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.%s is empty", field);
+    return 0;
+}
+
+/* etcd: a rest config for the loop (first endpoint, TLS files), the conn. */
+static int etcd_client_init(k8slease_client *c, const k8slease_client_options *opts)
+{
+    char **endpoints = NULL;
+    size_t n = 0;
+    int err;
+
+    if (opts->kubeconfig || opts->context)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: kubeconfig and context "
+                                              "must be NULL with the etcd backend");
+    if (!opts->etcd_endpoints)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.etcd_endpoints is NULL "
+                                              "(required with the etcd backend)");
+    if ((err = check_etcd_file("etcd_ca_file", opts->etcd_ca_file)) < 0 ||
+        (err = check_etcd_file("etcd_cert_file", opts->etcd_cert_file)) < 0 ||
+        (err = check_etcd_file("etcd_key_file", opts->etcd_key_file)) < 0)
+        return err;
+    if (!opts->etcd_cert_file != !opts->etcd_key_file)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_cert_file and "
+                                              "etcd_key_file go together (one is NULL)");
+    if (opts->etcd_username && !opts->etcd_username[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.etcd_username is empty");
+    if (!opts->etcd_username != !opts->etcd_password)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_username and "
+                                              "etcd_password go together (one is NULL)");
+    if ((err = kl__etcd_endpoints_parse(opts->etcd_endpoints, &endpoints, &n)) < 0)
+        return err;
+    if (!(c->cfg = kl__calloc(1, sizeof(*c->cfg))) ||
+        !(c->cfg->server = kl__strdup(endpoints[0])) ||
+        !(c->cfg->source = kl__strdup("etcd_endpoints")) || !(c->cfg->ns = kl__strdup("")) ||
+        (opts->etcd_ca_file && !(c->cfg->ca_file = kl__strdup(opts->etcd_ca_file))) ||
+        (opts->etcd_cert_file && !(c->cfg->cert_file = kl__strdup(opts->etcd_cert_file))) ||
+        (opts->etcd_key_file && !(c->cfg->key_file = kl__strdup(opts->etcd_key_file)))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using etcd (%zu endpoint%s, first %s)", n,
+                   n == 1 ? "" : "s", endpoints[0]);
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
+        goto out;
+    err = kl__etcd_conn_new(&c->etcd, c->loop, &c->log, endpoints, n, opts->etcd_username,
+                            opts->etcd_password);
+out:
+    kl__etcd_endpoints_free(endpoints);
+    return err;
+}
+
 K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts)
 {
-    k8slease_client_options defaults = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
     k8slease_client *c = NULL;
     int err;
 
     if (!out)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_new: out is NULL");
     *out = NULL;
-    if (!opts)
-        opts = &defaults;
-    if (opts->version != K8SLEASE_CLIENT_OPTIONS_VERSION)
+    if (opts && opts->version == 1) {
+        memcpy(&o, opts, CLIENT_OPTIONS_V1_SIZE); /* the rest keeps the defaults */
+    } else if (opts && opts->version == K8SLEASE_CLIENT_OPTIONS_VERSION) {
+        o = *opts;
+    } else if (opts) {
         return kl__error_set(K8SLEASE_EINVAL,
-                             "k8slease_client_options.version is %u, expected %u (use "
+                             "k8slease_client_options.version is %u, expected 1 to %u (use "
                              "K8SLEASE_CLIENT_OPTIONS_INIT)",
                              opts->version, K8SLEASE_CLIENT_OPTIONS_VERSION);
-    if (opts->context && !opts->context[0])
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.context is empty");
+    }
+    if (o.backend != K8SLEASE_BACKEND_K8S && o.backend != K8SLEASE_BACKEND_ETCD)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_client_options.backend is %d, expected "
+                             "K8SLEASE_BACKEND_K8S or K8SLEASE_BACKEND_ETCD",
+                             (int)o.backend);
+    if (o.backend == K8SLEASE_BACKEND_K8S &&
+        (o.etcd_endpoints || o.etcd_ca_file || o.etcd_cert_file || o.etcd_key_file ||
+         o.etcd_username || o.etcd_password))
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_* options are set "
+                                              "but backend is K8SLEASE_BACKEND_K8S");
 
     c = kl__calloc(1, sizeof(*c));
     if (!c)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    c->log.cb = opts->log_cb;
-    c->log.user_data = opts->log_user_data;
-    c->log.level = opts->log_level;
-
-    if (opts->kubeconfig)
-        err = kl__restconfig_from_kubeconfig(&c->cfg, opts->kubeconfig, opts->context);
-    else
-        err = kl__restconfig_load(&c->cfg, NULL, opts->context);
+    c->backend = o.backend;
+    c->log.cb = o.log_cb;
+    c->log.user_data = o.log_user_data;
+    c->log.level = o.log_level;
+    err = c->backend == K8SLEASE_BACKEND_ETCD ? etcd_client_init(c, &o) : k8s_client_init(c, &o);
     if (err < 0)
-        goto out;
-    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
-                   c->cfg->server, c->cfg->ns);
-    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0 ||
-        (err = kl__informer_new(&c->informer, c->loop, &c->log)) < 0)
         goto out;
     *out = c;
     c = NULL;
@@ -70,8 +151,22 @@ K8SLEASE_API void k8slease_client_free(k8slease_client *client)
         kl__loop_call(client->loop, shutdown_informer, client->informer);
     kl__loop_free(client->loop);
     kl__informer_free(client->informer);
+    kl__etcd_conn_free(client->etcd);
     kl__restconfig_free(client->cfg);
     kl__free(client);
+}
+
+K8SLEASE_API k8slease_backend k8slease_client_backend(const k8slease_client *client)
+{
+    return client ? client->backend : K8SLEASE_BACKEND_K8S;
+}
+
+int kl__etcd_check_ns(const char *fn, const char *ns)
+{
+    if (ns)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "%s: ns must be NULL with the etcd backend (got \"%s\")", fn, ns);
+    return 0;
 }
 
 K8SLEASE_API const char *k8slease_client_namespace(const k8slease_client *client)
@@ -182,6 +277,10 @@ K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, co
     if (!client || !out)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_holder_get: client or out is NULL");
     *out = NULL;
+    if (client->backend == K8SLEASE_BACKEND_ETCD)
+        return (err = kl__etcd_check_ns("k8slease_holder_get", ns)) < 0
+                   ? err
+                   : kl__etcd_holder_get(client, name, timeout_ms, out);
     ns = client_ns(client, ns);
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
         return err;
@@ -310,6 +409,9 @@ K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, con
 
     if (!client)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_pod_label: client is NULL");
+    if (client->backend == K8SLEASE_BACKEND_ETCD)
+        return kl__error_set(K8SLEASE_ESTATE,
+                             "k8slease_pod_label: pod labels need the Kubernetes backend");
     ns = client_ns(client, ns);
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("pod name", pod)) < 0 ||
         (err = check_label_key(key)) < 0 || (value && (err = check_label_value(value)) < 0))
@@ -418,6 +520,10 @@ K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns,
 
     if (!client || !identity)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_lease_release: client or identity is NULL");
+    if (client->backend == K8SLEASE_BACKEND_ETCD)
+        return (err = kl__etcd_check_ns("k8slease_lease_release", ns)) < 0
+                   ? err
+                   : kl__etcd_lease_release(client, name, identity, force, timeout_ms);
     ns = client_ns(client, ns);
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
         return err;

@@ -4,17 +4,26 @@
 #define KL_CLIENT_H
 
 #include "common.h"
+#include "etcd_client.h"
 #include "http.h"
 #include "informer.h"
 #include "kubeconfig.h"
 #include "lease.h"
 
 struct k8slease_client {
+    k8slease_backend backend;
+    /* Kubernetes: the kubeconfig's. etcd: made from the options (server =
+     * the first endpoint, the TLS files, namespace ""). */
     kl__restconfig *cfg;
     kl__log log;
     kl__loop *loop;
-    kl__informer *informer; /* shared Lease watches (loop thread) */
+    kl__informer *informer; /* Kubernetes: shared Lease watches (loop thread) */
+    kl__etcd_conn *etcd;    /* etcd: endpoints and authentication */
 };
+
+/* With etcd, ns must be NULL: "<fn>: ns must be NULL with the etcd
+ * backend". 0 or K8SLEASE_EINVAL. */
+int kl__etcd_check_ns(const char *fn, const char *ns);
 
 /* Check a namespace (RFC 1123 label) and a Lease or Pod name (RFC 1123
  * subdomain). what names the argument in the message. 0 or K8SLEASE_EINVAL. */

@@ -28,6 +28,7 @@ struct k8slease_watch {
     char *holder;     /* last reported holder */
     int64_t epoch;    /* last reported epoch */
     int cancelled;
+    kl__etcd_watch *etcd; /* etcd: the watch of the election (it reports through report()) */
 };
 
 static void get(k8slease_watch *w);
@@ -45,6 +46,11 @@ static void report(k8slease_watch *w, const char *holder, int64_t epoch)
     w->epoch = epoch;
     w->reported = 1;
     w->cb(holder, epoch, w->user_data);
+}
+
+static void report_etcd(void *arg, const char *identity, int64_t epoch)
+{
+    report(arg, identity, epoch);
 }
 
 static void report_lease(k8slease_watch *w, const kl__lease *lease)
@@ -137,6 +143,7 @@ static void watch_destroy(k8slease_watch *w)
 {
     if (!w)
         return;
+    kl__etcd_watch_free(w->etcd);
     kl__free(w->holder);
     kl__free(w->ns);
     kl__free(w->name);
@@ -154,6 +161,20 @@ K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *cli
     *out = NULL;
     if (!cb)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_watch_start: callback is NULL");
+    if (client->backend == K8SLEASE_BACKEND_ETCD) {
+        if ((err = kl__etcd_check_ns("k8slease_watch_start", ns)) < 0)
+            return err;
+        if (!(w = kl__calloc(1, sizeof(*w))))
+            return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        w->client = client;
+        w->cb = cb;
+        w->user_data = user_data;
+        snprintf(w->what, sizeof(w->what), "etcd election %s", name ? name : "(null)");
+        if ((err = kl__etcd_watch_new(&w->etcd, client, name, report_etcd, w)) < 0)
+            goto out;
+        *out = w;
+        return 0;
+    }
     if (!ns)
         ns = client->cfg->ns;
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
@@ -183,6 +204,8 @@ static void cancel(void *arg)
     k8slease_watch *w = arg;
 
     w->cancelled = 1;
+    if (w->etcd)
+        kl__etcd_watch_cancel(w->etcd);
     kl__timer_cancel(w->client->loop, &w->retry);
     kl__sub_stop(w->sub);
     w->sub = NULL;
