@@ -247,7 +247,11 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
     kl__lease *base = NULL;
     char *body;
 
-    if (!e->base || kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
+    if (!e->base) {
+        kl__error_set(K8SLEASE_ESTATE, "no Lease read yet to base an update on");
+        return NULL;
+    }
+    if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
         return NULL;
     body = kl__lease_encode_update(base, spec);
     kl__lease_free(base);
@@ -298,8 +302,8 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
     if (e->req)
         return;
 fail:
-    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR,
-                   "%s: cannot start request: out of memory", e->pub.what);
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR, "%s: cannot start request: %s",
+                   e->pub.what, kl__error_get());
     /* A timer of our own (no allocation) answers on the next loop turn. */
     kl__timer_arm(e->pub.client->loop, &e->failed, kl__loop_now(e->pub.client->loop));
 }
@@ -423,14 +427,20 @@ static int create(k8slease_elector **out, k8slease_client *client,
         return err;
     if (!opts->identity)
         return kl__error_set(K8SLEASE_EINVAL, "identity is NULL");
+    if (!kl__utf8_valid(opts->identity, strlen(opts->identity)))
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "identity is not valid UTF-8 (a Lease's holderIdentity is a JSON "
+                             "string)");
     ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
     rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
     rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;
-    if (ld < 0 || rd < 0 || rp < 0 || ld > INT64_MAX / KL_NS_PER_MS)
+    if (ld < 0 || rd < 0 || rp < 0)
         return kl__error_set(K8SLEASE_EINVAL,
                              "durations must be positive (lease_duration %lld ms, renew_deadline "
                              "%lld ms, retry_period %lld ms)",
                              (long long)ld, (long long)rd, (long long)rp);
+    if (ld > INT64_MAX / KL_NS_PER_MS)
+        return kl__error_set(K8SLEASE_EINVAL, "lease_duration %lld ms is too large", (long long)ld);
 
     if (!(e = kl__calloc(1, sizeof(*e))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");

@@ -240,3 +240,34 @@ void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fm
     va_end(ap);
     log->cb(level, msg, log->user_data);
 }
+
+int kl__utf8_valid(const char *s, size_t len)
+{
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+
+    while (p < end) {
+        unsigned c = *p++;
+        unsigned need, min, cp;
+
+        if (c < 0x80)
+            continue;
+        if (c >= 0xc2 && c <= 0xdf)
+            need = 1, min = 0x80, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            need = 2, min = 0x800, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            need = 3, min = 0x10000, cp = c & 0x07;
+        else
+            return 0;
+        if ((size_t)(end - p) < need)
+            return 0;
+        while (need--) {
+            if ((*p & 0xc0) != 0x80)
+                return 0;
+            cp = cp << 6 | (*p++ & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+    }
+    return 1;
+}

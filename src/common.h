@@ -48,6 +48,10 @@ static inline uint64_t kl__splitmix64(uint64_t *state)
 /* Set the calling thread's last error message and return code (negative).
  * The message should name the thing that was wrong. */
 int kl__error_set(int code, const char *fmt, ...) KL_PRINTF(2, 3);
+
+/* 1 when s[0..len) is valid UTF-8 (no overlong forms, no surrogates, at
+ * most U+10FFFF): what JSON strings, and so Kubernetes objects, must be. */
+int kl__utf8_valid(const char *s, size_t len);
 /* Prefix the current message: "<prefix>: <old message>". Returns code. */
 int kl__error_wrap(int code, const char *fmt, ...) KL_PRINTF(2, 3);
 void kl__error_clear(void);

@@ -19,12 +19,15 @@
 #include "http.h"
 #include "lease.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
 
@@ -541,6 +544,77 @@ static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
 #endif
     return CURL_SOCKOPT_OK;
 }
+
+#if LIBCURL_VERSION_NUM < 0x080800
+/* The open descriptors, sorted by readdir order; NULL when /proc is not
+ * there or out of memory (then nothing is fixed: best effort). */
+static int *list_fds(size_t *n)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *ent;
+    int *fds = NULL, *grown;
+    size_t cap = 0;
+
+    *n = 0;
+    if (!d)
+        return NULL;
+    while ((ent = readdir(d))) {
+        /* not the directory's own descriptor: closed on return, its number
+         * may well be the next socket's */
+        if (ent->d_name[0] < '0' || ent->d_name[0] > '9' || atoi(ent->d_name) == dirfd(d))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            if (!(grown = kl__realloc(fds, cap * sizeof(*fds)))) {
+                kl__free(fds);
+                closedir(d);
+                *n = 0;
+                return NULL;
+            }
+            fds = grown;
+        }
+        fds[(*n)++] = atoi(ent->d_name);
+    }
+    closedir(d);
+    return fds;
+}
+
+/* libcurl before 8.8 opens the wakeup socket pair of a multi handle without
+ * close-on-exec (curl issue 13618): mark the AF_UNIX sockets that appeared
+ * across curl_multi_init(), so a child the program execs does not inherit
+ * them. An AF_UNIX socket another thread opens in that instant is marked
+ * too; only a program that hands such sockets to exec'd children by
+ * inheritance, at that very moment, could tell. */
+static CURLM *multi_init_cloexec(void)
+{
+    size_t n_before = 0, n_after = 0;
+    int *before = list_fds(&n_before), *after;
+    CURLM *multi = curl_multi_init();
+
+    if (!multi || !before) {
+        kl__free(before);
+        return multi;
+    }
+    after = list_fds(&n_after);
+    for (size_t i = 0; i < n_after; i++) {
+        int fd = after[i], domain = 0, seen = 0;
+        socklen_t len = sizeof(domain);
+
+        for (size_t j = 0; j < n_before && !seen; j++)
+            seen = before[j] == fd;
+        if (!seen && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX)
+            (void)fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+    }
+    kl__free(after);
+    kl__free(before);
+    return multi;
+}
+#else
+static CURLM *multi_init_cloexec(void)
+{
+    return curl_multi_init();
+}
+#endif
 
 static void set_limits(kl__loop *loop)
 {
@@ -1419,7 +1493,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
     }
     loop->heap_cap = HEAP_INITIAL;
     if (!(loop->heap = kl__calloc(loop->heap_cap, sizeof(*loop->heap))) ||
-        !(loop->multi = curl_multi_init())) {
+        !(loop->multi = multi_init_cloexec())) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }

@@ -99,6 +99,37 @@ static void name_checks(void **state)
     assert_non_null(strstr(k8slease_error_last(), "namespace \"kube.system\""));
 }
 
+static void utf8_validation(void **state)
+{
+    static const struct {
+        const char *s;
+        int valid;
+    } cases[] = {
+        {"", 1},
+        {"host-a:9000", 1},
+        {"h\xc3\xa9te", 1},      /* é */
+        {"\xe2\x82\xac", 1},     /* € */
+        {"\xf0\x9f\x98\x80", 1}, /* U+1F600 */
+        {"\xf4\x8f\xbf\xbf", 1}, /* U+10FFFF */
+        {"bad\xff\xfe:1", 0},    /* bytes never in UTF-8 */
+        {"\xc0\xaf", 0},         /* overlong '/' */
+        {"\xe0\x80\xaf", 0},     /* overlong, 3 bytes */
+        {"\xed\xa0\x80", 0},     /* surrogate U+D800 */
+        {"\xf4\x90\x80\x80", 0}, /* above U+10FFFF */
+        {"\xc3", 0},             /* truncated */
+        {"\xe2\x82", 0},         /* truncated */
+        {"\x80", 0},             /* lone continuation */
+        {"a\xc3(", 0},           /* continuation expected */
+    };
+
+    (void)state;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        if (kl__utf8_valid(cases[i].s, strlen(cases[i].s)) != cases[i].valid)
+            fail_msg("case %zu: \"%s\": expected %s", i, cases[i].s,
+                     cases[i].valid ? "valid" : "invalid");
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -108,6 +139,7 @@ int main(void)
         cmocka_unit_test(failing_allocator),
         cmocka_unit_test(buffers_grow),
         cmocka_unit_test(name_checks),
+        cmocka_unit_test(utf8_validation),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,6 +26,7 @@
 #include <cmocka.h>
 
 #include <gnutls/gnutls.h>
+#include <gnutls/x509.h>
 #include <microhttpd.h>
 
 #include "clock.h"
@@ -137,6 +138,12 @@ static struct server {
 } srv;
 
 static seen S; /* snapshot of srv.rec */
+
+/* A second server with certificates made by the test (test_expired_*). */
+static struct {
+    struct MHD_Daemon *daemon;
+    char url[64];
+} expiry;
 
 static void snap(void)
 {
@@ -624,6 +631,9 @@ static int teardown(void **state)
     server_release();
     MHD_stop_daemon(srv.daemon);
     srv.daemon = NULL;
+    if (expiry.daemon)
+        MHD_stop_daemon(expiry.daemon);
+    expiry.daemon = NULL;
     rm_tmpdir();
     return 0;
 }
@@ -1056,6 +1066,162 @@ static void test_tls_server_name(void **state)
     run("GET", "/json", &T.r[1]);
     assert_int_equal(T.r[1].err, K8SLEASE_ETLS);
     assert_non_null(strstr(T.r[1].errmsg, srv.url));
+}
+
+/* An ECDSA key and a certificate for it: a CA (CN=name) or a server
+ * certificate for 127.0.0.1, valid from `from` to `to`, signed by
+ * issuer/issuer_key or by itself. */
+static void make_cert(const char *name, int ca, time_t from, time_t to, gnutls_x509_crt_t issuer,
+                      gnutls_x509_privkey_t issuer_key, gnutls_x509_crt_t *crt,
+                      gnutls_x509_privkey_t *key)
+{
+    static const unsigned char loopback[4] = {127, 0, 0, 1};
+    static unsigned char serial = 1;
+    unsigned char id[64];
+    size_t id_len = sizeof(id);
+    char dn[128];
+    const char *err = NULL;
+
+    assert_int_equal(gnutls_x509_privkey_init(key), 0);
+    assert_int_equal(gnutls_x509_privkey_generate(*key, GNUTLS_PK_ECDSA,
+                                                  GNUTLS_CURVE_TO_BITS(GNUTLS_ECC_CURVE_SECP256R1),
+                                                  0),
+                     0);
+    assert_int_equal(gnutls_x509_crt_init(crt), 0);
+    assert_int_equal(gnutls_x509_crt_set_version(*crt, 3), 0);
+    serial++;
+    assert_int_equal(gnutls_x509_crt_set_serial(*crt, &serial, 1), 0);
+    assert_int_equal(gnutls_x509_crt_set_activation_time(*crt, from), 0);
+    assert_int_equal(gnutls_x509_crt_set_expiration_time(*crt, to), 0);
+    snprintf(dn, sizeof(dn), "CN=%s", name);
+    assert_int_equal(gnutls_x509_crt_set_dn(*crt, dn, &err), 0);
+    assert_int_equal(gnutls_x509_crt_set_key(*crt, *key), 0);
+    assert_int_equal(gnutls_x509_crt_get_key_id(*crt, 0, id, &id_len), 0);
+    assert_int_equal(gnutls_x509_crt_set_subject_key_id(*crt, id, id_len), 0);
+    if (ca) {
+        assert_int_equal(gnutls_x509_crt_set_basic_constraints(*crt, 1, -1), 0);
+        assert_int_equal(
+            gnutls_x509_crt_set_key_usage(*crt, GNUTLS_KEY_KEY_CERT_SIGN | GNUTLS_KEY_CRL_SIGN), 0);
+    } else {
+        assert_int_equal(gnutls_x509_crt_set_basic_constraints(*crt, 0, -1), 0);
+        assert_int_equal(gnutls_x509_crt_set_key_usage(*crt, GNUTLS_KEY_DIGITAL_SIGNATURE), 0);
+        assert_int_equal(gnutls_x509_crt_set_key_purpose_oid(*crt, GNUTLS_KP_TLS_WWW_SERVER, 0), 0);
+        assert_int_equal(gnutls_x509_crt_set_subject_alt_name(*crt, GNUTLS_SAN_IPADDRESS, loopback,
+                                                              sizeof(loopback), GNUTLS_FSAN_SET),
+                         0);
+    }
+    if (issuer) {
+        id_len = sizeof(id);
+        assert_int_equal(gnutls_x509_crt_get_key_id(issuer, 0, id, &id_len), 0);
+        assert_int_equal(gnutls_x509_crt_set_authority_key_id(*crt, id, id_len), 0);
+    }
+    assert_int_equal(gnutls_x509_crt_sign2(*crt, issuer ? issuer : *crt,
+                                           issuer_key ? issuer_key : *key, GNUTLS_DIG_SHA256, 0),
+                     0);
+}
+
+/* PEM of a certificate or key, malloc'ed. */
+static char *pem_of(gnutls_x509_crt_t crt, gnutls_x509_privkey_t key)
+{
+    gnutls_datum_t d = {NULL, 0};
+    char *s;
+
+    if (crt)
+        assert_int_equal(gnutls_x509_crt_export2(crt, GNUTLS_X509_FMT_PEM, &d), 0);
+    else
+        assert_int_equal(gnutls_x509_privkey_export2(key, GNUTLS_X509_FMT_PEM, &d), 0);
+    s = malloc(d.size + 1);
+    assert_non_null(s);
+    memcpy(s, d.data, d.size);
+    s[d.size] = '\0';
+    gnutls_free(d.data);
+    return s;
+}
+
+/* A GET of /json into r from a server whose CA and certificate are valid
+ * as given (seconds relative to now), with that CA trusted. */
+static void tls_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf_to, result *r)
+{
+    time_t now = time(NULL);
+    gnutls_x509_crt_t ca, leaf;
+    gnutls_x509_privkey_t ca_key, leaf_key;
+    char *ca_pem, *leaf_pem, *key_pem;
+    struct sockaddr_in sa;
+    const union MHD_DaemonInfo *info;
+    kl__restconfig cfg = cfg_default();
+
+    make_cert("k8slease test CA", 1, now + ca_from, now + ca_to, NULL, NULL, &ca, &ca_key);
+    make_cert("127.0.0.1", 0, now + leaf_from, now + leaf_to, ca, ca_key, &leaf, &leaf_key);
+    ca_pem = pem_of(ca, NULL);
+    leaf_pem = pem_of(leaf, NULL);
+    key_pem = pem_of(NULL, leaf_key);
+    gnutls_x509_crt_deinit(ca);
+    gnutls_x509_crt_deinit(leaf);
+    gnutls_x509_privkey_deinit(ca_key);
+    gnutls_x509_privkey_deinit(leaf_key);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    expiry.daemon = MHD_start_daemon(
+        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_TLS, 0, NULL,
+        NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_HTTPS_MEM_KEY,
+        key_pem, MHD_OPTION_HTTPS_MEM_CERT, leaf_pem, MHD_OPTION_NOTIFY_COMPLETED,
+        request_completed, NULL, MHD_OPTION_END);
+    free(leaf_pem);
+    free(key_pem);
+    assert_non_null(expiry.daemon);
+    info = MHD_get_daemon_info(expiry.daemon, MHD_DAEMON_INFO_BIND_PORT);
+    assert_non_null(info);
+    snprintf(expiry.url, sizeof(expiry.url), "https://127.0.0.1:%d", info->port);
+
+    cfg.server = expiry.url;
+    cfg.ca_pem = ca_pem;
+    cfg.ca_pem_len = strlen(ca_pem);
+    loop_start(&cfg);
+    free(ca_pem); /* the loop keeps its own copy */
+    run("GET", "/json", r);
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    MHD_stop_daemon(expiry.daemon);
+    expiry.daemon = NULL;
+}
+
+/* The certificates the test makes work while current (so a failure below
+ * is the expiry's doing); expired, they give a TLS error that names the
+ * server and says what is wrong. */
+static void expired_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf_to)
+{
+    result *r = &T.r[1];
+
+    tls_case(-30 * 86400, 30 * 86400, -3600, 30 * 86400, &T.r[0]);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+    tls_case(ca_from, ca_to, leaf_from, leaf_to, r);
+    print_message("  %s\n", r->errmsg);
+    assert_int_equal(r->err, K8SLEASE_ETLS);
+    assert_int_equal(r->status, 0);
+    assert_true(strncmp(r->errmsg, expiry.url, strlen(expiry.url)) == 0);
+    assert_non_null(strstr(r->errmsg, ": TLS: "));
+    assert_non_null(strstr(r->errmsg, "expired"));
+}
+
+static void test_expired_ca(void **state)
+{
+    (void)state;
+    /* The CA expired yesterday; the server certificate is current. */
+    expired_case(-30 * 86400, -86400, -3600, 30 * 86400);
+    snap();
+    assert_int_equal(S.requests, 1); /* the control's only */
+}
+
+static void test_expired_server_certificate(void **state)
+{
+    (void)state;
+    /* A current CA; the server certificate expired an hour ago. */
+    expired_case(-30 * 86400, 30 * 86400, -86400, -3600);
+    snap();
+    assert_int_equal(S.requests, 1); /* the control's only */
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1712,6 +1878,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ca_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_insecure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tls_server_name, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expired_ca, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_expired_server_certificate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_cap, setup, teardown),

@@ -14,6 +14,7 @@ static const char *const kind_names[TS_F_NKINDS] = {
     [TS_F_LATENCY] = "latency",
     [TS_F_HANG] = "hang",
     [TS_F_FREEZE_WATCH] = "freeze_watch",
+    [TS_F_RESPOND] = "respond",
     [TS_F_CLOSE_WATCH] = "close_watch",
     [TS_F_COMPACT] = "compact",
     [TS_F_ROTATE_TOKEN] = "rotate_token",
@@ -23,6 +24,28 @@ static const char *const kind_names[TS_F_NKINDS] = {
 const char *ts_fault_kind_name(ts_fault_kind k)
 {
     return k < TS_F_NKINDS ? kind_names[k] : "unknown";
+}
+
+/* Kinds that act on single requests (probability, count, hits). */
+static bool per_request(ts_fault_kind k)
+{
+    return k == TS_F_ERROR || k == TS_F_RESET || k == TS_F_LATENCY || k == TS_F_RESPOND;
+}
+
+ts_canned *ts_canned_ref(ts_canned *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+    return c;
+}
+
+void ts_canned_unref(ts_canned *c)
+{
+    if (!c || atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    free(c->content_type);
+    free(c->location);
+    free(c->body);
+    free(c);
 }
 
 /* Sets *err to a malloc'ed message (NULL if out of memory); returns -1. */
@@ -132,6 +155,7 @@ void ts_faults_init(ts_faults *f, uint64_t seed)
 static void rule_free(ts_rule *r)
 {
     ts_match_free(&r->match);
+    ts_canned_unref(r->canned);
     free(r);
 }
 
@@ -162,12 +186,13 @@ static int get_uint(const json_t *body, const char *key, uint64_t max, uint64_t 
 
 ts_rule *ts_faults_add(ts_faults *f, const json_t *body, int64_t now, char **err)
 {
-    static const char *const known[] = {"kind",        "status", "retry_after",
-                                        "delay_ms",    "count",  "probability",
-                                        "duration_ms", "match",  "seed"};
+    static const char *const known[] = {
+        "kind",  "status", "retry_after",  "delay_ms", "count",    "probability", "duration_ms",
+        "match", "seed",   "content_type", "body",     "location", "size",        "interval_ms"};
     ts_rule *r = NULL;
-    uint64_t status = 500, retry_after = UINT64_MAX, delay = 0, count = 0, duration = 0;
-    uint64_t seed = 0;
+    ts_canned *canned = NULL;
+    uint64_t status = 0, retry_after = UINT64_MAX, delay = 0, count = 0, duration = 0;
+    uint64_t seed = 0, size = 0, interval = 0;
     const char *k;
     json_t *v;
 
@@ -193,20 +218,37 @@ ts_rule *ts_faults_add(ts_faults *f, const json_t *body, int64_t now, char **err
         if (!strcmp(kind, kind_names[i]))
             kid = i;
     if (kid < 0) {
-        fail(err, "kind must be one of error, reset, latency, hang, freeze_watch (got %s)",
+        fail(err, "kind must be one of error, reset, latency, hang, freeze_watch, respond (got %s)",
              kind ? kind : "nothing");
         return NULL;
     }
     if (get_uint(body, "status", 599, &status, err) < 0 ||
+        get_uint(body, "size", 1024 * 1024 * 1024, &size, err) < 0 ||
+        get_uint(body, "interval_ms", 3600000, &interval, err) < 0 ||
         get_uint(body, "retry_after", 86400, &retry_after, err) < 0 ||
         get_uint(body, "delay_ms", 3600000, &delay, err) < 0 ||
         get_uint(body, "count", UINT32_MAX, &count, err) < 0 ||
         get_uint(body, "duration_ms", 86400000, &duration, err) < 0 ||
         get_uint(body, "seed", INT64_MAX, &seed, err) < 0)
         return NULL;
+    json_t *js = json_object_get(body, "status");
+    if (!js || json_is_null(js))
+        status = kid == TS_F_RESPOND ? 200 : 500;
     if (kid == TS_F_ERROR && status < 400) {
         fail(err, "status must be an HTTP error code (400-599)");
         return NULL;
+    }
+    if (kid == TS_F_RESPOND && status < 200) {
+        fail(err, "status must be an HTTP status (200-599)");
+        return NULL;
+    }
+    static const char *const strings[] = {"content_type", "body", "location"};
+    for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++) {
+        json_t *sv = json_object_get(body, strings[i]);
+        if (sv && !json_is_null(sv) && !json_is_string(sv)) {
+            fail(err, "%s must be a string", strings[i]);
+            return NULL;
+        }
     }
     if (kid == TS_F_LATENCY && delay == 0) {
         fail(err, "a latency rule needs delay_ms > 0");
@@ -222,12 +264,40 @@ ts_rule *ts_faults_add(ts_faults *f, const json_t *body, int64_t now, char **err
         p = json_number_value(jp);
     }
 
-    if (!(r = calloc(1, sizeof(*r))))
+    if (kid == TS_F_RESPOND) {
+        json_t *ct = json_object_get(body, "content_type");
+        json_t *b = json_object_get(body, "body");
+        /* No field: JSON, as the apiserver; null: no Content-Type at all. */
+        const char *ctype = ct ? json_string_value(ct) : "application/json";
+        const char *loc = json_string_value(json_object_get(body, "location"));
+        size_t blen = json_is_string(b) ? json_string_length(b) : 0;
+        if (!(canned = calloc(1, sizeof(*canned))))
+            return NULL;
+        atomic_init(&canned->refs, 1);
+        canned->status = (unsigned)status;
+        canned->content_type = ts_strdup(ctype);
+        canned->location = ts_strdup(loc);
+        canned->body = malloc(blen + 1);
+        if (canned->body && blen)
+            memcpy(canned->body, json_string_value(b), blen);
+        canned->body_len = blen;
+        canned->size = size > blen ? size : blen;
+        canned->interval_ms = (int64_t)interval;
+        if (!canned->body || (ctype && !canned->content_type) || (loc && !canned->location)) {
+            ts_canned_unref(canned);
+            return NULL;
+        }
+    }
+    if (!(r = calloc(1, sizeof(*r)))) {
+        ts_canned_unref(canned);
         return NULL;
+    }
     if (ts_match_parse(json_object_get(body, "match"), &r->match, err) < 0) {
+        ts_canned_unref(canned);
         free(r);
         return NULL;
     }
+    r->canned = canned;
     r->id = f->next_id++;
     r->kind = (ts_fault_kind)kid;
     r->status = (unsigned)status;
@@ -298,7 +368,17 @@ json_t *ts_rule_json(const ts_rule *r, int64_t now)
     }
     if (r->kind == TS_F_LATENCY)
         json_object_set_new(j, "delay_ms", json_integer(r->delay_ms));
-    if (r->kind <= TS_F_LATENCY) {
+    if (r->kind == TS_F_RESPOND) {
+        const ts_canned *c = r->canned;
+        json_object_set_new(j, "status", json_integer(c->status));
+        json_object_set_new(j, "content_type",
+                            c->content_type ? json_string(c->content_type) : json_null());
+        json_object_set_new(j, "body", json_stringn(c->body, c->body_len));
+        json_object_set_new(j, "location", c->location ? json_string(c->location) : json_null());
+        json_object_set_new(j, "size", json_integer((json_int_t)c->size));
+        json_object_set_new(j, "interval_ms", json_integer(c->interval_ms));
+    }
+    if (per_request(r->kind)) {
         json_object_set_new(j, "count", json_integer((json_int_t)r->count));
         json_object_set_new(j, "probability", json_real(r->probability));
     }
@@ -327,9 +407,9 @@ void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision
     while (*pp) {
         ts_rule *r = *pp;
         bool hit = false;
-        if (r->kind <= TS_F_LATENCY && r->expires_ms > now && ts_match_client(&r->match, c)) {
-            /* An error and a reset are exclusive: the older rule wins. */
-            bool applies = r->kind == TS_F_LATENCY || (!d->reset && !d->status);
+        if (per_request(r->kind) && r->expires_ms > now && ts_match_client(&r->match, c)) {
+            /* An error, a reset and a canned answer are exclusive: the older rule wins. */
+            bool applies = r->kind == TS_F_LATENCY || (!d->reset && !d->status && !d->canned);
             if (applies && (r->probability >= 1.0 || ts_rng_unit(&f->rng) < r->probability)) {
                 hit = true;
                 r->hits++;
@@ -338,6 +418,8 @@ void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision
                     d->latency_ms += r->delay_ms;
                 } else if (r->kind == TS_F_RESET) {
                     d->reset = true;
+                } else if (r->kind == TS_F_RESPOND) {
+                    d->canned = ts_canned_ref(r->canned);
                 } else {
                     d->status = r->status;
                     d->retry_after = r->retry_after;

@@ -2,7 +2,7 @@
  * faults.h - fault-injection rules and the counters behind /testserver/v1/stats.
  *
  * Two families of rules:
- *   per-request  error, reset, latency: each matching request rolls the
+ *   per-request  error, reset, latency, respond: each matching request rolls the
  *                rule's probability; a hit consumes one of its count (0 =
  *                unlimited) and is counted;
  *   windows      hang, freeze_watch: while the rule lives (duration_ms, or
@@ -20,6 +20,7 @@
 #include "util.h"
 
 #include <jansson.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -29,6 +30,7 @@ typedef enum ts_fault_kind {
     TS_F_LATENCY,      /* delay the answer by delay_ms */
     TS_F_HANG,         /* hold matching requests until the rule ends */
     TS_F_FREEZE_WATCH, /* matching watch streams send nothing until the rule ends */
+    TS_F_RESPOND,      /* answer with a canned response (body, redirect, trickle, huge) */
     TS_F_NRULEKINDS,
     /* Actions from the control API; counted, never stored as rules. */
     TS_F_CLOSE_WATCH = TS_F_NRULEKINDS, /* watch streams ended on request */
@@ -58,6 +60,24 @@ int ts_match_parse(const json_t *j, ts_match *m, char **err);
 bool ts_match_client(const ts_match *m, const ts_client *c);
 void ts_match_free(ts_match *m);
 
+/*
+ * The answer of a respond rule, shared (reference-counted) by the rule and
+ * the requests and responses it answers, which outlive it.
+ */
+typedef struct ts_canned {
+    _Atomic unsigned refs;
+    unsigned status;     /* HTTP status, 200-599 */
+    char *content_type;  /* NULL: no Content-Type header */
+    char *location;      /* NULL: no Location header */
+    char *body;          /* body_len bytes (may hold NULs) */
+    size_t body_len;     /* the body comes first ... */
+    uint64_t size;       /* ... padded with spaces up to size bytes (>= body_len) */
+    int64_t interval_ms; /* 0: all at once; else one byte per interval */
+} ts_canned;
+
+ts_canned *ts_canned_ref(ts_canned *c);
+void ts_canned_unref(ts_canned *c); /* accepts NULL */
+
 typedef struct ts_rule {
     struct ts_rule *next;
     uint64_t id;
@@ -69,6 +89,7 @@ typedef struct ts_rule {
     uint64_t hits;
     double probability;             /* per-request kinds: chance that a match hits */
     int64_t created_ms, expires_ms; /* expires_ms INT64_MAX: until deleted */
+    ts_canned *canned;              /* respond */
     ts_match match;
 } ts_rule;
 
@@ -85,6 +106,7 @@ typedef struct ts_decision {
     bool reset;
     unsigned status; /* 0: no injected error */
     unsigned retry_after;
+    ts_canned *canned; /* a respond rule's answer (a reference the request owns), or NULL */
 } ts_decision;
 
 void ts_faults_init(ts_faults *f, uint64_t seed);
@@ -102,7 +124,8 @@ bool ts_faults_expire(ts_faults *f, int64_t now);
 json_t *ts_rule_json(const ts_rule *r, int64_t now);
 json_t *ts_faults_json(const ts_faults *f, int64_t now);
 
-/* Rolls the per-request rules for c and counts the hits. */
+/* Rolls the per-request rules for c and counts the hits. d->canned, if set,
+ * is a reference for the caller to drop with ts_canned_unref. */
 void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision *d);
 /*
  * End of the hang windows over c (INT64_MAX: until deleted), or 0 if none.

@@ -213,6 +213,113 @@ static enum MHD_Result queue(ts_server *srv, struct MHD_Connection *conn, ts_req
     return ok;
 }
 
+/*
+ * The body of a respond rule that is padded or trickled: produced as
+ * libmicrohttpd asks for it. A trickle sends its first byte with the
+ * headers, then one byte per interval, parked between bytes (no thread
+ * waits); a client that gave up is noticed at the next byte.
+ */
+typedef struct ts_feed {
+    ts_server *srv;
+    ts_sleeper sl;
+    ts_canned *c;
+    int64_t next_ms; /* trickle: when the next byte is due */
+} ts_feed;
+
+static ssize_t feed_reader(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    ts_feed *f = cls;
+    ts_server *srv = f->srv;
+    const ts_canned *c = f->c;
+    size_t n = max;
+
+    pthread_mutex_lock(&srv->mu);
+    if (srv->draining) { /* restart or exit */
+        pthread_mutex_unlock(&srv->mu);
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    if (pos >= c->size) {
+        pthread_mutex_unlock(&srv->mu);
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    }
+    if (c->interval_ms > 0) {
+        int64_t now = ts_mono_ms();
+        if (pos > 0 && now < f->next_ms) {
+            bool parked = ts_sched_suspend(&srv->sched, &f->sl, f->next_ms);
+            pthread_mutex_unlock(&srv->mu);
+            return parked ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
+        }
+        f->next_ms = now + c->interval_ms;
+        n = 1;
+    }
+    pthread_mutex_unlock(&srv->mu);
+    if (n > c->size - pos)
+        n = (size_t)(c->size - pos);
+    /* The body, then spaces: a JSON body stays JSON however big. */
+    size_t from_body = pos < c->body_len ? c->body_len - (size_t)pos : 0;
+    if (from_body > n)
+        from_body = n;
+    if (from_body)
+        memcpy(buf, c->body + pos, from_body);
+    memset(buf + from_body, ' ', n - from_body);
+    return (ssize_t)n;
+}
+
+static void feed_free(void *cls)
+{
+    ts_feed *f = cls;
+    pthread_mutex_lock(&f->srv->mu);
+    /* A parked response cannot end (see ts_server_stop); be safe anyway. */
+    if (f->sl.suspended)
+        ts_sched_wake(&f->srv->sched, &f->sl);
+    pthread_mutex_unlock(&f->srv->mu);
+    ts_canned_unref(f->c);
+    free(f);
+}
+
+/* Answers with a respond rule's canned response. Called with the lock. */
+static enum MHD_Result respond(ts_server *srv, struct MHD_Connection *conn, ts_req *r)
+{
+    const ts_canned *c = r->d.canned;
+    struct MHD_Response *resp;
+    char audit[37], code[8];
+
+    snprintf(code, sizeof(code), "%u", c->status);
+    count_request(srv, r, code);
+    if (srv->cfg.verbose)
+        ts_log("%s %s -> %u (respond fault)", r->client.method, r->client.path, c->status);
+    pthread_mutex_unlock(&srv->mu);
+
+    if (c->interval_ms == 0 && c->size == c->body_len) {
+        resp = MHD_create_response_from_buffer(c->body_len, c->body, MHD_RESPMEM_MUST_COPY);
+    } else {
+        ts_feed *f = calloc(1, sizeof(*f));
+        if (!f)
+            return MHD_NO;
+        f->srv = srv;
+        f->c = ts_canned_ref(r->d.canned);
+        ts_sleeper_init(&f->sl, conn);
+        resp = MHD_create_response_from_callback(c->size, c->interval_ms ? 1 : 64 * 1024,
+                                                 feed_reader, f, feed_free);
+        if (!resp) {
+            feed_free(f);
+            return MHD_NO;
+        }
+    }
+    if (!resp)
+        return MHD_NO;
+    if (c->content_type)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, c->content_type);
+    if (c->location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, c->location);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache, private");
+    ts_uuid4(audit);
+    MHD_add_response_header(resp, "Audit-Id", audit);
+    enum MHD_Result ok = MHD_queue_response(conn, c->status, resp);
+    MHD_destroy_response(resp);
+    return ok;
+}
+
 /* Closes the connection without an answer, with RST. Called with the lock. */
 static enum MHD_Result reset(ts_server *srv, struct MHD_Connection *conn, ts_req *r)
 {
@@ -267,6 +374,8 @@ static enum MHD_Result process(ts_server *srv, struct MHD_Connection *conn, ts_r
         r->phase = PH_RUN;
     }
 
+    if (!r->control && r->d.canned)
+        return respond(srv, conn, r); /* unlocks */
     if (!r->control && r->d.status) {
         rs.code = r->d.status;
         rs.body = ts_status_for_code(r->d.status, r->d.retry_after);
@@ -331,6 +440,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
         ts_sched_wake(&srv->sched, &r->sl);
         pthread_mutex_unlock(&srv->mu);
     }
+    ts_canned_unref(r->d.canned);
     ts_buf_free(&r->body);
     free(r);
     *req_cls = NULL;
