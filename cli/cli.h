@@ -27,6 +27,11 @@
 
 /* Longest identity the library accepts, with its NUL. */
 #define CLI_IDENTITY_MAX 512
+/* Longest name of a --lease, with its NUL: an etcd election name is at most
+ * 400 bytes (k8slease.h), a Lease name 253. */
+#define CLI_NAME_MAX 401
+/* "NS/NAME" or an election name, with its NUL. */
+#define CLI_LEASE_MAX (64 + CLI_NAME_MAX)
 
 /* ---- flags ------------------------------------------------------------ */
 
@@ -43,12 +48,27 @@ typedef struct cli_opt {
 #define CLI_ARG  -1 /* a positional argument, in p->value (p->i is past it) */
 #define CLI_STOP -2 /* --help, --version or a bad flag: return p->exit_code */
 
-/* Flags every subcommand takes; cli_next() handles them itself. */
+/* Flags every subcommand takes; cli_next() handles them itself, and
+ * cli_backend_check() checks them together once all are parsed. */
 typedef struct cli_common {
     const char *kubeconfig; /* --kubeconfig */
     const char *context;    /* --context */
     const char *ns;         /* --namespace: for --lease/--pod without "NS/" */
     k8slease_log_level log_level;
+    k8slease_backend backend;        /* --backend k8s|etcd */
+    const char *etcd_endpoints;      /* --etcd-endpoints, else $ETCDCTL_ENDPOINTS */
+    const char *etcd_endpoints_from; /* "--etcd-endpoints" or "$ETCDCTL_ENDPOINTS" */
+    const char *etcd_ca_file;        /* --etcd-cacert, else $ETCDCTL_CACERT */
+    const char *etcd_cert_file;      /* --etcd-cert, else $ETCDCTL_CERT */
+    const char *etcd_key_file;       /* --etcd-key, else $ETCDCTL_KEY */
+    const char *etcd_username;       /* --etcd-user */
+    const char *etcd_password_file;  /* --etcd-password-file */
+    /* With --etcd-user: the password read from --etcd-password-file (a
+     * buffer of common.c, wiped once the client is created) or
+     * $K8SLEASE_ETCD_PASSWORD. Never printed. */
+    const char *etcd_password;
+    const char *k8s_flag;  /* the first Kubernetes-only flag given, or NULL */
+    const char *etcd_flag; /* the first --etcd-* flag given, or NULL */
 } cli_common;
 
 typedef struct cli_parser {
@@ -87,20 +107,28 @@ void cli_format_duration(char *buf, size_t size, int64_t ms);
  * CLI_USAGE (message printed). */
 int cli_duration_value(const cli_parser *p, int64_t min_ms, int64_t *ms);
 
-/* A namespaced object named by a flag: "NS/NAME" or "NAME". */
+/* A namespaced object named by a flag: "NS/NAME" or "NAME"; with etcd, an
+ * election name (ns ""). */
 typedef struct cli_ref {
-    char ns[64];    /* "" until resolved: then --namespace or the client's */
-    char name[254]; /* DNS subdomain */
+    char ns[64];             /* "" until resolved: then --namespace or the client's */
+    char name[CLI_NAME_MAX]; /* DNS subdomain (Kubernetes), any non-empty string (etcd) */
 } cli_ref;
 
 /* Parse the current flag's value; what is "lease" or "pod". 0 or CLI_USAGE. */
 int cli_ref_value(const cli_parser *p, const char *what, cli_ref *ref);
+/* Parse value, given with --lease, once every flag is parsed (the rules
+ * depend on --backend): a Kubernetes [NS/]NAME, or an etcd election name.
+ * 0 or CLI_USAGE (message printed). */
+int cli_lease_value(cli_parser *p, const char *value, cli_ref *ref);
 /* Namespace to pass to the library: the ref's, --namespace, or NULL (the
- * client's). */
+ * client's; always NULL with etcd). */
 const char *cli_ref_ns(const cli_ref *ref, const cli_common *c);
-/* "NS/NAME" for messages, with the namespace the client resolved. */
+/* "NS/NAME" for messages, with the namespace the client resolved; with
+ * etcd, the election name. */
 void cli_ref_format(char *buf, size_t size, const cli_ref *ref, const cli_common *c,
                     const k8slease_client *client);
+/* What a --lease names, for messages: "lease" or "election" (etcd). */
+const char *cli_lease_noun(const cli_common *c);
 
 /* Label key and value rules of Kubernetes; NULL when valid, else the rule. */
 const char *cli_label_key_error(const char *key);
@@ -110,12 +138,23 @@ const char *cli_label_value_error(const char *value);
  * "-<8 random hex digits>" appended. 0 or CLI_USAGE/CLI_ERROR (printed). */
 int cli_identity(const cli_parser *p, const char *flag_value, int unique, char *out, size_t size);
 
+/* Once every flag is parsed: check --backend against the other flags, take
+ * the $ETCDCTL_* defaults, check that the etcd PEM files can be read, and
+ * read the etcd password. k8s_only: NULL, or why this command refuses etcd
+ * (its flags are then refused too). CLI_OK, CLI_USAGE or CLI_ERROR (a file
+ * that cannot be read); message printed. */
+int cli_backend_check(cli_parser *p, const char *k8s_only);
+/* "k8s" or "etcd". */
+const char *cli_backend_name(k8slease_backend b);
+
 /* ---- runtime ---------------------------------------------------------- */
 
-/* Client options from the common flags: logging to stderr at --log-level. */
+/* Client options from the common flags: logging to stderr at --log-level;
+ * backend and etcd settings. */
 void cli_client_options(const cli_common *c, k8slease_client_options *o);
-/* Create the client from the common flags. CLI_OK or CLI_ERROR (message
- * printed). */
+/* Create the client from the common flags (after cli_backend_check). CLI_OK,
+ * CLI_USAGE (etcd settings the library refused, e.g. a bad endpoint URL) or
+ * CLI_ERROR (message printed). */
 int cli_client_new(const cli_common *c, k8slease_client **client);
 
 /* Messages of the CLI itself on stderr: "<cmd>: <message>", filtered by

@@ -62,29 +62,80 @@ int cli_exit_code(int err)
     return err == K8SLEASE_ENOTFOUND ? CLI_NOTFOUND : CLI_ERROR;
 }
 
+/* The password read from --etcd-password-file; wiped once the client has
+ * its copy. */
+static char password_buf[4096];
+
+static void wipe(void *p, size_t n)
+{
+    /* volatile: the stores must happen although nothing reads them. */
+    volatile unsigned char *b = p;
+
+    while (n--)
+        *b++ = 0;
+}
+
 void cli_client_options(const cli_common *c, k8slease_client_options *o)
 {
     o->kubeconfig = c->kubeconfig;
     o->context = c->context;
     o->log_cb = library_log;
     o->log_level = c->log_level;
+    o->backend = c->backend;
+    if (c->backend == K8SLEASE_BACKEND_ETCD) {
+        o->etcd_endpoints = c->etcd_endpoints;
+        o->etcd_ca_file = c->etcd_ca_file;
+        o->etcd_cert_file = c->etcd_cert_file;
+        o->etcd_key_file = c->etcd_key_file;
+        o->etcd_username = c->etcd_username;
+        o->etcd_password = c->etcd_username ? c->etcd_password : NULL;
+    }
 }
 
 int cli_client_new(const cli_common *c, k8slease_client **client)
 {
     k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    const char *msg, *field = "etcd_endpoints: ";
+    int err;
 
     cli_client_options(c, &o);
-    if (k8slease_client_new(client, &o) != 0) {
-        cli_error("%s", k8slease_error_last());
+    err = k8slease_client_new(client, &o);
+    wipe(password_buf, sizeof(password_buf));
+    if (err == 0)
+        return CLI_OK;
+    msg = k8slease_error_last();
+    if (c->backend != K8SLEASE_BACKEND_ETCD) {
+        cli_error("%s", msg);
         return CLI_ERROR;
     }
-    return CLI_OK;
+    /* The library names its option; the user wrote a flag (or a variable). */
+    if (strncmp(msg, field, strlen(field)) == 0)
+        cli_error("%s: %s", c->etcd_endpoints_from, msg + strlen(field));
+    else
+        cli_error("%s", msg);
+    /* Every etcd setting comes from a flag or a variable: the library
+     * refusing one (EINVAL) is a bad flag value. */
+    return err == K8SLEASE_EINVAL ? CLI_USAGE : CLI_ERROR;
 }
 
 /* ---- flags ------------------------------------------------------------ */
 
-enum { OPT_KUBECONFIG = 1000, OPT_CONTEXT, OPT_NAMESPACE, OPT_LOG_LEVEL, OPT_HELP, OPT_VERSION };
+enum {
+    OPT_KUBECONFIG = 1000,
+    OPT_CONTEXT,
+    OPT_NAMESPACE,
+    OPT_LOG_LEVEL,
+    OPT_HELP,
+    OPT_VERSION,
+    OPT_BACKEND,
+    OPT_ETCD_ENDPOINTS,
+    OPT_ETCD_CACERT,
+    OPT_ETCD_CERT,
+    OPT_ETCD_KEY,
+    OPT_ETCD_USER,
+    OPT_ETCD_PASSWORD_FILE,
+    OPT_ETCD_PASSWORD
+};
 
 static const cli_opt common_opts[] = {
     {"--kubeconfig", OPT_KUBECONFIG, 1},
@@ -95,6 +146,15 @@ static const cli_opt common_opts[] = {
     {"--help", OPT_HELP, 0},
     {"-h", OPT_HELP, 0},
     {"--version", OPT_VERSION, 0},
+    {"--backend", OPT_BACKEND, 1},
+    {"--etcd-endpoints", OPT_ETCD_ENDPOINTS, 1},
+    {"--etcd-cacert", OPT_ETCD_CACERT, 1},
+    {"--etcd-cert", OPT_ETCD_CERT, 1},
+    {"--etcd-key", OPT_ETCD_KEY, 1},
+    {"--etcd-user", OPT_ETCD_USER, 1},
+    {"--etcd-password-file", OPT_ETCD_PASSWORD_FILE, 1},
+    /* Refused before its value is looked at: see cli_next(). */
+    {"--etcd-password", OPT_ETCD_PASSWORD, 0},
     {NULL, 0, 0},
 };
 
@@ -179,24 +239,85 @@ static int is_dns_subdomain(const char *s)
 static const char rule_namespace[] =
     "namespace must be a lowercase RFC 1123 label (a-z, 0-9 and '-', at most 63 characters)";
 
-/* A common flag; CLI_OK to go on, or CLI_STOP with p->exit_code set. */
-static int common_flag(cli_parser *p, int id)
+/* A common flag o; CLI_OK to go on, or CLI_STOP with p->exit_code set. */
+static int common_flag(cli_parser *p, const cli_opt *o)
 {
-    switch (id) {
+    cli_common *c = &p->common;
+    const char **etcd_value = NULL;
+
+    switch (o->id) {
     case OPT_KUBECONFIG:
-        p->common.kubeconfig = p->value;
+    case OPT_CONTEXT:
+    case OPT_NAMESPACE:
+        /* Kubernetes only: cli_backend_check() names it with etcd. */
+        if (!c->k8s_flag)
+            c->k8s_flag = o->name;
+        break;
+    case OPT_ETCD_ENDPOINTS:
+    case OPT_ETCD_CACERT:
+    case OPT_ETCD_CERT:
+    case OPT_ETCD_KEY:
+    case OPT_ETCD_USER:
+    case OPT_ETCD_PASSWORD_FILE:
+        if (!c->etcd_flag)
+            c->etcd_flag = o->name;
+        if (!p->value[0])
+            goto bad_empty;
+        break;
+    }
+    switch (o->id) {
+    case OPT_KUBECONFIG:
+        c->kubeconfig = p->value;
         break;
     case OPT_CONTEXT:
         if (!p->value[0])
             goto bad_empty;
-        p->common.context = p->value;
+        c->context = p->value;
         break;
     case OPT_NAMESPACE:
         if (!is_dns_label(p->value, strlen(p->value))) {
             p->exit_code = cli_flag_error(p, "%s", rule_namespace);
             return CLI_STOP;
         }
-        p->common.ns = p->value;
+        c->ns = p->value;
+        break;
+    case OPT_BACKEND:
+        if (strcmp(p->value, "k8s") == 0) {
+            c->backend = K8SLEASE_BACKEND_K8S;
+        } else if (strcmp(p->value, "etcd") == 0) {
+            c->backend = K8SLEASE_BACKEND_ETCD;
+        } else {
+            p->exit_code = cli_flag_error(p, "must be k8s or etcd");
+            return CLI_STOP;
+        }
+        break;
+    case OPT_ETCD_ENDPOINTS:
+        c->etcd_endpoints = p->value;
+        c->etcd_endpoints_from = "--etcd-endpoints";
+        break;
+    case OPT_ETCD_CACERT:
+        etcd_value = &c->etcd_ca_file;
+        break;
+    case OPT_ETCD_CERT:
+        etcd_value = &c->etcd_cert_file;
+        break;
+    case OPT_ETCD_KEY:
+        etcd_value = &c->etcd_key_file;
+        break;
+    case OPT_ETCD_USER:
+        /* etcdctl's --user takes "NAME:PASSWORD": do not echo the value,
+         * it may hold a password. */
+        if (strchr(p->value, ':')) {
+            p->exit_code = cli_usage_error(
+                p, "--etcd-user: a user name without ':' (the password goes in "
+                   "--etcd-password-file FILE or $K8SLEASE_ETCD_PASSWORD, never on the command "
+                   "line)");
+            return CLI_STOP;
+        }
+        c->etcd_username = p->value;
+        break;
+    case OPT_ETCD_PASSWORD_FILE:
+        c->etcd_password_file = p->value;
         break;
     case OPT_LOG_LEVEL:
         for (size_t i = 0; i < CLI_ARRAY_LEN(level_names); i++)
@@ -216,6 +337,8 @@ static int common_flag(cli_parser *p, int id)
         p->exit_code = CLI_OK;
         return CLI_STOP;
     }
+    if (etcd_value)
+        *etcd_value = p->value;
     return CLI_OK;
 bad_empty:
     p->exit_code = cli_flag_error(p, "must not be empty");
@@ -250,6 +373,14 @@ int cli_next(cli_parser *p)
             p->exit_code = cli_usage_error(p, "unknown flag %s (see %s --help)", p->flag, p->cmd);
             return CLI_STOP;
         }
+        if (o->id == OPT_ETCD_PASSWORD) {
+            p->exit_code = cli_usage_error(
+                p,
+                "%s: no such flag: a password on the command line shows in ps(1); use "
+                "--etcd-password-file FILE or $K8SLEASE_ETCD_PASSWORD",
+                p->flag);
+            return CLI_STOP;
+        }
         if (o->has_value) {
             /* "--identity --unique" is a forgotten value, not an identity. */
             if (eq)
@@ -266,7 +397,7 @@ int cli_next(cli_parser *p)
         }
         if (o->id < OPT_KUBECONFIG)
             return o->id;
-        if (common_flag(p, o->id) == CLI_STOP)
+        if (common_flag(p, o) == CLI_STOP)
             return CLI_STOP;
     }
 }
@@ -413,6 +544,26 @@ int cli_ref_value(const cli_parser *p, const char *what, cli_ref *ref)
     return 0;
 }
 
+int cli_lease_value(cli_parser *p, const char *value, cli_ref *ref)
+{
+    size_t n = strlen(value);
+
+    p->flag = "--lease";
+    p->value = value;
+    if (p->common.backend != K8SLEASE_BACKEND_ETCD)
+        return cli_ref_value(p, "lease", ref);
+    /* As `etcdctl elect NAME`: any bytes; "NS/" means nothing to etcd. */
+    memset(ref, 0, sizeof(*ref));
+    if (n == 0)
+        return cli_usage_error(p, "--lease: the election name must not be empty");
+    if (n >= sizeof(ref->name))
+        return cli_usage_error(p,
+                               "--lease \"%.40s...\": the election name must be at most %zu bytes",
+                               value, sizeof(ref->name) - 1);
+    memcpy(ref->name, value, n + 1);
+    return 0;
+}
+
 const char *cli_ref_ns(const cli_ref *ref, const cli_common *c)
 {
     return ref->ns[0] ? ref->ns : c->ns;
@@ -423,7 +574,145 @@ void cli_ref_format(char *buf, size_t size, const cli_ref *ref, const cli_common
 {
     const char *ns = cli_ref_ns(ref, c);
 
-    snprintf(buf, size, "%s/%s", ns ? ns : k8slease_client_namespace(client), ref->name);
+    if (c->backend == K8SLEASE_BACKEND_ETCD)
+        snprintf(buf, size, "%s", ref->name);
+    else
+        snprintf(buf, size, "%s/%s", ns ? ns : k8slease_client_namespace(client), ref->name);
+}
+
+const char *cli_lease_noun(const cli_common *c)
+{
+    return c->backend == K8SLEASE_BACKEND_ETCD ? "election" : "lease";
+}
+
+/* ---- backends ---------------------------------------------------------- */
+
+const char *cli_backend_name(k8slease_backend b)
+{
+    return b == K8SLEASE_BACKEND_ETCD ? "etcd" : "k8s";
+}
+
+/* *field = the variable var ("$NAME") when no flag set it (an empty
+ * variable counts as unset). Returns what to name in messages: flag, or
+ * var when it was used. */
+static const char *env_default(const char **field, const char *var, const char *flag)
+{
+    const char *v;
+
+    if (*field || !(v = getenv(var + 1)) || !v[0])
+        return flag;
+    *field = v;
+    return var;
+}
+
+/* A PEM file the library will read at the first request: say now, naming
+ * the flag, that it cannot be read, rather than fail every request. */
+static int check_readable(const char *what, const char *path)
+{
+    if (path && access(path, R_OK) != 0) {
+        cli_error("%s %s: cannot read: %s", what, path, strerror(errno));
+        return CLI_ERROR;
+    }
+    return CLI_OK;
+}
+
+/* The password from --etcd-password-file: the file's content, without one
+ * final line end. */
+static int read_password(const char *path, const char **out)
+{
+    const char *why = NULL;
+    size_t n = 0;
+    ssize_t r;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0) {
+        cli_error("--etcd-password-file %s: cannot read: %s", path, strerror(errno));
+        return CLI_ERROR;
+    }
+    while (n < sizeof(password_buf) &&
+           (r = read(fd, password_buf + n, sizeof(password_buf) - n)) != 0) {
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0) {
+            why = strerror(errno);
+            break;
+        }
+        n += (size_t)r;
+    }
+    close(fd);
+    if (!why && n == sizeof(password_buf)) {
+        why = "longer than 4095 bytes";
+    } else if (!why) {
+        if (n > 0 && password_buf[n - 1] == '\n')
+            n--;
+        if (n > 0 && password_buf[n - 1] == '\r')
+            n--;
+        password_buf[n] = '\0';
+        if (n == 0)
+            why = "is empty";
+        else if (strlen(password_buf) != n)
+            why = "contains a NUL byte";
+        else if (strpbrk(password_buf, "\r\n"))
+            why = "has more than one line";
+    }
+    if (why) {
+        wipe(password_buf, sizeof(password_buf));
+        cli_error("--etcd-password-file %s: %s", path, why);
+        return CLI_ERROR;
+    }
+    *out = password_buf;
+    return CLI_OK;
+}
+
+int cli_backend_check(cli_parser *p, const char *k8s_only)
+{
+    cli_common *c = &p->common;
+    const char *ca, *cert, *key, *pw;
+    int rc;
+
+    if (k8s_only && (c->backend == K8SLEASE_BACKEND_ETCD || c->etcd_flag))
+        return cli_usage_error(
+            p, "%s: not with this command: %s",
+            c->backend == K8SLEASE_BACKEND_ETCD ? "--backend etcd" : c->etcd_flag, k8s_only);
+    if (c->backend != K8SLEASE_BACKEND_ETCD) {
+        if (c->etcd_flag)
+            return cli_usage_error(p, "%s needs --backend etcd", c->etcd_flag);
+        return CLI_OK;
+    }
+    if (c->k8s_flag)
+        return cli_usage_error(p, "%s: Kubernetes only, not with --backend etcd", c->k8s_flag);
+    /* etcdctl's variables, so that a shell set up for etcdctl works. */
+    c->etcd_endpoints_from =
+        env_default(&c->etcd_endpoints, "$ETCDCTL_ENDPOINTS", "--etcd-endpoints");
+    ca = env_default(&c->etcd_ca_file, "$ETCDCTL_CACERT", "--etcd-cacert");
+    cert = env_default(&c->etcd_cert_file, "$ETCDCTL_CERT", "--etcd-cert");
+    key = env_default(&c->etcd_key_file, "$ETCDCTL_KEY", "--etcd-key");
+    if (!c->etcd_endpoints)
+        return cli_usage_error(p, "--backend etcd needs --etcd-endpoints URL[,URL...] (or "
+                                  "$ETCDCTL_ENDPOINTS)");
+    if (c->etcd_cert_file && !c->etcd_key_file)
+        return cli_usage_error(p, "%s needs --etcd-key FILE (or $ETCDCTL_KEY)", cert);
+    if (c->etcd_key_file && !c->etcd_cert_file)
+        return cli_usage_error(p, "%s needs --etcd-cert FILE (or $ETCDCTL_CERT)", key);
+    if (c->etcd_password_file && !c->etcd_username)
+        return cli_usage_error(p, "--etcd-password-file needs --etcd-user");
+    if ((rc = check_readable(ca, c->etcd_ca_file)) != CLI_OK ||
+        (rc = check_readable(cert, c->etcd_cert_file)) != CLI_OK ||
+        (rc = check_readable(key, c->etcd_key_file)) != CLI_OK)
+        return rc;
+    if (!c->etcd_username)
+        return CLI_OK;
+    if (c->etcd_password_file)
+        return read_password(c->etcd_password_file, &c->etcd_password);
+    if ((pw = getenv("K8SLEASE_ETCD_PASSWORD")) && pw[0]) {
+        c->etcd_password = pw;
+        return CLI_OK;
+    }
+    return cli_usage_error(p,
+                           "--etcd-user %s needs a password: --etcd-password-file FILE or "
+                           "$K8SLEASE_ETCD_PASSWORD (not on the command line, where ps(1) "
+                           "shows it)",
+                           c->etcd_username);
 }
 
 /* [A-Za-z0-9._-]{0,63}, starting and ending alphanumeric. */

@@ -430,6 +430,8 @@ int cli_demo(int argc, char **argv)
     if (id == CLI_ARG || p.i < p.argc)
         return cli_usage_error(&p, "unexpected argument \"%s\"",
                                id == CLI_ARG ? p.value : p.argv[p.i]);
+    if ((rc = cli_backend_check(&p, "the demo runs on Kubernetes (or its test server)")) != CLI_OK)
+        return rc;
     d.common = p.common;
     d.t0 = cli_now_ms();
     snprintf(d.lease, sizeof(d.lease), "k8slease-demo-%d", (int)getpid());

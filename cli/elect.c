@@ -31,7 +31,7 @@ static const char usage[] =
     "for the others to take it), a new term is campaigned for (with --once,\n"
     "k8slease exits).\n"
     "\n"
-    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --lease [NS/]NAME      the Lease (required); with etcd, the election name\n"
     "  --identity ID          our identity (default: $POD_NAME, else the host name)\n"
     "  --unique               append \"-<8 random hex digits>\" to the identity\n"
     "  --lease-duration D     how long a lease is valid without renewal (default 15s)\n"
@@ -49,6 +49,12 @@ static const char usage[] =
     "                         (numeric IPv4 or [IPv6]; port 0: any free port)\n"
     "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level error|warn|info|debug,\n"
     "  --help, --version\n"
+    "  --backend etcd --etcd-endpoints URL[,URL...] [--etcd-cacert FILE]\n"
+    "  [--etcd-cert FILE --etcd-key FILE] [--etcd-user NAME]\n"
+    "  [--etcd-password-file FILE]: campaign in an etcd election instead, as\n"
+    "                         `etcdctl elect NAME ID` (see k8slease --help);\n"
+    "                         --lease-duration is the etcd lease TTL (whole\n"
+    "                         seconds); no --label-pod\n"
     "\n"
     "D is a duration: 500ms, 15s, 1m30s, 1.5s. SIGTERM, SIGINT or SIGHUP stop CMD,\n"
     "release the Lease and exit 0; a second one kills CMD at once.\n"
@@ -99,7 +105,7 @@ typedef struct timing {
 
 typedef struct elect_config {
     cli_ref lease;
-    int have_lease;
+    const char *lease_value; /* --lease, checked once --backend is known */
     const char *identity_flag;
     int unique;
     timing ld, rd, rp;
@@ -119,7 +125,7 @@ typedef struct elect {
     elect_config cfg;
     const cli_common *common;
     char identity[CLI_IDENTITY_MAX];
-    char lease[320]; /* "NS/NAME" */
+    char lease[CLI_LEASE_MAX]; /* "NS/NAME", or the etcd election name */
     k8slease_client *client;
     cli_events q;
     cli_view view;
@@ -205,8 +211,7 @@ static int parse_flags(cli_parser *p, elect_config *c)
         rc = 0;
         switch (id) {
         case OPT_LEASE:
-            rc = cli_ref_value(p, "lease", &c->lease);
-            c->have_lease = 1;
+            c->lease_value = p->value;
             break;
         case OPT_IDENTITY:
             c->identity_flag = p->value;
@@ -260,10 +265,16 @@ static int parse_flags(cli_parser *p, elect_config *c)
         p->i--;
     if (p->i < p->argc)
         c->cmd = p->argv + p->i;
-    if (!c->have_lease)
+    if (!c->lease_value)
         return cli_usage_error(p, "--lease is required (see %s --help)", p->cmd);
     if (c->have_label && !c->have_label_pod)
         return cli_usage_error(p, "--label needs --label-pod");
+    if ((rc = cli_backend_check(p, NULL)) != CLI_OK)
+        return rc;
+    if (c->have_label_pod && p->common.backend == K8SLEASE_BACKEND_ETCD)
+        return cli_usage_error(p, "--label-pod: Kubernetes only (a Pod), not with --backend etcd");
+    if ((rc = cli_lease_value(p, c->lease_value, &c->lease)) != 0)
+        return rc;
     return check_timings(p, c);
 }
 
@@ -360,7 +371,7 @@ static void release_lost_term(elect *el, int64_t epoch)
 
 static void start_cmd(elect *el, int64_t epoch)
 {
-    char epoch_var[48], identity_var[CLI_IDENTITY_MAX + 32], lease_var[340];
+    char epoch_var[48], identity_var[CLI_IDENTITY_MAX + 32], lease_var[CLI_LEASE_MAX + 32];
     char *env[] = {epoch_var, identity_var, lease_var, NULL};
     int err;
 
@@ -540,7 +551,8 @@ static int setup(elect *el, const cli_parser *p)
     snprintf(el->view.identity, sizeof(el->view.identity), "%s", el->identity);
     el->view.lease_duration_ms = c->ld.ms;
     el->view.renew_deadline_ms = c->rd.ms;
-    cli_info("lease %s, identity %s, server %s", el->lease, el->identity,
+    el->view.backend = cli_backend_name(p->common.backend);
+    cli_info("%s %s, identity %s, server %s", cli_lease_noun(el->common), el->lease, el->identity,
              k8slease_client_server(el->client));
     if (c->have_http && cli_sidecar_start(&el->http, &c->http_addr, c->http_len, &el->view) != 0)
         return -1;

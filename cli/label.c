@@ -49,7 +49,7 @@ int cli_label(int argc, char **argv)
 {
     k8slease_client *client = NULL;
     const char *arg = NULL;
-    char key[320], value[64], name[320];
+    char key[320], value[64], name[CLI_LEASE_MAX];
     cli_parser p;
     cli_ref pod;
     int id, set, have_pod = 0, rc, err;
@@ -87,6 +87,8 @@ int cli_label(int argc, char **argv)
     if (!arg)
         return cli_usage_error(&p, "missing %s", set ? "KEY=VALUE" : "KEY");
     if ((rc = parse_label(&p, set, arg, key, sizeof(key), value, sizeof(value))) != 0)
+        return rc;
+    if ((rc = cli_backend_check(&p, "Pods are Kubernetes objects")) != CLI_OK)
         return rc;
 
     if ((rc = cli_client_new(&p.common, &client)) != CLI_OK)

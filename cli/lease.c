@@ -10,19 +10,23 @@ enum { OPT_LEASE = 1, OPT_JSON, OPT_IDENTITY, OPT_FORCE };
 
 #define COMMON_HELP                                                                                \
     "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level error|warn|info|debug,\n"    \
-    "  --help, --version\n"
+    "  --help, --version\n"                                                                        \
+    "  --backend etcd --etcd-endpoints URL[,URL...] [--etcd-cacert FILE]\n"                        \
+    "  [--etcd-cert FILE --etcd-key FILE] [--etcd-user NAME]\n"                                    \
+    "  [--etcd-password-file FILE]: an etcd election instead (see k8slease --help)\n"
 
 /* The flags of holder, watch and release; *lease is required. */
 static int parse(cli_parser *p, cli_ref *lease, int *json, const char **identity, int *force)
 {
-    int id, rc, have_lease = 0;
+    const char *lease_value = NULL;
+    int id, rc;
 
     while ((id = cli_next(p)) > 0) {
         rc = 0;
         switch (id) {
         case OPT_LEASE:
-            rc = cli_ref_value(p, "lease", lease);
-            have_lease = 1;
+            /* Checked once --backend is known. */
+            lease_value = p->value;
             break;
         case OPT_JSON:
             *json = 1;
@@ -44,9 +48,11 @@ static int parse(cli_parser *p, cli_ref *lease, int *json, const char **identity
     if (id == CLI_ARG || p->i < p->argc)
         return cli_usage_error(p, "unexpected argument \"%s\"",
                                id == CLI_ARG ? p->value : p->argv[p->i]);
-    if (!have_lease)
+    if (!lease_value)
         return cli_usage_error(p, "--lease is required (see %s --help)", p->cmd);
-    return 0;
+    if ((rc = cli_backend_check(p, NULL)) != CLI_OK)
+        return rc;
+    return cli_lease_value(p, lease_value, lease);
 }
 
 /* ---- holder ----------------------------------------------------------------- */
@@ -56,10 +62,13 @@ static const char holder_usage[] =
     "\n"
     "Print the holder of a Lease: identity, epoch (leaseTransitions), acquire and\n"
     "renew times, duration, and whether it expired (renewTime + duration past).\n"
+    "With etcd: the leader of an election: identity (its key's value), epoch (its\n"
+    "key's create revision) and lease TTL.\n"
     "\n"
-    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --lease [NS/]NAME      the Lease (required); with etcd, the election name\n"
     "  --json                 one JSON object\n" COMMON_HELP "\n"
-    "Exit status: 0 held; 3 no holder, or expired; 4 no such Lease; 1 error; 2 usage.\n";
+    "Exit status: 0 held; 3 no holder, or expired (etcd: no candidate); 4 no such\n"
+    "Lease; 1 error; 2 usage.\n";
 
 static const cli_opt holder_opts[] = {
     {"--lease", OPT_LEASE, 1},
@@ -93,6 +102,29 @@ static void print_time_text(FILE *f, const char *label, int64_t us)
     fprintf(f, "%-16s%s (%s ago)\n", label, t, ago);
 }
 
+/* etcd: the leader (h NULL: there is none). The times and "expired" mean
+ * nothing there: a key is gone when its lease expires. */
+static void print_etcd_holder(const char *election, const k8slease_holder *h, int json)
+{
+    const char *id = h ? h->identity : "";
+    long long epoch = h ? (long long)h->epoch : -1, ttl = h ? (long long)h->lease_duration_s : 0;
+
+    if (json) {
+        fputs("{\"election\":", stdout);
+        cli_json_string(stdout, election);
+        fputs(",\"holder\":", stdout);
+        cli_json_string(stdout, id);
+        printf(",\"epoch\":%lld,\"lease_ttl_seconds\":%lld}\n", epoch, ttl);
+        return;
+    }
+    printf("%-16s%s\n", "election:", election);
+    printf("%-16s%s\n", "holder:", id[0] ? id : "(none)");
+    if (!h)
+        return;
+    printf("%-16s%lld (create revision)\n", "epoch:", epoch);
+    printf("%-16s%llds\n", "lease TTL:", ttl);
+}
+
 static void print_holder(const char *lease, const k8slease_holder *h, int json)
 {
     if (json) {
@@ -124,7 +156,7 @@ int cli_holder(int argc, char **argv)
     k8slease_holder *h = NULL;
     cli_parser p;
     cli_ref lease;
-    char name[320];
+    char name[CLI_LEASE_MAX];
     int json = 0, rc, err;
 
     cli_parser_init(&p, "k8slease holder", holder_usage, holder_opts, argc, argv);
@@ -134,7 +166,14 @@ int cli_holder(int argc, char **argv)
         return rc;
     cli_ref_format(name, sizeof(name), &lease, &p.common, client);
     err = k8slease_holder_get(client, cli_ref_ns(&lease, &p.common), lease.name, 0, &h);
-    if (err == K8SLEASE_ENOTFOUND) {
+    if (p.common.backend == K8SLEASE_BACKEND_ETCD && (err == 0 || err == K8SLEASE_ENOTFOUND)) {
+        /* No candidate is no holder: an election exists only while it has
+         * candidates. */
+        print_etcd_holder(name, err == 0 ? h : NULL, json);
+        rc = err == 0 && h->identity[0] ? CLI_OK : CLI_NOHOLDER;
+        if (fflush(stdout) != 0)
+            rc = CLI_ERROR;
+    } else if (err == K8SLEASE_ENOTFOUND) {
         cli_error("lease %s not found", name);
         rc = CLI_NOTFOUND;
     } else if (err != 0) {
@@ -159,8 +198,10 @@ static const char watch_usage[] =
     "Print the holder of a Lease, then one line per change of holder or epoch\n"
     "(not per renewal) until interrupted:\n"
     "  leader=ID epoch=N | released epoch=N | absent (no such Lease)\n"
+    "With etcd: the leader of an election (epoch: its key's create revision), or\n"
+    "absent when it has no candidate.\n"
     "\n"
-    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --lease [NS/]NAME      the Lease (required); with etcd, the election name\n"
     "  --json                 JSON lines\n" COMMON_HELP "\n"
     "Exit status: 0 interrupted (SIGINT, SIGTERM, SIGHUP); 1 error, or stdout closed;\n"
     "2 usage.\n";
@@ -219,9 +260,11 @@ static const char release_usage[] =
     "\n"
     "Release a Lease held by ID: holderIdentity \"\", so that a candidate takes it at\n"
     "once instead of waiting for it to expire (the epoch is kept). Refuses if\n"
-    "another identity holds it, unless --force.\n"
+    "another identity holds it, unless --force. With etcd: revoke the lease of the\n"
+    "leader's key, which deletes the key and ends that candidate's session; the\n"
+    "next candidate leads.\n"
     "\n"
-    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --lease [NS/]NAME      the Lease (required); with etcd, the election name\n"
     "  --identity ID          the holder we expect (required without --force)\n"
     "  --force                release whoever holds it\n" COMMON_HELP "\n"
     "Exit status: 0 released, or nobody held it; 1 error, or held by another\n"
@@ -238,10 +281,10 @@ int cli_release(int argc, char **argv)
 {
     k8slease_client *client = NULL;
     k8slease_holder *h = NULL;
-    const char *identity = NULL, *ns;
+    const char *identity = NULL, *ns, *noun;
     cli_parser p;
     cli_ref lease;
-    char name[320];
+    char name[CLI_LEASE_MAX];
     int force = 0, rc = CLI_OK, err;
 
     cli_parser_init(&p, "k8slease release", release_usage, release_opts, argc, argv);
@@ -254,29 +297,32 @@ int cli_release(int argc, char **argv)
         return rc;
     cli_ref_format(name, sizeof(name), &lease, &p.common, client);
     ns = cli_ref_ns(&lease, &p.common);
+    noun = cli_lease_noun(&p.common);
     /* Read first, to say what happens; the release checks again itself. */
-    if ((err = k8slease_holder_get(client, ns, lease.name, 0, &h)) != 0)
-        goto fail;
-    if (!h->identity[0]) {
-        printf("lease %s has no holder: nothing to release\n", name);
+    err = k8slease_holder_get(client, ns, lease.name, 0, &h);
+    if ((err == 0 && !h->identity[0]) ||
+        (err == K8SLEASE_ENOTFOUND && p.common.backend == K8SLEASE_BACKEND_ETCD)) {
+        printf("%s %s has no holder: nothing to release\n", noun, name);
         goto out;
     }
+    if (err != 0)
+        goto fail;
     if (!force && strcmp(h->identity, identity) != 0) {
-        cli_error("lease %s is held by \"%s\", not \"%s\": not released (--force releases it "
+        cli_error("%s %s is held by \"%s\", not \"%s\": not released (--force releases it "
                   "anyway)",
-                  name, h->identity, identity);
+                  noun, name, h->identity, identity);
         rc = CLI_ERROR;
         goto out;
     }
     if ((err = k8slease_lease_release(client, ns, lease.name, identity ? identity : "", force,
                                       0)) != 0)
         goto fail;
-    printf("released lease %s (holder \"%s\", epoch %lld)\n", name, h->identity,
+    printf("released %s %s (holder \"%s\", epoch %lld)\n", noun, name, h->identity,
            (long long)h->epoch);
     goto out;
 fail:
     if (err == K8SLEASE_ENOTFOUND)
-        cli_error("lease %s not found", name);
+        cli_error("%s %s not found", noun, name);
     else
         cli_error("%s", k8slease_error_last());
     rc = cli_exit_code(err);

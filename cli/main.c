@@ -17,7 +17,8 @@ static const struct command {
 static const char usage[] =
     "usage: k8slease <command> [options]\n"
     "\n"
-    "Leader election over Kubernetes Leases (coordination.k8s.io/v1).\n"
+    "Leader election over Kubernetes Leases (coordination.k8s.io/v1), or over etcd v3\n"
+    "elections (--backend etcd).\n"
     "\n"
     "commands:\n"
     "  elect     campaign for a Lease; print events, or run a command only while\n"
@@ -30,7 +31,24 @@ static const char usage[] =
     "\n"
     "Run 'k8slease <command> --help' for its flags; see also k8slease(1).\n"
     "Flags of every command: --kubeconfig FILE, --context NAME, --namespace NS,\n"
-    "--log-level error|warn|info|debug, --help, --version.\n";
+    "--log-level error|warn|info|debug, --help, --version.\n"
+    "\n"
+    "etcd (elect, holder, watch, release): the election of `etcdctl elect NAME`,\n"
+    "named by --lease NAME (any non-empty string); epoch: the create revision of\n"
+    "the leader's key.\n"
+    "  --backend k8s|etcd         where elections live (default k8s)\n"
+    "  --etcd-endpoints URL[,URL...]\n"
+    "                             http:// or https:// URLs, tried in turn\n"
+    "                             (default $ETCDCTL_ENDPOINTS)\n"
+    "  --etcd-cacert FILE         CA of the servers (default $ETCDCTL_CACERT, else\n"
+    "                             the system's)\n"
+    "  --etcd-cert FILE, --etcd-key FILE\n"
+    "                             client certificate and key (default\n"
+    "                             $ETCDCTL_CERT, $ETCDCTL_KEY)\n"
+    "  --etcd-user NAME           authenticate as NAME, with the password in\n"
+    "                             --etcd-password-file FILE, else in\n"
+    "                             $K8SLEASE_ETCD_PASSWORD (never on the command\n"
+    "                             line: ps(1) would show it)\n";
 
 int main(int argc, char **argv)
 {

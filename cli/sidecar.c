@@ -30,6 +30,7 @@ void cli_view_init(cli_view *v)
     pthread_mutex_init(&v->mu, NULL);
     v->done.version = K8SLEASE_ELECTOR_STATS_VERSION;
     v->epoch = -1;
+    v->backend = cli_backend_name(K8SLEASE_BACKEND_K8S);
 }
 
 void cli_view_fini(cli_view *v)
@@ -142,6 +143,8 @@ static int leader(const cli_view *v, const snapshot *s, FILE *f)
 
     fputs("{\"lease\":", f);
     cli_json_string(f, v->lease);
+    fputs(",\"backend\":", f);
+    cli_json_string(f, v->backend);
     fputs(",\"identity\":", f);
     cli_json_string(f, v->identity);
     fputs(",\"holder\":", f);
@@ -165,56 +168,87 @@ static void metric_head(FILE *f, const char *name, const char *type, const char 
     fprintf(f, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-/* Lease names are DNS subdomains: no label value escaping is needed. */
+/* A label value of the text format: backslash, double quote and line feed
+ * escaped (etcd election names may hold any of them). */
+static void label_value(FILE *f, const char *s)
+{
+    for (; *s; s++) {
+        if (*s == '\\' || *s == '"')
+            fprintf(f, "\\%c", *s);
+        else if (*s == '\n')
+            fputs("\\n", f);
+        else
+            putc(*s, f);
+    }
+}
+
+/* Start a sample: NAME{name="<election>" (the caller closes the braces). */
+static void sample(FILE *f, const cli_view *v, const char *metric)
+{
+    fprintf(f, "%s{name=\"", metric);
+    label_value(f, v->name);
+    putc('"', f);
+}
+
 static int metrics(const cli_view *v, const snapshot *s, FILE *f)
 {
     static const int64_t bounds_ms[K8SLEASE_LATENCY_BUCKETS] = K8SLEASE_LATENCY_BOUNDS_MS;
     static const char *const codes[] = {"409", "4xx", "5xx", "transport"};
     const k8slease_elector_stats *st = &s->st;
     const uint64_t errors[] = {st->conflicts, st->http_4xx, st->http_5xx, st->transport_errors};
-    const char *n = v->name;
     uint64_t cumulative = 0;
 
     metric_head(f, "leader_election_master_status", "gauge",
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
                 "backup, 1 indicates master. 'name' is the string used to identify the lease. "
                 "Please make sure to group by name.");
-    fprintf(f, "leader_election_master_status{name=\"%s\"} %d\n", n, s->is_leader);
+    sample(f, v, "leader_election_master_status");
+    fprintf(f, "} %d\n", s->is_leader);
     metric_head(f, "leader_election_slowpath_total", "counter",
                 "Total number of slow path exercised in renewing leader leases. 'name' is the "
                 "string used to identify the lease. Please make sure to group by name.");
-    fprintf(f, "leader_election_slowpath_total{name=\"%s\"} %llu\n", n,
-            (unsigned long long)st->slow_path);
+    sample(f, v, "leader_election_slowpath_total");
+    fprintf(f, "} %llu\n", (unsigned long long)st->slow_path);
+
+    /* The backend is a constant of the process: an info metric, so that the
+     * series above keep client-go's labels. */
+    metric_head(f, "k8slease_election_info", "gauge",
+                "Always 1: the election of this process and its backend (k8s: a Kubernetes "
+                "Lease, etcd: an etcd election).");
+    sample(f, v, "k8slease_election_info");
+    fprintf(f, ",backend=\"%s\"} 1\n", v->backend);
 
     metric_head(f, "k8slease_renew_duration_seconds", "histogram",
                 "Duration of the successful renewals of the lease while leader.");
     for (int i = 0; i < K8SLEASE_LATENCY_BUCKETS; i++) {
         cumulative += st->renew_latency_bucket[i];
+        sample(f, v, "k8slease_renew_duration_seconds_bucket");
         if (bounds_ms[i] < 0)
-            fprintf(f, "k8slease_renew_duration_seconds_bucket{name=\"%s\",le=\"+Inf\"} %llu\n", n,
-                    (unsigned long long)cumulative);
+            fprintf(f, ",le=\"+Inf\"} %llu\n", (unsigned long long)cumulative);
         else
-            fprintf(f, "k8slease_renew_duration_seconds_bucket{name=\"%s\",le=\"%g\"} %llu\n", n,
-                    (double)bounds_ms[i] / 1000, (unsigned long long)cumulative);
+            fprintf(f, ",le=\"%g\"} %llu\n", (double)bounds_ms[i] / 1000,
+                    (unsigned long long)cumulative);
     }
-    fprintf(f, "k8slease_renew_duration_seconds_sum{name=\"%s\"} %.9g\n", n,
-            st->renew_latency_sum_s);
-    fprintf(f, "k8slease_renew_duration_seconds_count{name=\"%s\"} %llu\n", n,
-            (unsigned long long)cumulative);
+    sample(f, v, "k8slease_renew_duration_seconds_sum");
+    fprintf(f, "} %.9g\n", st->renew_latency_sum_s);
+    sample(f, v, "k8slease_renew_duration_seconds_count");
+    fprintf(f, "} %llu\n", (unsigned long long)cumulative);
 
     metric_head(f, "k8slease_leader_transitions_total", "counter",
                 "Terms this candidate won: times it became leader of the lease.");
-    fprintf(f, "k8slease_leader_transitions_total{name=\"%s\"} %llu\n", n,
-            (unsigned long long)st->terms);
+    sample(f, v, "k8slease_leader_transitions_total");
+    fprintf(f, "} %llu\n", (unsigned long long)st->terms);
     metric_head(f, "k8slease_api_errors_total", "counter",
                 "API requests of the election that failed: HTTP 409, other 4xx, 5xx, or "
                 "transport (timeout, TLS, connection).");
-    for (size_t i = 0; i < CLI_ARRAY_LEN(codes); i++)
-        fprintf(f, "k8slease_api_errors_total{name=\"%s\",code=\"%s\"} %llu\n", n, codes[i],
-                (unsigned long long)errors[i]);
+    for (size_t i = 0; i < CLI_ARRAY_LEN(codes); i++) {
+        sample(f, v, "k8slease_api_errors_total");
+        fprintf(f, ",code=\"%s\"} %llu\n", codes[i], (unsigned long long)errors[i]);
+    }
     metric_head(f, "k8slease_requests_total", "counter",
                 "API requests of the election completed, with any outcome.");
-    fprintf(f, "k8slease_requests_total{name=\"%s\"} %llu\n", n, (unsigned long long)st->requests);
+    sample(f, v, "k8slease_requests_total");
+    fprintf(f, "} %llu\n", (unsigned long long)st->requests);
     return MHD_HTTP_OK;
 }
 

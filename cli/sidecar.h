@@ -5,7 +5,8 @@
  *   /leader   JSON: lease, identity, holder, epoch, is_leader,
  *             renew_deadline_ms_left
  *   /         {"name":"<holder>"} like the legacy leader-elector sidecar
- *   /metrics  Prometheus text: client-go's leader_election_* and ours
+ *   /metrics  Prometheus text: client-go's leader_election_* and ours, and
+ *             k8slease_election_info with the backend
  * It reads a cli_view that the main thread keeps up to date. */
 #ifndef K8SLEASE_CLI_SIDECAR_H
 #define K8SLEASE_CLI_SIDECAR_H
@@ -20,8 +21,9 @@
  * others change under mu, from the main thread. */
 typedef struct cli_view {
     pthread_mutex_t mu;
-    char lease[320]; /* "NS/NAME" */
-    char name[254];  /* NAME: the name label of the metrics */
+    char lease[CLI_LEASE_MAX]; /* "NS/NAME", or the etcd election name */
+    char name[CLI_NAME_MAX];   /* NAME: the name label of the metrics */
+    const char *backend;       /* "k8s" or "etcd": the backend label */
     char identity[CLI_IDENTITY_MAX];
     int64_t lease_duration_ms, renew_deadline_ms;
 

@@ -14,6 +14,7 @@ set -u
 : "${K8SLEASE_TESTSERVER:?path of k8slease-testserver}"
 : "${CLI_JSON:?path of cli_json}"
 unset KUBECONFIG KUBERNETES_SERVICE_HOST POD_NAME
+unset ETCDCTL_ENDPOINTS ETCDCTL_CACERT ETCDCTL_CERT ETCDCTL_KEY K8SLEASE_ETCD_PASSWORD
 T=$(mktemp -d "${TMPDIR:-/tmp}/k8slease-cli.XXXXXX") || exit 1
 export T K8SLEASE CLI_JSON
 PIDS=
@@ -21,6 +22,11 @@ FAST="--lease-duration 3s --renew-deadline 2s --retry-period 500ms"
 LONG="--lease-duration 30s --renew-deadline 20s --retry-period 1s"
 
 cleanup() {
+    # An etcd that etcd.sh started but did not report (it failed, or we were
+    # interrupted meanwhile) is stopped too.
+    for f in "$T"/etcd*/etcd.pid; do
+        [ ! -s "$f" ] || PIDS="$PIDS $(cat "$f")"
+    done
     # TERM first: a k8slease elect stops its CMD's process group.
     for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
     n=0
@@ -39,7 +45,7 @@ trap 'exit 1' INT TERM HUP
 
 fail() {
     echo "FAIL: $*"
-    for f in "$T"/*.out "$T"/*.err; do
+    for f in "$T"/*.out "$T"/*.err "$T"/etcd*/etcd.log; do
         [ -s "$f" ] || continue
         echo "--- ${f##*/}:"
         tail -n 30 "$f"
@@ -172,6 +178,12 @@ test_usage() {
         # shellcheck disable=SC2086
         expect 0 "$K8SLEASE" $c --help
         has "$T/last.out" "usage: k8slease"
+    done
+    for c in "" elect holder watch release; do
+        # shellcheck disable=SC2086
+        expect 0 "$K8SLEASE" $c --help
+        has "$T/last.out" "--backend"
+        has "$T/last.out" "--etcd-endpoints"
     done
     expect 0 "$K8SLEASE" --version
     has "$T/last.out" "k8slease 0."
@@ -620,8 +632,8 @@ test_sidecar() {
     same "$(curl -sS "$base/healthz")" ok "/healthz"
     curl -sS -o /dev/null -w '%{http_code}' "$base/healthz" | grep -qx 200 || fail "/healthz"
     curl -sS "$base/leader" >"$T/leader.json"
-    same "$("$CLI_JSON" lease identity holder epoch is_leader <"$T/leader.json" | tr '\n' ' ')" \
-        "default/m1 alice alice 0 true " "/leader"
+    same "$("$CLI_JSON" lease backend identity holder epoch is_leader <"$T/leader.json" |
+        tr '\n' ' ')" "default/m1 k8s alice alice 0 true " "/leader"
     left=$("$CLI_JSON" renew_deadline_ms_left <"$T/leader.json")
     [ "$left" -gt 0 ] && [ "$left" -le 2000 ] || fail "renew_deadline_ms_left $left"
     same "$(curl -sS "$base/" | "$CLI_JSON" name)" alice "/ (legacy leader-elector)"
@@ -639,7 +651,8 @@ test_sidecar() {
         'k8slease_api_errors_total{name="m1",code="4xx"} ' \
         'k8slease_api_errors_total{name="m1",code="5xx"} ' \
         'k8slease_api_errors_total{name="m1",code="transport"} ' \
-        'k8slease_requests_total{name="m1"} '; do
+        'k8slease_requests_total{name="m1"} ' \
+        'k8slease_election_info{name="m1",backend="k8s"} 1'; do
         has "$T/metrics.txt" "$m"
     done
     # Buckets are cumulative, and +Inf is the count.
@@ -685,13 +698,310 @@ test_demo() {
     has "$T/demo.out" "done: 3 terms"
 }
 
+# ---- etcd ---------------------------------------------------------------------
+
+# 1 when the library has its etcd driver (while it is being written, every
+# etcd client is refused with "etcd backend not built yet").
+etcd_driver_built() {
+    "$K8SLEASE" holder --backend etcd --etcd-endpoints http://127.0.0.1:1 --lease x \
+        >/dev/null 2>"$T/driver.err"
+    ! grep -q "not built yet" "$T/driver.err"
+}
+
+# No etcd needed: flags, their errors, and what the library says of bad values.
+test_etcd_flags() {
+    # Exit 2 and one line that names the flag and the rule.
+    bad() {
+        _msg=$1
+        shift
+        expect 2 "$K8SLEASE" "$@"
+        has "$T/last.err" "$_msg"
+        [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: $*"
+    }
+    EP="--backend etcd --etcd-endpoints http://127.0.0.1:1"
+    for c in elect holder watch release; do
+        # Flags each command needs besides these.
+        more=
+        [ "$c" = holder ] || [ "$c" = watch ] || more="--identity i"
+        # shellcheck disable=SC2086
+        bad "k8slease $c: --backend etcd needs --etcd-endpoints URL[,URL...] (or \$ETCDCTL_ENDPOINTS)" \
+            $c --backend etcd --lease x $more
+        bad "k8slease $c: --backend bogus: must be k8s or etcd" $c --backend bogus --lease x
+        # shellcheck disable=SC2086
+        bad "k8slease $c: --etcd-endpoints needs --backend etcd" $c --lease x \
+            --etcd-endpoints http://127.0.0.1:1 $more
+        # shellcheck disable=SC2086
+        bad "k8slease $c: --etcd-user root needs a password: --etcd-password-file FILE or \$K8SLEASE_ETCD_PASSWORD" \
+            $c $EP --lease x $more --etcd-user root
+        # shellcheck disable=SC2086
+        bad "k8slease $c: --namespace: Kubernetes only, not with --backend etcd" \
+            $c $EP --lease x $more --namespace default
+    done
+    # shellcheck disable=SC2086
+    bad "k8slease elect: --label-pod: Kubernetes only (a Pod), not with --backend etcd" \
+        elect $EP --lease x --label-pod p
+    # shellcheck disable=SC2086
+    bad "--kubeconfig: Kubernetes only, not with --backend etcd" holder $EP --lease x \
+        --kubeconfig "$T/kc"
+    # shellcheck disable=SC2086
+    bad "--context: Kubernetes only" watch $EP --lease x --context c
+    bad "k8slease label set: --backend etcd: not with this command: Pods are Kubernetes objects" \
+        label set --pod p role=x --backend etcd
+    bad "k8slease label clear: --etcd-endpoints: not with this command" \
+        label clear --pod p role --etcd-endpoints http://127.0.0.1:1
+    bad "k8slease demo: --backend etcd: not with this command" demo --backend etcd
+    bad "--etcd-password-file needs --etcd-user" holder --lease x --backend etcd \
+        --etcd-endpoints http://127.0.0.1:1 --etcd-password-file "$T/pw"
+    # shellcheck disable=SC2086
+    bad "--etcd-cert needs --etcd-key FILE" holder $EP --lease x --etcd-cert "$T/c.pem"
+    # shellcheck disable=SC2086
+    bad "--etcd-key needs --etcd-cert FILE" holder $EP --lease x --etcd-key "$T/k.pem"
+    # shellcheck disable=SC2086
+    bad "--etcd-endpoints : must not be empty" holder --backend etcd --etcd-endpoints= --lease x
+    bad "--etcd-cacert needs --backend etcd" holder --lease x --etcd-cacert "$T/ca.pem"
+
+    # A password never goes on the command line, nor into a message.
+    bad "--etcd-password: no such flag: a password on the command line shows in ps(1)" \
+        holder --lease x --etcd-password hunter2
+    lacks "$T/last.err" hunter2
+    # shellcheck disable=SC2086
+    bad "--etcd-user: a user name without ':'" holder $EP --lease x --etcd-user root:hunter2
+    lacks "$T/last.err" hunter2
+
+    # The election name: any non-empty string of at most 400 bytes.
+    # shellcheck disable=SC2086
+    bad "--lease: the election name must not be empty" holder $EP --lease ""
+    long=$(printf '%0401d' 0)
+    # shellcheck disable=SC2086
+    bad "the election name must be at most 400 bytes" holder $EP --lease "$long"
+    # ... while Kubernetes keeps its rules.
+    bad "--lease Foo: lease name must be a lowercase RFC 1123 subdomain" \
+        holder --backend k8s --lease Foo
+
+    # Files that cannot be read: status 1, the flag and the file named.
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" holder $EP --lease x --etcd-cacert "$T/none.pem"
+    has "$T/last.err" "--etcd-cacert $T/none.pem: cannot read"
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" holder $EP --lease x --etcd-user root --etcd-password-file "$T/none"
+    has "$T/last.err" "--etcd-password-file $T/none: cannot read"
+    : >"$T/empty"
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" holder $EP --lease x --etcd-user root --etcd-password-file "$T/empty"
+    has "$T/last.err" "--etcd-password-file $T/empty: is empty"
+    # shellcheck disable=SC2086
+    ETCDCTL_CACERT=$T/none.pem expect 1 "$K8SLEASE" holder $EP --lease x
+    has "$T/last.err" "\$ETCDCTL_CACERT $T/none.pem: cannot read"
+    # etcdctl's variables are defaults with --backend etcd only.
+    ETCDCTL_ENDPOINTS=http://127.0.0.1:1 expect 2 "$K8SLEASE" holder --lease Foo
+    has "$T/last.err" "lease name must be"
+
+    if ! etcd_driver_built; then
+        echo "skip: library values (the etcd driver is not built yet: $(cat "$T/driver.err"))"
+        return
+    fi
+    # What the library refuses is a bad flag value too: status 2, its message.
+    bad "ftp://127.0.0.1:2379" holder --backend etcd --etcd-endpoints ftp://127.0.0.1:2379 \
+        --lease x
+    has "$T/last.err" "--etcd-endpoints"
+    ETCDCTL_ENDPOINTS=127.0.0.1:2379 bad "127.0.0.1:2379" holder --backend etcd --lease x
+    has "$T/last.err" "\$ETCDCTL_ENDPOINTS"
+    # Nobody on the port: a runtime error (status 1), one line.
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" holder $EP --lease "Any name/with \"quotes\""
+    [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: holder on port 1"
+}
+
+# etcdctl with the test etcd (run NAME ectl ...: exec, so that NAME's pid
+# is etcdctl's).
+ectl() { ETCDCTL_API=3 exec "$K8SLEASE_TEST_ETCDCTL" --endpoints="$ETCD" "$@"; }
+
+# start_etcd DIR [tls]: print the endpoint of a new etcd (etcd.sh).
+start_etcd() {
+    # shellcheck disable=SC2086
+    sh "$(dirname "$0")/etcd.sh" "$T/$1" ${2:-} >"$T/$1.endpoint" || fail "etcd did not start"
+    PIDS="$PIDS $(cat "$T/$1/etcd.pid")"
+    cat "$T/$1.endpoint"
+}
+
+# keys PREFIX: how many keys (candidates) there are under PREFIX/.
+keys() { (ectl get --prefix "$1/" --keys-only) | grep -c .; }
+keys_are() { [ "$(keys "$1")" = "$2" ]; }
+# epoch_of NAME: the epoch of NAME's (last) "elected epoch=N" line.
+epoch_of() { sed -n 's/^elected epoch=//p' "$T/$1.out" | tail -n 1; }
+
+# A real etcd (Debian's etcd-server), and etcdctl (etcd-client) in the same
+# election: both ways.
+test_etcd() {
+    : "${K8SLEASE_TEST_ETCDCTL:?path of etcdctl}"
+    if ! etcd_driver_built; then
+        echo "skip: the etcd driver is not built yet: $(cat "$T/driver.err")"
+        exit 77
+    fi
+    ETCD=$(start_etcd etcd) || exit 1
+    export ETCD
+    E="--backend etcd --etcd-endpoints $ETCD"
+    EL=cli/election
+
+    # No candidate: no holder (3), nothing to release (0).
+    # shellcheck disable=SC2086
+    expect 3 "$K8SLEASE" holder $E --lease $EL
+    has "$T/last.out" "holder:         (none)"
+    # shellcheck disable=SC2086
+    expect 0 "$K8SLEASE" release $E --lease $EL --identity x
+    has "$T/last.out" "election $EL has no holder: nothing to release"
+
+    # We lead; etcdctl's observer, holder, watch and the sidecar see it.
+    run obs ectl elect -l $EL
+    # shellcheck disable=SC2086
+    run w "$K8SLEASE" watch $E --lease $EL
+    wait_until 10 "watch: absent" has_line "$T/w.out" "absent"
+    # shellcheck disable=SC2086
+    run a "$K8SLEASE" elect $E --lease $EL --identity alice $FAST --http 127.0.0.1:0
+    pa=$(http_port a)
+    wait_until 10 "alice elected" grep -q "^elected epoch=" "$T/a.out"
+    ea=$(epoch_of a)
+    wait_until 10 "alice sees herself" has_line "$T/a.out" "leader=alice epoch=$ea"
+    wait_until 10 "etcdctl elect -l sees alice" has_line "$T/obs.out" alice
+    wait_until 10 "watch sees alice" has_line "$T/w.out" "leader=alice epoch=$ea"
+    same "$(ectl get --prefix $EL/ --print-value-only)" alice "the value of our key"
+    # shellcheck disable=SC2086
+    expect 0 "$K8SLEASE" holder $E --lease $EL
+    has "$T/last.out" "election:       $EL"
+    has "$T/last.out" "holder:         alice"
+    has "$T/last.out" "epoch:          $ea (create revision)"
+    has "$T/last.out" "lease TTL:      3s"
+    # shellcheck disable=SC2086
+    expect 0 "$K8SLEASE" holder $E --lease $EL --json
+    same "$("$CLI_JSON" election holder epoch lease_ttl_seconds <"$T/last.out" | tr '\n' ' ')" \
+        "$EL alice $ea 3 " "holder --json"
+    # The epoch is the key's create revision, as etcd says.
+    (ectl get --prefix $EL/ -w json) >"$T/keys.json"
+    grep -q "\"create_revision\":${ea}[,}]" "$T/keys.json" || fail "epoch $ea is no create revision"
+    same "$(curl -sS "http://127.0.0.1:$pa/leader" | "$CLI_JSON" lease backend holder is_leader |
+        tr '\n' ' ')" "$EL etcd alice true " "/leader"
+    curl -sS "http://127.0.0.1:$pa/metrics" >"$T/metrics.txt"
+    has "$T/metrics.txt" "leader_election_master_status{name=\"$EL\"} 1"
+    has "$T/metrics.txt" "k8slease_election_info{name=\"$EL\",backend=\"etcd\"} 1"
+    has "$T/metrics.txt" "k8slease_leader_transitions_total{name=\"$EL\"} 1"
+
+    # etcdctl queues behind us; we resign (SIGTERM): etcdctl leads at once.
+    run b ectl elect $EL bob
+    wait_until 10 "etcdctl's candidate queues" keys_are $EL 2
+    # shellcheck disable=SC2086
+    expect 0 "$K8SLEASE" holder $E --lease $EL
+    has "$T/last.out" "holder:         alice"
+    sig TERM a
+    finished a 10 0
+    has_line "$T/a.out" "lost" || fail "alice did not report the loss"
+    wait_until 10 "etcdctl elected" has_line "$T/b.out" bob
+    wait_until 10 "watch sees bob" grep -q "^leader=bob epoch=" "$T/w.out"
+    eb=$(sed -n 's/^leader=bob epoch=//p' "$T/w.out")
+    [ "$eb" -gt "$ea" ] || fail "epoch did not grow: $ea then $eb"
+    wait_until 10 "etcdctl elect -l sees bob" has_line "$T/obs.out" bob
+
+    # etcdctl's candidate stops (SIGTERM: it resigns): we lead.
+    # shellcheck disable=SC2086
+    run c "$K8SLEASE" elect $E --lease $EL --identity carol $FAST --once
+    wait_until 10 "carol sees bob" has_line "$T/c.out" "leader=bob epoch=$eb"
+    sig TERM b
+    finished b 10
+    wait_until 10 "carol elected" grep -q "^elected epoch=" "$T/c.out"
+    ec=$(epoch_of c)
+    [ "$ec" -gt "$eb" ] || fail "epoch did not grow: $eb then $ec"
+    wait_until 10 "etcdctl elect -l sees carol" has_line "$T/obs.out" carol
+
+    # An operator's release: refused for another identity; else carol's lease
+    # is revoked, she loses (--once: exits 3) and nobody is left.
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" release $E --lease $EL --identity bob
+    has "$T/last.err" "election $EL is held by \"carol\", not \"bob\": not released"
+    # shellcheck disable=SC2086
+    expect 0 "$K8SLEASE" release $E --lease $EL --identity carol
+    has "$T/last.out" "released election $EL (holder \"carol\", epoch $ec)"
+    finished c 10 3
+    has_line "$T/c.out" "lost" || fail "carol did not report the loss"
+    wait_until 10 "no key left" keys_are $EL 0
+    # shellcheck disable=SC2086
+    expect 3 "$K8SLEASE" holder $E --lease $EL --json
+    same "$("$CLI_JSON" holder epoch <"$T/last.out" | tr '\n' ' ')" " -1 " "holder --json, none"
+    wait_until 10 "watch: absent again" sh -c "tail -n 1 '$T/w.out' | grep -qx absent"
+
+    # CMD runs while leader, told the election name; $ETCDCTL_ENDPOINTS is
+    # the default endpoint; any name goes.
+    odd='odd "name" \ with/slashes'
+    # shellcheck disable=SC2086,SC2016
+    run d env ETCDCTL_ENDPOINTS="$ETCD" "$K8SLEASE" elect --backend etcd --lease "$odd" \
+        --identity dan $FAST --http 127.0.0.1:0 -- \
+        sh -c 'echo "$K8SLEASE_EPOCH $K8SLEASE_IDENTITY $K8SLEASE_LEASE" >"$T/d.env"; exec sleep 60'
+    pd=$(http_port d)
+    wait_until 10 "dan's CMD started" test -s "$T/d.env"
+    same "$(cat "$T/d.env")" "$(sed -n 's/.*elected epoch=//p' "$T/d.err") dan $odd" "CMD's environment"
+    same "$(ectl get --prefix "$odd/" --print-value-only)" dan "dan's key"
+    curl -sS "http://127.0.0.1:$pd/metrics" | grep -qxF \
+        'leader_election_master_status{name="odd \"name\" \\ with/slashes"} 1' ||
+        fail "metrics: label value not escaped"
+    sig TERM d
+    finished d 10 0
+    has "$T/d.err" "exited pid="
+    wait_until 10 "dan resigned" keys_are "$odd" 0
+
+    # Authentication: the password from a file or $K8SLEASE_ETCD_PASSWORD.
+    # (auth enable also gives root the root role, after a warning.)
+    (ectl user add root:s3cret) >"$T/etcdctl.log" 2>&1 || fail "etcdctl user add"
+    (ectl auth enable) >>"$T/etcdctl.log" 2>&1 || fail "etcdctl auth enable"
+    printf 's3cret\n' >"$T/pw"
+    # shellcheck disable=SC2086
+    expect 3 "$K8SLEASE" holder $E --lease $EL --etcd-user root --etcd-password-file "$T/pw"
+    # shellcheck disable=SC2086
+    K8SLEASE_ETCD_PASSWORD=s3cret expect 3 "$K8SLEASE" holder $E --lease $EL --etcd-user root
+    # shellcheck disable=SC2086
+    K8SLEASE_ETCD_PASSWORD=Xyzzy-pw expect 1 "$K8SLEASE" holder $E --lease $EL --etcd-user root
+    lacks "$T/last.err" Xyzzy-pw
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" holder $E --lease $EL
+    # shellcheck disable=SC2086
+    run e "$K8SLEASE" elect $E --lease $EL --identity erin $FAST --etcd-user root \
+        --etcd-password-file "$T/pw"
+    wait_until 10 "erin elected with a password" grep -q "^elected epoch=" "$T/e.out"
+    # shellcheck disable=SC2086
+    K8SLEASE_ETCD_PASSWORD=s3cret expect 0 "$K8SLEASE" holder $E --lease $EL --etcd-user root
+    has "$T/last.out" "holder:         erin"
+    sig TERM e
+    finished e 10 0
+    sig TERM w
+    finished w 10 0
+
+    # TLS with client certificates, from the flags or etcdctl's variables.
+    ETLS=$(start_etcd etcd-tls tls) || exit 1
+    C=$T/etcd-tls
+    TLS="--backend etcd --etcd-endpoints $ETLS --etcd-cacert $C/ca.crt"
+    # shellcheck disable=SC2086
+    expect 3 "$K8SLEASE" holder $TLS --etcd-cert "$C/client.crt" --etcd-key "$C/client.key" \
+        --lease $EL
+    # shellcheck disable=SC2086
+    expect 1 "$K8SLEASE" holder $TLS --lease $EL
+    ETCDCTL_CACERT=$C/ca.crt ETCDCTL_CERT=$C/client.crt ETCDCTL_KEY=$C/client.key \
+        ETCDCTL_ENDPOINTS=$ETLS expect 3 "$K8SLEASE" holder --backend etcd --lease $EL
+    # shellcheck disable=SC2086
+    run f "$K8SLEASE" elect $TLS --etcd-cert "$C/client.crt" --etcd-key "$C/client.key" \
+        --lease $EL --identity frank $FAST
+    wait_until 10 "frank elected over TLS" grep -q "^elected epoch=" "$T/f.out"
+    # shellcheck disable=SC2086
+    expect 0 "$K8SLEASE" holder $TLS --etcd-cert "$C/client.crt" --etcd-key "$C/client.key" \
+        --lease $EL
+    has "$T/last.out" "holder:         frank"
+    sig TERM f
+    finished f 10 0
+}
+
 case "${1:-}" in
-usage | holder | release | elect_events | elect_cmd | elect_signals | watch | label | sidecar | demo)
+usage | holder | release | elect_events | elect_cmd | elect_signals | watch | label | sidecar | demo | etcd_flags | etcd)
     "test_$1"
     echo "ok: cli_$1"
     ;;
 *)
-    echo "usage: cli_test.sh usage|holder|release|elect_events|elect_cmd|elect_signals|watch|label|sidecar|demo" >&2
+    echo "usage: cli_test.sh usage|holder|release|elect_events|elect_cmd|elect_signals|watch|label|sidecar|demo|etcd_flags|etcd" >&2
     exit 2
     ;;
 esac
