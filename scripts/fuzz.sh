@@ -15,7 +15,7 @@ set -eu
 secs=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-fuzz}
-targets=${TARGETS:-"lease status watch kubeconfig base64 exec_credential microtime"}
+targets=${TARGETS:-"lease status watch kubeconfig base64 exec_credential microtime etcd etcd_encode"}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kl-fuzz.XXXXXX")
 keep=${KEEP:-0}
@@ -43,10 +43,12 @@ if ! cmake -S "$root" -B "$build" -DCMAKE_C_COMPILER="${CC:-clang}" -DK8SLEASE_F
     exit 1
 fi
 
-# Dictionaries: JSON for the API bodies, YAML for kubeconfig.
+# Dictionaries: JSON for the API bodies, YAML for kubeconfig, the etcd
+# gateway's field names (etcd_encode reads binary: none).
 dict_of() {
     case $1 in
     lease | status | watch | exec_credential) echo "$root/fuzz/dict/json.dict" ;;
+    etcd) echo "$root/fuzz/dict/etcd.dict" ;;
     kubeconfig) echo "$root/fuzz/dict/kubeconfig.dict" ;;
     microtime) echo "$root/fuzz/dict/microtime.dict" ;;
     *) echo "" ;;

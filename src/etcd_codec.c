@@ -680,9 +680,13 @@ char *kl__etcd_encode_range(const kl__etcd_range_req *req)
     if (append_bytes_req(root, req->key, req->key_len, req->range_end, req->range_end_len) < 0 ||
         (req->limit && set(root, "limit", int64_str(req->limit)) < 0) ||
         (req->revision && set(root, "revision", int64_str(req->revision)) < 0) ||
+        /* Each on its own: etcd sorts ascending by a target other than KEY
+         * even with sort_order NONE, so dropping the target with the order
+         * would change the answer. */
         (req->sort_order != KL_ETCD_SORT_NONE &&
-         (set(root, "sort_order", json_string(orders[req->sort_order])) < 0 ||
-          set(root, "sort_target", json_string(targets[req->sort_target])) < 0)) ||
+         set(root, "sort_order", json_string(orders[req->sort_order])) < 0) ||
+        (req->sort_target != KL_ETCD_SORT_KEY &&
+         set(root, "sort_target", json_string(targets[req->sort_target])) < 0) ||
         (req->max_create_revision &&
          set(root, "max_create_revision", int64_str(req->max_create_revision)) < 0) ||
         (req->serializable && set(root, "serializable", json_true()) < 0) ||
@@ -716,11 +720,12 @@ int kl__etcd_parse_range(kl__etcd_range *out, const char *body, size_t len)
     memset(out, 0, sizeof(*out));
     if ((err = load_response(&root, &msg, body, len, what)) < 0)
         return err;
-    if ((err = decode_range(msg, what, NULL, out)) == 0 && out->revision <= 0) {
-        /* every decision of an election is relative to it */
+    /* every decision of an election is relative to header.revision */
+    if ((err = decode_range(msg, what, NULL, out)) == 0 && out->revision <= 0)
         err = bad(what, "header.revision", "missing");
+    /* decode_range fails with the fields before the bad one filled in */
+    if (err < 0)
         range_clear(out);
-    }
     json_decref(root);
     return err;
 }

@@ -238,6 +238,7 @@ static void test_encode_range_requests(void **state)
     leader.max_create_revision = 0;
     all.limit = 0;
     all.sort_order = KL_ETCD_SORT_NONE;
+    all.sort_target = KL_ETCD_SORT_KEY;
     all.max_create_revision = 0;
     at.key = KEY_A;
     at.key_len = sizeof(KEY_A) - 1;
@@ -256,6 +257,32 @@ static void test_encode_range_requests(void **state)
                            "\"keys_only\":true,\"count_only\":true}");
     kl__free(s);
     assert_same_request(kl__etcd_encode_deleterange(L(KEY_A), NULL, 0), "kv_deleterange_none.json");
+}
+
+/* sort_order and sort_target are each left out only when zero: etcd sorts
+ * ascending by a target other than KEY even with sort_order NONE (found by
+ * fuzz/etcd_encode: the target went missing with the order). */
+static void test_encode_range_sort_fields(void **state)
+{
+    kl__etcd_range_req req = {.key = "k", .key_len = 1};
+    char *s;
+
+    (void)state;
+    req.sort_target = KL_ETCD_SORT_CREATE;
+    s = kl__etcd_encode_range(&req);
+    assert_string_equal(s, "{\"key\":\"aw==\",\"sort_target\":\"CREATE\"}");
+    kl__free(s);
+    req.sort_order = KL_ETCD_SORT_ASCEND;
+    req.sort_target = KL_ETCD_SORT_KEY;
+    s = kl__etcd_encode_range(&req);
+    assert_string_equal(s, "{\"key\":\"aw==\",\"sort_order\":\"ASCEND\"}");
+    kl__free(s);
+    req.sort_order = KL_ETCD_SORT_DESCEND;
+    req.sort_target = KL_ETCD_SORT_VALUE;
+    s = kl__etcd_encode_range(&req);
+    assert_string_equal(s,
+                        "{\"key\":\"aw==\",\"sort_order\":\"DESCEND\",\"sort_target\":\"VALUE\"}");
+    kl__free(s);
 }
 
 static void test_encode_txn_requests(void **state)
@@ -1004,6 +1031,10 @@ static void test_range_bad_input(void **state)
          "etcd range response: more: must be a boolean"},
         {"{\"header\":{\"revision\":\"1\"},\"count\":{}}",
          "etcd range response: count: must be an int64 string"},
+        /* the fields decoded before the bad one are cleared too (fuzz/etcd) */
+        {"{\"header\":{\"revision\":\"3\"},\"more\":true,\"count\":\"2\",\"kvs\":[{\"key\":\"aw=="
+         "\"},7]}",
+         "etcd range response: kvs[1]: must be an object"},
         {"{\"error\":\"etcdserver: request timed out\",\"code\":14}",
          "etcd: etcdserver: request timed out (gRPC code 14)"},
     };
@@ -1018,6 +1049,10 @@ static void test_range_bad_input(void **state)
         expect_message(&cases[i]);
         assert_int_equal(r.n_kvs, 0);
         assert_null(r.kvs);
+        /* "on error the output holds nothing": no revision either */
+        assert_int_equal(r.revision, 0);
+        assert_int_equal(r.more, 0);
+        assert_int_equal(r.count, 0);
     }
 }
 
@@ -1313,6 +1348,7 @@ int main(void)
         cmocka_unit_test(test_prefix_range_end),
         cmocka_unit_test(test_encode_lease_requests),
         cmocka_unit_test(test_encode_range_requests),
+        cmocka_unit_test(test_encode_range_sort_fields),
         cmocka_unit_test(test_encode_txn_requests),
         cmocka_unit_test(test_encode_txn_binary_value),
         cmocka_unit_test(test_encode_watch_requests),
