@@ -271,3 +271,11 @@ int kl__utf8_valid(const char *s, size_t len)
     }
     return 1;
 }
+
+void kl__wipe(void *p, size_t n)
+{
+    volatile unsigned char *v = p;
+
+    while (v && n--)
+        *v++ = 0;
+}

@@ -49,6 +49,10 @@ static inline uint64_t kl__splitmix64(uint64_t *state)
  * The message should name the thing that was wrong. */
 int kl__error_set(int code, const char *fmt, ...) KL_PRINTF(2, 3);
 
+/* Overwrite n bytes at p (may be NULL) with zeros in a way the compiler
+ * keeps: for secrets before their memory goes back to the allocator. */
+void kl__wipe(void *p, size_t n);
+
 /* 1 when s[0..len) is valid UTF-8 (no overlong forms, no surrogates, at
  * most U+10FFFF): what JSON strings, and so Kubernetes objects, must be. */
 int kl__utf8_valid(const char *s, size_t len);

@@ -204,7 +204,13 @@ K8SLEASE_API int k8slease_elector_is_leader(const k8slease_elector *e)
 
 K8SLEASE_API int64_t k8slease_elector_leader_deadline(const k8slease_elector *e)
 {
-    return e ? atomic_load(&((k8slease_elector *)e)->leader_deadline) : 0;
+    int64_t deadline;
+
+    if (!e)
+        return 0;
+    /* Past the deadline we are not leader, even before the loop has seen it. */
+    deadline = atomic_load(&((k8slease_elector *)e)->leader_deadline);
+    return deadline != 0 && kl__clock_mono_ns() < deadline ? deadline : 0;
 }
 
 K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *e)

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "common.h"
+#include "etcd_codec.h"
 #include "http.h"
 
 typedef struct kl__etcd_conn kl__etcd_conn;
@@ -63,7 +64,61 @@ void kl__etcd_watch_cancel(kl__etcd_watch *w);
 void kl__etcd_watch_free(kl__etcd_watch *w);
 
 /* Check an election name: non-empty, no NUL (by construction), at most
- * KL_EE_PREFIX_MAX - 1 bytes. what names the argument. */
+ * 400 bytes (k8slease.h; KL_EE_PREFIX_MAX leaves more room). what names
+ * the argument. */
 int kl__etcd_check_name(const char *what, const char *name);
+
+/* ---- Calls on the conn (the backend's internal API) ---- */
+
+/* One POST to the gateway. The conn picks the endpoint, adds the token,
+ * authenticates first when it has none, re-authenticates once when etcd
+ * says the token is invalid, and moves to the next endpoint when the
+ * current one fails to answer. */
+typedef struct kl__etcd_call kl__etcd_call;
+
+typedef struct kl__etcd_result {
+    int err;            /* 0: HTTP 200 (body is the answer), else a K8SLEASE_E* code */
+    const char *errmsg; /* err != 0: "etcd <endpoint><path>: ..." ("" otherwise) */
+    long status;        /* HTTP status; 0 when no answer arrived (transport error) */
+    const char *body;   /* status 200 of a unary call: the body (NUL-terminated); else "" */
+    size_t body_len;
+} kl__etcd_result;
+
+typedef void (*kl__etcd_done_cb)(const kl__etcd_result *res, void *arg);
+
+typedef struct kl__etcd_call_opts {
+    const char *path; /* "/v3/kv/range" */
+    const char *body; /* JSON (copied) */
+    size_t body_len;
+    int64_t timeout_ms; /* whole call, waiting for a token and retries included; 0: none */
+    /* Streams: the body of a 200 as it arrives (see kl__http_opts). */
+    kl__http_data_cb on_data;
+} kl__etcd_call_opts;
+
+/* Start a call (loop thread). done runs exactly once, on the loop thread,
+ * never from inside kl__etcd_call_start, unless the call is cancelled
+ * first. NULL on ENOMEM (error set). */
+kl__etcd_call *kl__etcd_call_start(kl__etcd_conn *conn, const kl__etcd_call_opts *opts,
+                                   kl__etcd_done_cb done, void *arg);
+/* Cancel (loop thread; also from the call's own on_data); done is not
+ * called. Accepts NULL. */
+void kl__etcd_call_cancel(kl__etcd_call *call);
+
+/* A watch stream: POST /v3/watch with a create request, framed into lines
+ * and decoded. on_msg gets every message (borrowed for the call); on_end
+ * once, when the stream is over: res->err 0 when the server closed it, else
+ * why (a message that cannot be decoded ends it with that error). Neither
+ * runs after kl__etcd_stream_cancel, which may be called from on_msg. */
+typedef struct kl__etcd_stream kl__etcd_stream;
+typedef void (*kl__etcd_msg_cb)(const kl__etcd_watch_msg *msg, void *arg);
+kl__etcd_stream *kl__etcd_stream_start(kl__etcd_conn *conn, const kl__etcd_watch_req *req,
+                                       kl__etcd_msg_cb on_msg, kl__etcd_done_cb on_end, void *arg);
+void kl__etcd_stream_cancel(kl__etcd_stream *s);
+
+/* Blocking call for other threads (holder get, release): 0 with *out
+ * (malloc'ed, kl__free) and *out_len set, or the error with the message set on
+ * the calling thread. K8SLEASE_ESTATE on the loop thread. */
+int kl__etcd_sync(kl__etcd_conn *conn, const char *path, const char *body, int64_t timeout_ms,
+                  char **out, size_t *out_len);
 
 #endif

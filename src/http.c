@@ -457,6 +457,15 @@ static void map_curl_error(kl__loop *loop, kl__http_req *req, CURLcode rc)
         kind = "send";
         break;
     case CURLE_RECV_ERROR:
+        /* TLS 1.3 servers refuse a client certificate (or its absence)
+         * after the handshake: the alert arrives as a receive error. */
+        if (strstr(detail, " alert ")) {
+            err = K8SLEASE_ETLS;
+            kind = "TLS";
+            break;
+        }
+        kind = "receive";
+        break;
     case CURLE_GOT_NOTHING:
     case CURLE_PARTIAL_FILE:
         kind = "receive";
@@ -837,7 +846,11 @@ static void req_free(kl__loop *loop, kl__http_req *req)
     kl__free(req->path);
     kl__free(req->content_type);
     kl__free(req->server);
+    /* Bodies may hold a password (etcd's authenticate), headers a token. */
+    if (req->authorization)
+        kl__wipe(req->authorization, strlen(req->authorization));
     kl__free(req->authorization);
+    kl__wipe(req->body, req->body_len);
     kl__free(req->body);
     if (req->counted) {
         loop->active--;
