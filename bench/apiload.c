@@ -58,7 +58,7 @@ static const char *load_run(bench_ctx *ctx, int poll_only, int periods, load *l)
     pool p;
     int leader;
 
-    if (srv_reset(ctx) < 0 || pool_init(&p, ctx, "bench-load", poll_only, &ctx->fast) < 0)
+    if (srv_reset(ctx) < 0 || pool_init(&p, ctx, "bench-load", poll_only, NULL, &ctx->fast) < 0)
         return "setup failed";
     if (pool_spawn(&p) < 0 ||
         (leader = pool_wait_leader(&p, bench_now_ns() + START_MS * NS_PER_MS)) < 0) {

@@ -4,7 +4,8 @@
  * One program with three roles:
  *   k8slease-bench [--quick] ...          the driver: starts the test server,
  *                                         runs benchmarks 1-5, writes results
- *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3)
+ *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3),
+ *                                         on the test server or on etcd
  *   k8slease-bench scale-worker ...       N elections in one client (benchmark 4)
  * The driver never creates a k8slease client itself: it only forks and execs
  * the other roles, so every measured client lives in a process of its own
@@ -34,7 +35,7 @@ typedef struct bench_timing {
 /* One line of the result table. */
 typedef struct bench_row {
     char bench[48];   /* "1 graceful handover" */
-    char mode[16];    /* "watch", "poll-only" or "" */
+    char mode[16];    /* "watch", "poll-only", "etcd" or "" */
     char n[24];       /* sample count or size */
     char result[320]; /* the measurement, human-readable */
     char target[64];  /* the target, "" for a comparison row */
@@ -50,6 +51,8 @@ typedef struct bench_ctx {
     const char *out_dir;  /* CSV and PNG files go here */
     char self_exe[4096];  /* this program, to exec the other roles */
     ts_server *server;    /* the test server, shared by every benchmark */
+    const char *etcd_bin; /* Debian's etcd for benchmarks 1-2; NULL: not installed */
+    char etcd_version[64];
     bench_timing fast;    /* benchmarks 1-3 */
     bench_timing regular; /* benchmarks 4-5 (client-go's defaults) */
     bench_row rows[BENCH_MAX_ROWS];
@@ -112,6 +115,15 @@ typedef struct srv_stats {
 int srv_reset(bench_ctx *ctx);
 int srv_stats_get(bench_ctx *ctx, srv_stats *out);
 
+/* ---- etcd.c: the etcd of benchmarks 1-2 --------------------------------- */
+
+/* The etcd binary the etcd harness would run (K8SLEASE_TEST_ETCD, else the
+ * one CMake found), NULL if there is none. */
+const char *bench_etcd_find(void);
+/* Grant a lease of ttl_s seconds at endpoint (http://...) and revoke it:
+ * the TTL etcd granted, in seconds, or -1. */
+long bench_etcd_granted_ttl(const char *endpoint, long ttl_s);
+
 /* ---- pool.c: candidate processes, seen from the driver ------------------ */
 
 #define POOL_MAX 8
@@ -141,7 +153,8 @@ typedef struct cand_event {
 typedef struct pool {
     const bench_ctx *ctx;
     const char *lease;
-    const char *kubeconfig;
+    const char *kubeconfig;    /* the test server's, when etcd_endpoint is NULL */
+    const char *etcd_endpoint; /* etcd backend: the endpoint URL; NULL: Kubernetes */
     int poll_only;
     bench_timing timing;
     cand c[POOL_MAX];
@@ -151,8 +164,10 @@ typedef struct pool {
     size_t len;
 } pool;
 
+/* Candidates of election `lease` on the test server, or on etcd when
+ * etcd_endpoint is not NULL (poll_only is then ignored). */
 int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
-              const bench_timing *t);
+              const char *etcd_endpoint, const bench_timing *t);
 /* Start one more candidate; its slot, or -1. */
 int pool_spawn(pool *p);
 /* Send a one-character command ('r' release, 'j' join, 'w' report the next

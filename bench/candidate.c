@@ -7,7 +7,10 @@
  *   w  report the next successful renewal (W), polled every millisecond
  *   q  quit (the elector is freed, which releases the Lease if we lead)
  *
- * EOF on stdin also quits; if the driver dies the kernel kills us. */
+ * EOF on stdin also quits; if the driver dies the kernel kills us.
+ *
+ * The server: --kubeconfig PATH (the test server), or --backend etcd
+ * --etcd-endpoints URL (an etcd; --lease is then the election name). */
 #define _DEFAULT_SOURCE /* prctl() */
 #include <errno.h>
 #include <inttypes.h>
@@ -59,7 +62,8 @@ static void on_new_leader(const char *identity, int64_t epoch, void *ud)
 }
 
 typedef struct cand_args {
-    const char *kubeconfig, *lease;
+    const char *kubeconfig, *etcd_endpoints, *lease;
+    int etcd;
     int poll_only;
     bench_timing t;
 } cand_args;
@@ -74,7 +78,7 @@ static k8slease_elector *join(k8slease_client *client, const cand_args *a, const
     o.lease_duration_ms = a->t.lease_duration_ms;
     o.renew_deadline_ms = a->t.renew_deadline_ms;
     o.retry_period_ms = a->t.retry_period_ms;
-    o.poll_only = a->poll_only;
+    o.poll_only = a->etcd ? 0 : a->poll_only; /* Kubernetes only */
     o.on_started_leading = on_started;
     o.on_stopped_leading = on_stopped;
     o.on_new_leader = on_new_leader;
@@ -105,6 +109,10 @@ int candidate_main(int argc, char **argv)
 
         if (!strcmp(k, "--kubeconfig"))
             a.kubeconfig = v;
+        else if (!strcmp(k, "--backend"))
+            a.etcd = !strcmp(v, "etcd");
+        else if (!strcmp(k, "--etcd-endpoints"))
+            a.etcd_endpoints = v;
         else if (!strcmp(k, "--lease"))
             a.lease = v;
         else if (!strcmp(k, "--id"))
@@ -115,14 +123,20 @@ int candidate_main(int argc, char **argv)
             sscanf(v, "%" SCNd64 "/%" SCNd64 "/%" SCNd64, &a.t.lease_duration_ms,
                    &a.t.renew_deadline_ms, &a.t.retry_period_ms);
     }
-    if (!a.kubeconfig || !a.lease) {
-        fprintf(stderr, "k8slease-bench candidate: --kubeconfig and --lease are required\n");
+    if (!(a.etcd ? a.etcd_endpoints : a.kubeconfig) || !a.lease) {
+        fprintf(stderr, "k8slease-bench candidate: --lease and --kubeconfig (or --backend etcd "
+                        "and --etcd-endpoints) are required\n");
         return 2;
     }
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     snprintf(identity, sizeof(identity), "cand-%d", self_id);
     snprintf(agent, sizeof(agent), "bench %s", identity);
-    co.kubeconfig = a.kubeconfig;
+    if (a.etcd) {
+        co.backend = K8SLEASE_BACKEND_ETCD;
+        co.etcd_endpoints = a.etcd_endpoints;
+    } else {
+        co.kubeconfig = a.kubeconfig;
+    }
     co.user_agent = agent;
     if (k8slease_client_new(&client, &co) < 0) {
         emit('E', bench_now_ns(), 0, k8slease_error_last());

@@ -1,8 +1,10 @@
 /* Benchmarks 1 and 2: graceful handover and crash failover, with three
- * candidate processes on one Lease, in watch mode and in poll-only mode. */
+ * candidate processes on one Lease, in watch mode and in poll-only mode,
+ * and on one etcd election (mode "etcd", when etcd is installed). */
 #include <string.h>
 
 #include "bench.h"
+#include "etcd_harness.h"
 
 #define CANDIDATES  3
 #define START_MS    15000 /* first election, and every wait for a follower to catch up */
@@ -10,9 +12,14 @@
 #define HANDOVER_TO "p99 < 50 ms (watch)"
 #define FAILOVER_TO "p99 < 100 ms (watch)"
 
-static const char *mode_name(int poll_only)
+/* The modes, in the order they run and appear in the table. */
+enum { MODE_WATCH, MODE_POLL_ONLY, MODE_ETCD, MODE_COUNT };
+
+static const char *mode_name(int mode)
 {
-    return poll_only ? "poll-only" : "watch";
+    static const char *const names[MODE_COUNT] = {"watch", "poll-only", "etcd"};
+
+    return names[mode];
 }
 
 static int64_t ms_from_now(int64_t ms)
@@ -35,43 +42,87 @@ static int start_election(pool *p)
     return leader;
 }
 
+/* The server of one run: the test server, emptied, or a fresh etcd (its
+ * own temporary data directory and free loopback ports, stopped by
+ * run_end). *ttl_ms gets the lease duration the server applies: with etcd
+ * the TTL it granted (whole seconds, at least its minimum TTL). Returns
+ * NULL, or what went wrong; the pool can be finished either way. */
+static const char *run_setup(bench_ctx *ctx, int mode, const char *name, pool *p, eh_etcd **etcd,
+                             int64_t *ttl_ms)
+{
+    const bench_timing *t = &ctx->fast;
+    long ttl_s = (long)((t->lease_duration_ms + 999) / 1000), granted;
+
+    *etcd = NULL;
+    *ttl_ms = mode == MODE_ETCD ? 0 : t->lease_duration_ms; /* etcd: once granted */
+    /* The pool first: run_end can then finish it whatever fails next. */
+    if (pool_init(p, ctx, name, mode == MODE_POLL_ONLY, NULL, t) < 0)
+        return "setup failed";
+    if (mode != MODE_ETCD)
+        return srv_reset(ctx) < 0 ? "setup failed" : NULL;
+    if (eh_start(etcd, NULL) < 0)
+        return "etcd did not start";
+    p->etcd_endpoint = eh_endpoint(*etcd);
+    if ((granted = bench_etcd_granted_ttl(p->etcd_endpoint, ttl_s)) <= 0)
+        return "etcd did not grant a lease";
+    if (granted != ttl_s)
+        bench_log("etcd grants TTL %ld s when asked for %ld s", granted, ttl_s);
+    *ttl_ms = granted * 1000;
+    return NULL;
+}
+
+static void run_end(pool *p, eh_etcd *etcd)
+{
+    pool_fini(p);
+    eh_stop(etcd);
+}
+
 /* Why a run stopped before its count: the time budget, or a step that did
  * not happen (a failure of the library, or of the setup when nothing was
  * measured at all). */
 static const char budget_used[] = "time budget used up";
 
-/* Add the table row of one mode. */
-static void report(bench_ctx *ctx, const char *bench, int poll_only, samples *s, const char *target,
-                   double limit, const char *failure)
+/* Add the table row of one mode. Only watch mode has a target: poll-only
+ * and etcd are comparisons. */
+static void report(bench_ctx *ctx, const char *bench, int mode, samples *s, const char *target,
+                   double limit, const char *failure, const char *note)
 {
     char n[24];
     double p50 = samples_pct(s, 50), p99 = samples_pct(s, 99), max = samples_max(s);
-    int met = poll_only ? -1 : p99 < limit;
+    int targeted = mode == MODE_WATCH, met = targeted ? p99 < limit : -1;
 
     snprintf(n, sizeof(n), "%zu", s->n);
     if (!s->n)
         met = -2;
-    else if (failure && failure != budget_used && !poll_only)
+    else if (failure && failure != budget_used && targeted)
         met = 0; /* a handover that never happened is slower than any target */
-    bench_row_add(ctx, bench, mode_name(poll_only), n, poll_only ? "" : target, met,
-                  "p50 %.1f ms, p99 %.1f ms, max %.1f ms%s%s", p50, p99, max,
+    bench_row_add(ctx, bench, mode_name(mode), n, targeted ? target : "", met,
+                  "p50 %.1f ms, p99 %.1f ms, max %.1f ms%s%s%s", p50, p99, max, note,
                   failure ? "; stopped early: " : "", failure ? failure : "");
+}
+
+/* The etcd row when there is no etcd to run: not a failure. */
+static void report_skipped(bench_ctx *ctx, const char *bench)
+{
+    bench_row_add(ctx, bench, mode_name(MODE_ETCD), "0", "", -1, "skipped: etcd not installed");
 }
 
 /* ---- 1: graceful handover ------------------------------------------------ */
 
 /* Returns NULL, or what went wrong (then s holds what was measured). */
-static const char *handover_run(bench_ctx *ctx, int poll_only, int count, int64_t budget_ms,
-                                samples *s, FILE *csv)
+static const char *handover_run(bench_ctx *ctx, int mode, int count, int64_t budget_ms, samples *s,
+                                FILE *csv)
 {
     const bench_timing *t = &ctx->fast;
-    int64_t end = ms_from_now(budget_ms);
-    const char *failure = NULL;
+    int64_t end, ttl_ms;
+    const char *failure;
+    eh_etcd *etcd;
     pool p;
     int leader;
 
-    if (srv_reset(ctx) < 0 || pool_init(&p, ctx, "bench-handover", poll_only, t) < 0)
-        return "setup failed";
+    if ((failure = run_setup(ctx, mode, "bench-handover", &p, &etcd, &ttl_ms)))
+        goto out;
+    end = ms_from_now(budget_ms); /* etcd's start is not part of the budget */
     if ((leader = start_election(&p)) < 0) {
         failure = "no leader elected";
         goto out;
@@ -103,7 +154,7 @@ static const char *handover_run(bench_ctx *ctx, int poll_only, int count, int64_
         }
         samples_add(s, (double)(t_started - t_release) / NS_PER_MS);
         if (csv)
-            fprintf(csv, "%s,%d,%.3f,cand-%d,cand-%d,%lld\n", mode_name(poll_only), i + 1,
+            fprintf(csv, "%s,%d,%.3f,cand-%d,cand-%d,%lld\n", mode_name(mode), i + 1,
                     (double)(t_started - t_release) / NS_PER_MS, p.c[leader].id, p.c[next].id,
                     epoch);
         /* The old leader campaigns again and must follow the new one before
@@ -118,7 +169,7 @@ static const char *handover_run(bench_ctx *ctx, int poll_only, int count, int64_
         leader = next;
     }
 out:
-    pool_fini(&p);
+    run_end(&p, etcd);
     return failure;
 }
 
@@ -128,13 +179,17 @@ void bench_handover(bench_ctx *ctx)
     int64_t budget_ms = ctx->quick ? 20000 : 110000;
     FILE *csv = bench_csv_open(ctx, "handover.csv", "mode,seq,latency_ms,from,to,epoch");
 
-    for (int poll_only = 0; poll_only <= 1; poll_only++) {
+    for (int mode = 0; mode < MODE_COUNT; mode++) {
         samples s = {0};
         const char *failure;
 
-        bench_log("1 graceful handover, %s: %d handovers", mode_name(poll_only), count);
-        failure = handover_run(ctx, poll_only, count, budget_ms, &s, csv);
-        report(ctx, "1 graceful handover", poll_only, &s, HANDOVER_TO, 50, failure);
+        if (mode == MODE_ETCD && !ctx->etcd_bin) {
+            report_skipped(ctx, "1 graceful handover");
+            continue;
+        }
+        bench_log("1 graceful handover, %s: %d handovers", mode_name(mode), count);
+        failure = handover_run(ctx, mode, count, budget_ms, &s, csv);
+        report(ctx, "1 graceful handover", mode, &s, HANDOVER_TO, 50, failure, "");
         samples_free(&s);
     }
     if (csv)
@@ -143,17 +198,19 @@ void bench_handover(bench_ctx *ctx)
 
 /* ---- 2: crash failover --------------------------------------------------- */
 
-static const char *failover_run(bench_ctx *ctx, int poll_only, int count, int64_t budget_ms,
-                                samples *s, FILE *csv)
+static const char *failover_run(bench_ctx *ctx, int mode, int count, int64_t budget_ms, samples *s,
+                                FILE *csv, int64_t *ttl_ms)
 {
     const bench_timing *t = &ctx->fast;
-    int64_t end = ms_from_now(budget_ms);
-    const char *failure = NULL;
+    int64_t end;
+    const char *failure;
+    eh_etcd *etcd;
     pool p;
     int leader;
 
-    if (srv_reset(ctx) < 0 || pool_init(&p, ctx, "bench-failover", poll_only, t) < 0)
-        return "setup failed";
+    if ((failure = run_setup(ctx, mode, "bench-failover", &p, &etcd, ttl_ms)))
+        goto out;
+    end = ms_from_now(budget_ms);
     if ((leader = start_election(&p)) < 0) {
         failure = "no leader elected";
         goto out;
@@ -179,8 +236,7 @@ static const char *failover_run(bench_ctx *ctx, int poll_only, int count, int64_
         }
         t_kill = bench_now_ns();
         pool_kill(&p, leader);
-        while (next < 0 &&
-               pool_next(&p, &ev, t_kill + (t->lease_duration_ms + STEP_GRACE) * NS_PER_MS) == 0) {
+        while (next < 0 && pool_next(&p, &ev, t_kill + (*ttl_ms + STEP_GRACE) * NS_PER_MS) == 0) {
             if (ev.kind == 'S' && ev.slot >= 0) {
                 next = ev.slot;
                 t_started = ev.t_ns;
@@ -190,10 +246,10 @@ static const char *failover_run(bench_ctx *ctx, int poll_only, int count, int64_
             failure = "no new leader after a kill";
             break;
         }
-        overhead = (double)(t_started - t_kill) / NS_PER_MS - (double)t->lease_duration_ms;
+        overhead = (double)(t_started - t_kill) / NS_PER_MS - (double)*ttl_ms;
         samples_add(s, overhead);
         if (csv)
-            fprintf(csv, "%s,%d,%.3f,%.3f,cand-%d,%lld\n", mode_name(poll_only), i + 1, overhead,
+            fprintf(csv, "%s,%d,%.3f,%.3f,cand-%d,%lld\n", mode_name(mode), i + 1, overhead,
                     (double)(t_started - t_kill) / NS_PER_MS, p.c[next].id, ev.epoch);
         /* A fresh candidate replaces the dead one; it must follow the new
          * leader, then a random pause (as for handovers). */
@@ -206,7 +262,7 @@ static const char *failover_run(bench_ctx *ctx, int poll_only, int count, int64_
         leader = next;
     }
 out:
-    pool_fini(&p);
+    run_end(&p, etcd);
     return failure;
 }
 
@@ -217,13 +273,23 @@ void bench_failover(bench_ctx *ctx)
     FILE *csv =
         bench_csv_open(ctx, "failover.csv", "mode,seq,overhead_ms,kill_to_leader_ms,to,epoch");
 
-    for (int poll_only = 0; poll_only <= 1; poll_only++) {
+    for (int mode = 0; mode < MODE_COUNT; mode++) {
         samples s = {0};
         const char *failure;
+        char note[48] = "";
+        int64_t ttl_ms = 0;
 
-        bench_log("2 crash failover, %s: %d kills", mode_name(poll_only), count);
-        failure = failover_run(ctx, poll_only, count, budget_ms, &s, csv);
-        report(ctx, "2 crash failover", poll_only, &s, FAILOVER_TO, 100, failure);
+        if (mode == MODE_ETCD && !ctx->etcd_bin) {
+            report_skipped(ctx, "2 crash failover");
+            continue;
+        }
+        bench_log("2 crash failover, %s: %d kills", mode_name(mode), count);
+        failure = failover_run(ctx, mode, count, budget_ms, &s, csv, &ttl_ms);
+        /* etcd's TTL is whole seconds and has a minimum: say what it was. */
+        if (mode == MODE_ETCD && ttl_ms > 0)
+            snprintf(note, sizeof(note), " (beyond the granted TTL %lld s)",
+                     (long long)(ttl_ms / 1000));
+        report(ctx, "2 crash failover", mode, &s, FAILOVER_TO, 100, failure, note);
         samples_free(&s);
     }
     if (csv)

@@ -99,6 +99,13 @@ static void print_header(FILE *f, const bench_ctx *ctx, int argc, char **argv)
     fprintf(f, "- command: %s\n", cmd);
     fprintf(f, "- /proc/loadavg at start: %s\n", ctx->loadavg);
     fprintf(f, "- server: k8slease-testserver on 127.0.0.1, same machine (TLS, HTTP/1.1)\n");
+    if (ctx->etcd_bin)
+        fprintf(f,
+                "- etcd (benchmarks 1-2, mode etcd): %s%s%s on 127.0.0.1, same machine (plain "
+                "http, a fresh data directory in /tmp per run)\n",
+                ctx->etcd_bin, ctx->etcd_version[0] ? " " : "", ctx->etcd_version);
+    else
+        fprintf(f, "- etcd (benchmarks 1-2, mode etcd): not installed, skipped\n");
     fprintf(f,
             "- timings (lease duration / renew deadline / retry period): benchmarks 1-3 "
             "%lld/%lld/%lld ms, 4-5 %lld/%lld/%lld ms (client-go's defaults)\n",
@@ -106,7 +113,7 @@ static void print_header(FILE *f, const bench_ctx *ctx, int argc, char **argv)
             (long long)ctx->fast.retry_period_ms, (long long)ctx->regular.lease_duration_ms,
             (long long)ctx->regular.renew_deadline_ms, (long long)ctx->regular.retry_period_ms);
     fprintf(f, "- modes: watch = poll_only 0 (the default), poll-only = poll_only 1 (as "
-               "client-go)\n\n");
+               "client-go), etcd = the etcd backend (K8SLEASE_BACKEND_ETCD)\n\n");
 }
 
 #define COLUMNS 6
@@ -227,6 +234,15 @@ int main(int argc, char **argv)
         return 1;
     }
     ctx.self_exe[n] = '\0';
+    if ((ctx.etcd_bin = bench_etcd_find())) {
+        char cmd[4200], *v;
+
+        /* "etcd Version: 3.4.23": keep the number. */
+        snprintf(cmd, sizeof(cmd), "'%s' --version 2>/dev/null", ctx.etcd_bin);
+        command_line(cmd, ctx.etcd_version, sizeof(ctx.etcd_version));
+        if ((v = strstr(ctx.etcd_version, "Version: ")))
+            memmove(ctx.etcd_version, v + 9, strlen(v + 9) + 1);
+    }
     if (mkdir(ctx.out_dir, 0755) < 0 && errno != EEXIST) {
         fprintf(stderr, "k8slease-bench: cannot create %s: %s\n", ctx.out_dir, strerror(errno));
         return 1;

@@ -11,7 +11,9 @@ set key top left
 have(f) = int(system("test -s '" . dir . "/" . f . "' && echo 1 || echo 0"))
 is(mode) = sprintf("%s", strcol(1)) eq mode
 
-# 1: cumulative distribution of the handover time, one curve per mode.
+# 1: cumulative distribution of the handover time, one curve per mode
+# (watch, poll-only, etcd; a mode without rows, e.g. etcd not installed, draws
+# no curve).
 if (have("handover.csv")) {
     set output dir . "/handover.png"
     set title "1. Graceful handover: release -> another candidate's OnStartedLeading"
@@ -24,16 +26,19 @@ if (have("handover.csv")) {
     plot dir . "/handover.csv" skip 1 using (is("watch") ? $3 : NaN):(1) smooth cnormal \
              lw 2 title "watch", \
          ""                   skip 1 using (is("poll-only") ? $3 : NaN):(1) smooth cnormal \
-             lw 2 title "poll-only"
+             lw 2 title "poll-only", \
+         ""                   skip 1 using (is("etcd") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "etcd"
     unset logscale x
     unset arrow 1
     unset label 1
 }
 
-# 2: cumulative distribution of the failover time beyond the lease duration.
+# 2: cumulative distribution of the failover time beyond the lease duration
+# (etcd: beyond the TTL it granted).
 if (have("failover.csv")) {
     set output dir . "/failover.png"
-    set title "2. Crash failover: SIGKILL -> new leader's OnStartedLeading, minus lease duration"
+    set title "2. Crash failover: SIGKILL -> new leader's OnStartedLeading, minus lease duration (etcd: TTL)"
     set xlabel "failover time - lease duration (ms)"
     set ylabel "fraction of failovers"
     set yrange [0:1.02]
@@ -42,7 +47,9 @@ if (have("failover.csv")) {
     plot dir . "/failover.csv" skip 1 using (is("watch") ? $3 : NaN):(1) smooth cnormal \
              lw 2 title "watch", \
          ""                   skip 1 using (is("poll-only") ? $3 : NaN):(1) smooth cnormal \
-             lw 2 title "poll-only"
+             lw 2 title "poll-only", \
+         ""                   skip 1 using (is("etcd") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "etcd"
     unset arrow 1
     unset label 1
 }

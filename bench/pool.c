@@ -24,7 +24,7 @@ static int cloexec_pipe(int fds[2])
 }
 
 int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
-              const bench_timing *t)
+              const char *etcd_endpoint, const bench_timing *t)
 {
     int fds[2];
 
@@ -32,6 +32,7 @@ int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
     p->ctx = ctx;
     p->lease = lease;
     p->kubeconfig = ts_kubeconfig(ctx->server);
+    p->etcd_endpoint = etcd_endpoint;
     p->poll_only = poll_only;
     p->timing = *t;
     p->next_id = 1;
@@ -47,8 +48,8 @@ int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
 
 int pool_spawn(pool *p)
 {
-    char id[16], poll_only[4], timing[64];
-    int slot = -1, fds[2];
+    char id[16], poll_only[4], timing[64], *argv[16];
+    int slot = -1, fds[2], n = 0;
     cand *c;
     pid_t pid;
 
@@ -62,6 +63,26 @@ int pool_spawn(pool *p)
     snprintf(poll_only, sizeof(poll_only), "%d", p->poll_only);
     snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64,
              p->timing.lease_duration_ms, p->timing.renew_deadline_ms, p->timing.retry_period_ms);
+    argv[n++] = (char *)p->ctx->self_exe;
+    argv[n++] = "candidate";
+    if (p->etcd_endpoint) {
+        argv[n++] = "--backend";
+        argv[n++] = "etcd";
+        argv[n++] = "--etcd-endpoints";
+        argv[n++] = (char *)p->etcd_endpoint;
+    } else {
+        argv[n++] = "--kubeconfig";
+        argv[n++] = (char *)p->kubeconfig;
+    }
+    argv[n++] = "--lease";
+    argv[n++] = (char *)p->lease;
+    argv[n++] = "--id";
+    argv[n++] = id;
+    argv[n++] = "--poll-only";
+    argv[n++] = poll_only;
+    argv[n++] = "--timing";
+    argv[n++] = timing;
+    argv[n] = NULL;
     fflush(stdout);
     fflush(stderr);
     if ((pid = fork()) < 0) {
@@ -70,20 +91,6 @@ int pool_spawn(pool *p)
         return -1;
     }
     if (pid == 0) {
-        char *argv[] = {(char *)p->ctx->self_exe,
-                        "candidate",
-                        "--kubeconfig",
-                        (char *)p->kubeconfig,
-                        "--lease",
-                        (char *)p->lease,
-                        "--id",
-                        id,
-                        "--poll-only",
-                        poll_only,
-                        "--timing",
-                        timing,
-                        NULL};
-
         /* dup2 clears O_CLOEXEC on the copies: only stdin/stdout survive exec. */
         dup2(fds[0], STDIN_FILENO);
         dup2(p->ev_wr, STDOUT_FILENO);
