@@ -62,3 +62,16 @@ bench: deps
 
 bench-quick: deps
 	./bench/run.sh --quick
+
+# Chaos suite (docs/chaos.md): faults against 3-5 candidates, invariants
+# checked (0 overlaps, recovery, epochs, no stuck candidate). chaos-quick
+# takes about 3 minutes, chaos-long runs until 500 leader transitions.
+# CHAOS_ARGS: e.g. --seed N, --backend etcd, --log FILE.
+.PHONY: chaos-quick chaos-long
+CHAOS_ARGS ?=
+
+chaos-quick: build
+	$(BUILD)/tests/chaos/k8slease-chaos --quick $(CHAOS_ARGS)
+
+chaos-long: build
+	$(BUILD)/tests/chaos/k8slease-chaos --long $(CHAOS_ARGS)

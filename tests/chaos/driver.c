@@ -1,0 +1,1270 @@
+/*
+ * k8slease-chaos: the chaos suite's driver and observer (issue #7,
+ * docs/chaos.md).
+ *
+ *   k8slease-chaos (--quick | --long) [--seed N] [--backend k8s|etcd]
+ *                  [--candidates 3..5] [--duration S] [--transitions N]
+ *                  [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S]
+ *                  [--log FILE] [--verbose] [--naive-candidates]
+ *
+ * It starts the test API server (or etcd), 3-5 candidate processes
+ * (k8slease-chaos-candidate) on one Lease, and injects faults one after the
+ * other, chosen with a seeded PRNG: each round of faults is a shuffled deck
+ * holding every kind (plus extra graceful releases in --long), so a quick
+ * run sees every kind. Between two faults it waits until a leader is
+ * established, then a random settling time. The candidates report their
+ * terms with honest bounds (candidate.c); observer.c proves the invariants
+ * from them at the end; the driver checks online what needs its own
+ * knowledge: frozen processes wake up as not leader, every candidate keeps
+ * beating and campaigns again after each term, nobody exits unasked.
+ *
+ * Everything is bounded: each wait has a deadline, the run a time cap, and
+ * every child is killed on exit (atexit, signals; the candidates also have
+ * PR_SET_PDEATHSIG). Exit status: 0 all invariants held, 1 a violation,
+ * 2 usage or set-up failure, 3 the backend is not available in this build.
+ */
+#define _GNU_SOURCE /* pipe2 */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "chaos.h"
+#include "harness.h"
+#include "observer.h"
+#ifdef CHAOS_HAVE_ETCD
+#include "etcd_harness.h"
+#endif
+
+#define MAX_CAND     5
+#define LEASE_NAME   "chaos-lease"
+#define LEASE_PREFIX "/apis/coordination.k8s.io"
+#define RING_LINES   48
+
+/* Online limits: ten times what is expected (see docs/chaos.md). */
+#define HB_LIMIT_NS       (10 * CHAOS_NS_PER_S) /* heartbeats come every second */
+#define CONT_LIMIT_NS     (10 * CHAOS_NS_PER_S) /* CONT is written at once */
+#define EXIT_LIMIT_NS     (10 * CHAOS_NS_PER_S) /* a SIGKILLed process is reaped at once */
+#define STEADY_LIMIT_NS   (30 * CHAOS_NS_PER_S) /* >> the recovery bound */
+#define SHUTDOWN_LIMIT_NS (20 * CHAOS_NS_PER_S) /* release takes <= renew_deadline */
+
+typedef struct proc {
+    char name[16];
+    pid_t pid; /* -1: not running */
+    int fd;    /* read end of its stdout, -1 when closed */
+    char buf[4096];
+    size_t len;
+    int64_t last_hb;    /* candidate time of its last line */
+    int64_t restart_at; /* > 0: start it again then */
+    int killed;         /* we sent SIGKILL */
+    int quitting;       /* we sent SIGTERM (end of the run) */
+    int bye;
+    int frozen;    /* SIGSTOP sent, SIGCONT not yet */
+    int stop_seen; /* waitpid reported it stopped */
+    int64_t t_stopped, t_cont;
+    int cont_pending;     /* a CONT line is due */
+    int stop_term;        /* its open term when it was frozen, -1 none */
+    int64_t lose_at;      /* driver time of a LOSE not yet followed by CAMPAIGN, 0 none */
+    int64_t ending_since; /* candidate time of its first HB in state E, 0 none */
+    int terms;
+    int restarts;
+} proc;
+
+typedef struct drv {
+    int long_mode, etcd, ncand, verbose;
+    int naive; /* --naive-candidates: the mutant of candidate.c, must fail */
+    uint64_t seed, rng;
+    chaos_timing t;
+    int64_t allowance_ns, fault_phase_ns, time_cap_ns;
+    int target_transitions;
+    FILE *log;
+    const char *cand_path;
+    ts_server *ts;
+#ifdef CHAOS_HAVE_ETCD
+    eh_etcd *eh;
+#endif
+    char kubeconfig[1024];
+    char endpoint[256];
+    proc p[MAX_CAND];
+    const char *names[MAX_CAND];
+    obs *o;
+    int64_t t0;
+    char ring[RING_LINES][200];
+    int ringpos;
+    int nfaults;
+    int frozen_leaders, frozen_checked;
+    int64_t last_progress;
+} drv;
+
+static drv *the_drv;
+static int sig_pipe[2] = {-1, -1};
+static volatile sig_atomic_t interrupted;
+
+/* ------------------------------------------------------------------------ */
+/* Small helpers                                                            */
+/* ------------------------------------------------------------------------ */
+
+static uint64_t splitmix64(uint64_t *s)
+{
+    uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
+
+    z = (z ^ (z >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    z = (z ^ (z >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return z ^ (z >> 31);
+}
+
+/* Uniform in [lo, hi]. */
+static int64_t rnd(drv *d, int64_t lo, int64_t hi)
+{
+    return hi <= lo ? lo : lo + (int64_t)(splitmix64(&d->rng) % (uint64_t)(hi - lo + 1));
+}
+
+static double rel_s(const drv *d, int64_t t)
+{
+    return (double)(t - d->t0) / CHAOS_NS_PER_S;
+}
+
+static int64_t ms(int64_t v)
+{
+    return v * CHAOS_NS_PER_MS;
+}
+
+/* Remember a line for the failure report, and log it. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+record(drv *d, const char *fmt, ...)
+{
+    char line[200];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    memcpy(d->ring[d->ringpos++ % RING_LINES], line, sizeof(line));
+    if (d->log)
+        fprintf(d->log, "%.6f %s\n", rel_s(d, chaos_now_ns()), line);
+}
+
+/* A line for stdout (and the record). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 2, 3)))
+#endif
+static void
+say(drv *d, const char *fmt, ...)
+{
+    char line[200];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(line, sizeof(line), fmt, ap);
+    va_end(ap);
+    printf("+%8.3f s  %s\n", rel_s(d, chaos_now_ns()), line);
+    fflush(stdout);
+    record(d, "%s", line);
+}
+
+static void on_signal(int sig)
+{
+    int saved = errno;
+
+    if (sig == SIGCHLD) {
+        if (sig_pipe[1] >= 0 && write(sig_pipe[1], "c", 1) < 0) {
+            /* full: a wake-up is pending anyway */
+        }
+    } else {
+        interrupted = sig;
+        if (sig_pipe[1] >= 0 && write(sig_pipe[1], "i", 1) < 0) {
+        }
+    }
+    errno = saved;
+}
+
+/* Kill every child still running; also from atexit. */
+static void kill_children(void)
+{
+    drv *d = the_drv;
+
+    if (!d)
+        return;
+    for (int i = 0; i < d->ncand; i++)
+        if (d->p[i].pid > 0) {
+            kill(d->p[i].pid, SIGKILL);
+            kill(d->p[i].pid, SIGCONT);
+            waitpid(d->p[i].pid, NULL, 0);
+            d->p[i].pid = -1;
+        }
+    if (d->ts) {
+        ts_stop(d->ts);
+        d->ts = NULL;
+    }
+#ifdef CHAOS_HAVE_ETCD
+    if (d->eh) {
+        eh_stop(d->eh);
+        d->eh = NULL;
+    }
+#endif
+}
+
+/* ------------------------------------------------------------------------ */
+/* Candidates                                                               */
+/* ------------------------------------------------------------------------ */
+
+static int spawn(drv *d, int i)
+{
+    proc *p = &d->p[i];
+    char timing[96];
+    const char *argv[16];
+    int fds[2], n = 0;
+    pid_t pid;
+
+    snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64, d->t.lease_duration_ms,
+             d->t.renew_deadline_ms, d->t.retry_period_ms);
+    argv[n++] = d->cand_path;
+    argv[n++] = "--name";
+    argv[n++] = p->name;
+    argv[n++] = "--lease";
+    argv[n++] = LEASE_NAME;
+    argv[n++] = "--timing";
+    argv[n++] = timing;
+    argv[n++] = d->etcd ? "--etcd-endpoints" : "--kubeconfig";
+    argv[n++] = d->etcd ? d->endpoint : d->kubeconfig;
+    if (d->naive) {
+        argv[n++] = "--naive";
+        argv[n++] = "1";
+    }
+    argv[n] = NULL;
+    if (pipe2(fds, O_CLOEXEC) < 0)
+        return -1;
+    fflush(stdout);
+    fflush(stderr);
+    if (d->log)
+        fflush(d->log);
+    pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        dup2(fds[1], STDOUT_FILENO);
+        execv(d->cand_path, (char *const *)argv);
+        fprintf(stderr, "k8slease-chaos: cannot run %s: %s\n", d->cand_path, strerror(errno));
+        _exit(127);
+    }
+    close(fds[1]);
+    fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    p->pid = pid;
+    p->fd = fds[0];
+    p->len = 0;
+    p->last_hb = chaos_now_ns();
+    p->restart_at = 0;
+    p->killed = p->quitting = p->bye = p->frozen = p->stop_seen = p->cont_pending = 0;
+    p->stop_term = -1;
+    p->lose_at = 0;
+    p->ending_since = 0;
+    return 0;
+}
+
+static void on_line(drv *d, int i, char *line)
+{
+    proc *p = &d->p[i];
+    char name[32], ev[16];
+    int64_t ns, a = 0, b = 0, c = 0;
+    int off = 0;
+    char word[32] = "";
+
+    if (strstr(line, " HB ")) {
+        if (d->log) /* heartbeats only in the log file, not in the ring */
+            fprintf(d->log, "%.6f %s\n", rel_s(d, chaos_now_ns()), line);
+    } else {
+        record(d, "%s", line);
+    }
+    if (d->verbose) {
+        printf("           %s\n", line);
+        fflush(stdout);
+    }
+    if (sscanf(line, "%31s %" SCNd64 " %15s %n", name, &ns, ev, &off) < 3 ||
+        strcmp(name, p->name)) {
+        obs_violation(d->o, chaos_now_ns(), "%s: unreadable line \"%s\"", p->name, line);
+        return;
+    }
+    p->last_hb = ns;
+    if (!strcmp(ev, "CAMPAIGN")) {
+        p->lose_at = 0;
+    } else if (!strcmp(ev, "LEAD") && sscanf(line + off, "%" SCNd64 " %" SCNd64, &a, &b) == 2) {
+        obs_lead(d->o, i, a, ns, b);
+        p->terms++;
+    } else if (!strcmp(ev, "LOSE") &&
+               sscanf(line + off, "%" SCNd64 " %" SCNd64 " %31s %" SCNd64, &a, &b, word, &c) == 4) {
+        int term = obs_open_term(d->o, i);
+
+        obs_lose(d->o, i, a, ns, b, !strcmp(word, "deadline"));
+        p->ending_since = 0;
+        if (!p->quitting)
+            p->lose_at = chaos_now_ns();
+        /* A term that was open when the process was frozen for longer
+         * than lease_duration must have ended while it was frozen. */
+        if (term >= 0 && term == p->stop_term && p->t_cont && ns >= p->t_cont)
+            obs_violation(d->o, ns,
+                          "%s: its term of epoch %" PRId64 " outlived a freeze of %.3f s "
+                          "(ended +%.3f s, SIGCONT at +%.3f s)",
+                          p->name, a, (double)(p->t_cont - p->t_stopped) / CHAOS_NS_PER_S,
+                          rel_s(d, ns), rel_s(d, p->t_cont));
+    } else if (!strcmp(ev, "HB") && sscanf(line + off, "%31s", word) == 1) {
+        /* E: leadership gone, elector not over yet; it ends within
+         * renew_deadline (the release's deadline). */
+        if (word[0] != 'E')
+            p->ending_since = 0;
+        else if (!p->ending_since)
+            p->ending_since = ns;
+        else if (ns - p->ending_since > 10 * ms(d->t.renew_deadline_ms)) {
+            obs_violation(d->o, ns, "%s: stuck: its elector has not ended %.1f s after its term",
+                          p->name, (double)(ns - p->ending_since) / CHAOS_NS_PER_S);
+            p->ending_since = ns;
+        }
+    } else if (!strcmp(ev, "CONT") && sscanf(line + off, "%" SCNd64, &a) == 1) {
+        if (p->cont_pending) {
+            p->cont_pending = 0;
+            d->frozen_checked++;
+            if (a)
+                obs_violation(d->o, ns,
+                              "%s: woke up from a freeze of %.3f s believing it is leader", p->name,
+                              (double)(p->t_cont - p->t_stopped) / CHAOS_NS_PER_S);
+        }
+    } else if (!strcmp(ev, "BYE")) {
+        p->bye = 1;
+    } else if (!strcmp(ev, "ERR")) {
+        obs_violation(d->o, ns, "%s: %s", p->name, line + off);
+    } else {
+        obs_violation(d->o, ns, "%s: unknown line \"%s\"", p->name, line);
+    }
+}
+
+/* Read what candidate i wrote; close its pipe at EOF. */
+static void drain(drv *d, int i)
+{
+    proc *p = &d->p[i];
+
+    while (p->fd >= 0) {
+        ssize_t n = read(p->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+        char *nl, *start;
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            close(p->fd);
+            p->fd = -1;
+            return;
+        }
+        p->len += (size_t)n;
+        p->buf[p->len] = '\0';
+        start = p->buf;
+        while ((nl = strchr(start, '\n'))) {
+            *nl = '\0';
+            on_line(d, i, start);
+            start = nl + 1;
+        }
+        p->len -= (size_t)(start - p->buf);
+        memmove(p->buf, start, p->len);
+        if (p->len == sizeof(p->buf) - 1) {
+            obs_violation(d->o, chaos_now_ns(), "%s: line too long", p->name);
+            p->len = 0;
+        }
+    }
+}
+
+static void reap(drv *d)
+{
+    for (int i = 0; i < d->ncand; i++) {
+        proc *p = &d->p[i];
+        pid_t r;
+        int st;
+
+        while (p->pid > 0 && (r = waitpid(p->pid, &st, WNOHANG | WUNTRACED | WCONTINUED)) != 0) {
+            int64_t now = chaos_now_ns();
+
+            if (r < 0) {
+                if (errno == EINTR)
+                    continue;
+                obs_violation(d->o, now, "%s: waitpid: %s", p->name, strerror(errno));
+                p->pid = -1;
+                break;
+            }
+            if (WIFSTOPPED(st)) {
+                p->stop_seen = 1;
+                p->t_stopped = now;
+                continue;
+            }
+            if (WIFCONTINUED(st))
+                continue;
+            /* Gone: read what it wrote, then end its open term now. */
+            p->pid = -1;
+            drain(d, i);
+            if (p->fd >= 0) {
+                close(p->fd);
+                p->fd = -1;
+            }
+            obs_dead(d->o, i, now);
+            p->lose_at = 0;
+            if (p->killed)
+                break;
+            if (!p->quitting || !WIFEXITED(st) || WEXITSTATUS(st) != 0 || !p->bye) {
+                obs_violation(d->o, now, "%s exited unexpectedly (%s %d)", p->name,
+                              WIFEXITED(st) ? "status" : "signal",
+                              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+                if (!p->quitting)
+                    p->restart_at = now + CHAOS_NS_PER_S; /* keep the run going */
+            }
+            break;
+        }
+    }
+}
+
+/* The candidate leading now: an open term, running, not frozen; -1 none. */
+static int leader(const drv *d)
+{
+    int best = -1;
+    int64_t best_lead = INT64_MIN;
+
+    for (int i = 0; i < d->ncand; i++) {
+        int t = obs_open_term(d->o, i);
+
+        if (t >= 0 && d->p[i].pid > 0 && !d->p[i].frozen && obs_term_lead(d->o, t) > best_lead) {
+            best = i;
+            best_lead = obs_term_lead(d->o, t);
+        }
+    }
+    return best;
+}
+
+static void online_checks(drv *d)
+{
+    int64_t now = chaos_now_ns();
+
+    for (int i = 0; i < d->ncand; i++) {
+        proc *p = &d->p[i];
+
+        if (p->pid < 0 && p->restart_at && now >= p->restart_at) {
+            p->restarts++;
+            if (spawn(d, i) < 0) {
+                obs_violation(d->o, now, "%s: cannot restart: %s", p->name, strerror(errno));
+                p->restart_at = now + CHAOS_NS_PER_S;
+            } else {
+                say(d, "restarted %s (pid %d)", p->name, (int)p->pid);
+            }
+            continue;
+        }
+        if (p->pid < 0 || p->frozen || p->quitting)
+            continue;
+        if (now - p->last_hb > HB_LIMIT_NS) {
+            obs_violation(d->o, now, "%s: stuck: nothing for %.1f s (heartbeats every 1 s)",
+                          p->name, (double)(now - p->last_hb) / CHAOS_NS_PER_S);
+            p->last_hb = now;
+        }
+        if (p->lose_at && now - p->lose_at > 10 * ms(d->t.renew_deadline_ms)) {
+            obs_violation(d->o, now, "%s: stuck: no new campaign %.1f s after its term ended",
+                          p->name, (double)(now - p->lose_at) / CHAOS_NS_PER_S);
+            p->lose_at = 0;
+        }
+        if (p->cont_pending && now - p->t_cont > CONT_LIMIT_NS) {
+            obs_violation(d->o, now, "%s: no CONT line %.1f s after SIGCONT", p->name,
+                          (double)(now - p->t_cont) / CHAOS_NS_PER_S);
+            p->cont_pending = 0;
+        }
+    }
+}
+
+typedef int (*pred_fn)(drv *d, int arg);
+
+/* Run the event loop (candidate lines, exits, restarts, checks) until
+ * pred(d, arg) holds (1) or `until` passes (0; with pred NULL: 1). */
+static int pump_until(drv *d, pred_fn pred, int arg, int64_t until)
+{
+    for (;;) {
+        struct pollfd pfd[MAX_CAND + 1];
+        int nfd = 0, idx[MAX_CAND + 1];
+        int64_t now, left;
+        char junk[64];
+
+        if (interrupted) {
+            fprintf(stderr, "k8slease-chaos: interrupted by signal %d; killing the children\n",
+                    (int)interrupted);
+            exit(2); /* atexit: kill_children */
+        }
+        if (pred && pred(d, arg))
+            return 1;
+        now = chaos_now_ns();
+        if (now >= until)
+            return pred ? 0 : 1;
+        pfd[nfd].fd = sig_pipe[0];
+        pfd[nfd].events = POLLIN;
+        idx[nfd++] = -1;
+        for (int i = 0; i < d->ncand; i++)
+            if (d->p[i].fd >= 0) {
+                pfd[nfd].fd = d->p[i].fd;
+                pfd[nfd].events = POLLIN;
+                idx[nfd++] = i;
+            }
+        left = (until - now + CHAOS_NS_PER_MS - 1) / CHAOS_NS_PER_MS;
+        /* Also wakes up for restarts and the online checks. */
+        if (poll(pfd, (nfds_t)nfd, (int)(left < 100 ? left : 100)) < 0 && errno != EINTR) {
+            perror("k8slease-chaos: poll");
+            exit(2);
+        }
+        while (read(sig_pipe[0], junk, sizeof(junk)) > 0)
+            ;
+        for (int k = 1; k < nfd; k++)
+            if (pfd[k].revents)
+                drain(d, idx[k]);
+        reap(d);
+        online_checks(d);
+    }
+}
+
+static void pump(drv *d, int64_t until)
+{
+    pump_until(d, NULL, 0, until);
+}
+
+static int p_steady(drv *d, int arg)
+{
+    (void)arg;
+    for (int i = 0; i < d->ncand; i++)
+        if (d->p[i].pid < 0 || d->p[i].frozen)
+            return 0;
+    return leader(d) >= 0;
+}
+
+static int p_reaped(drv *d, int i)
+{
+    return d->p[i].pid < 0;
+}
+
+static int p_stopped(drv *d, int i)
+{
+    return d->p[i].stop_seen || d->p[i].pid < 0;
+}
+
+static int p_cont_done(drv *d, int i)
+{
+    return !d->p[i].cont_pending;
+}
+
+static int p_term_closed(drv *d, int term)
+{
+    return obs_term_closed(d->o, term);
+}
+
+static int p_all_gone(drv *d, int arg)
+{
+    (void)arg;
+    for (int i = 0; i < d->ncand; i++)
+        if (d->p[i].pid > 0)
+            return 0;
+    return 1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Faults                                                                   */
+/* ------------------------------------------------------------------------ */
+
+/* A control call to the test server; a failure is the driver's violation. */
+static int control(drv *d, const char *method, const char *path, const char *body, long expect)
+{
+    long status = 0;
+    char *resp = NULL;
+    int rc = ts_control(d->ts, method, path, body, &status, &resp);
+
+    if (rc < 0 || status != expect) {
+        obs_violation(d->o, chaos_now_ns(), "driver: %s %s answered %ld (%s)", method, path, status,
+                      resp ? resp : "no answer");
+        rc = -1;
+    }
+    free(resp);
+    return rc;
+}
+
+static void fault_done(drv *d, chaos_fault_kind k, int64_t start, int64_t end, int blocking)
+{
+    obs_fault(d->o, k, start, end, blocking);
+    d->nfaults++;
+}
+
+static int random_other(drv *d, int not )
+{
+    int cand[MAX_CAND], n = 0;
+
+    for (int i = 0; i < d->ncand; i++)
+        if (i != not &&d->p[i].pid > 0 && !d->p[i].frozen)
+            cand[n++] = i;
+    return n ? cand[rnd(d, 0, n - 1)] : -1;
+}
+
+static void f_kill(drv *d, int l)
+{
+    proc *p = &d->p[l];
+    int64_t t = chaos_now_ns(), delay = rnd(d, 0, 2 * d->t.lease_duration_ms);
+
+    p->killed = 1;
+    kill(p->pid, SIGKILL);
+    if (!pump_until(d, p_reaped, l, t + EXIT_LIMIT_NS))
+        obs_violation(d->o, chaos_now_ns(), "%s: not gone %.0f s after SIGKILL", p->name,
+                      (double)EXIT_LIMIT_NS / CHAOS_NS_PER_S);
+    p->restart_at = chaos_now_ns() + ms(delay);
+    fault_done(d, CF_KILL, t, t, 0);
+    say(d, "fault kill: SIGKILL %s (leader), restart in %.3f s", p->name, (double)delay / 1000);
+}
+
+static void f_stop(drv *d, int l)
+{
+    proc *p = &d->p[l];
+    int64_t t = chaos_now_ns();
+    int64_t hold = d->t.lease_duration_ms + rnd(d, 200, d->t.lease_duration_ms);
+
+    p->stop_seen = 0;
+    p->t_cont = 0;
+    p->frozen = 1;
+    p->stop_term = obs_open_term(d->o, l);
+    kill(p->pid, SIGSTOP);
+    if (!pump_until(d, p_stopped, l, t + EXIT_LIMIT_NS) || p->pid < 0) {
+        obs_violation(d->o, chaos_now_ns(), "%s: did not stop after SIGSTOP", p->name);
+        p->frozen = 0;
+        return;
+    }
+    say(d, "fault stop: SIGSTOP %s (leader) for %.3f s", p->name, (double)hold / 1000);
+    /* Held from the moment waitpid saw it stopped (which is after it
+     * stopped): frozen for more than `hold` for sure. */
+    pump(d, p->t_stopped + ms(hold));
+    p->t_cont = chaos_now_ns();
+    p->cont_pending = 1;
+    p->last_hb = p->t_cont;
+    p->frozen = 0;
+    kill(p->pid, SIGCONT);
+    if (p->stop_term >= 0)
+        d->frozen_leaders++;
+    fault_done(d, CF_STOP, p->t_stopped, p->t_cont, 0);
+    pump_until(d, p_cont_done, l, p->t_cont + CONT_LIMIT_NS);
+}
+
+static void f_release(drv *d, int l)
+{
+    int64_t t = chaos_now_ns();
+    int term = obs_open_term(d->o, l), step_back = (int)rnd(d, 0, 1);
+
+    /* SIGUSR2: the leader sits out for lease_duration, so a follower takes
+     * over (on the watch event); SIGUSR1: it campaigns again at once. */
+    kill(d->p[l].pid, step_back ? SIGUSR2 : SIGUSR1);
+    fault_done(d, CF_RELEASE, t, t, 0);
+    say(d, "fault release: %s %s (leader)%s", step_back ? "SIGUSR2" : "SIGUSR1", d->p[l].name,
+        step_back ? ", which then sits out" : "");
+    if (term >= 0)
+        pump_until(d, p_term_closed, term, t + SHUTDOWN_LIMIT_NS);
+}
+
+/* A rule for `window` ms on every Lease request (server-wide). */
+static int add_rule(drv *d, const char *fields, int64_t window)
+{
+    char body[512];
+
+    snprintf(body, sizeof(body),
+             "{%s,\"duration_ms\":%" PRId64 ",\"seed\":%" PRIu64
+             ",\"match\":{\"path_prefix\":\"" LEASE_PREFIX "\"}}",
+             fields, window, splitmix64(&d->rng) % 1000000);
+    return control(d, "POST", "/testserver/v1/faults", body, 201);
+}
+
+static void f_cutoff(drv *d, int l)
+{
+    int target = rnd(d, 0, 9) < 6 ? l : random_other(d, l);
+    int reset = (int)rnd(d, 0, 1);
+    int64_t window = d->t.lease_duration_ms + rnd(d, 0, 2 * d->t.lease_duration_ms), t;
+    char body[512];
+
+    if (target < 0)
+        target = l;
+    t = chaos_now_ns();
+    snprintf(body, sizeof(body),
+             "{\"kind\":\"%s\",%s\"duration_ms\":%" PRId64
+             ",\"match\":{\"user_agent\":\"" CHAOS_UA_PREFIX "%s\"}}",
+             reset ? "reset" : "error", reset ? "" : "\"status\":503,", window, d->p[target].name);
+    control(d, "POST", "/testserver/v1/faults", body, 201);
+    snprintf(body, sizeof(body),
+             "{\"abort\":true,\"match\":{\"user_agent\":\"" CHAOS_UA_PREFIX "%s\"}}",
+             d->p[target].name);
+    control(d, "POST", "/testserver/v1/watches/close", body, 200);
+    say(d, "fault cutoff: %s (%s) cut off for %.3f s (%s)", d->p[target].name,
+        target == l ? "leader" : "follower", (double)window / 1000, reset ? "RST" : "503");
+    pump(d, t + ms(window));
+    fault_done(d, CF_CUTOFF, t, t + ms(window), 0);
+}
+
+static void f_restart(drv *d)
+{
+    unsigned down = (unsigned)rnd(d, 0, d->t.lease_duration_ms + 500);
+    int64_t t = chaos_now_ns();
+
+    say(d, "fault restart: test server restart (state kept), down %u ms", down);
+    if (ts_restart(d->ts, true, down) < 0)
+        obs_violation(d->o, chaos_now_ns(), "driver: the test server did not come back");
+    fault_done(d, CF_RESTART, t, chaos_now_ns(), 1);
+}
+
+/* The window of server-wide faults: renew_deadline to 2 x lease_duration. */
+static int64_t window_ms(drv *d)
+{
+    return rnd(d, d->t.renew_deadline_ms, 2 * d->t.lease_duration_ms);
+}
+
+static void f_latency(drv *d)
+{
+    int64_t delay = d->t.renew_deadline_ms + rnd(d, 200, 1000), window = window_ms(d), t, up;
+    char fields[96];
+
+    snprintf(fields, sizeof(fields), "\"kind\":\"latency\",\"delay_ms\":%" PRId64, delay);
+    t = chaos_now_ns();
+    add_rule(d, fields, window);
+    up = chaos_now_ns();
+    say(d, "fault latency: +%" PRId64 " ms on every Lease request for %.3f s", delay,
+        (double)window / 1000);
+    pump(d, up + ms(window));
+    /* A request that came in just before the end is handled delay ms later
+     * (even if its client gave up): its write is the fault's last effect. */
+    fault_done(d, CF_LATENCY, t, up + ms(window + delay), 1);
+}
+
+static void f_window(drv *d, chaos_fault_kind k, const char *fields, const char *what)
+{
+    int64_t window = window_ms(d), t = chaos_now_ns(), up;
+
+    add_rule(d, fields, window);
+    up = chaos_now_ns();
+    say(d, "fault %s: %s for %.3f s", chaos_fault_name(k), what, (double)window / 1000);
+    pump(d, up + ms(window));
+    fault_done(d, k, t, up + ms(window), 1);
+}
+
+static void f_errors(drv *d, int status)
+{
+    int half = (int)rnd(d, 0, 1);
+    char fields[128], what[96];
+
+    snprintf(fields, sizeof(fields), "\"kind\":\"error\",\"status\":%d%s,\"probability\":%s",
+             status, status == 429 ? ",\"retry_after\":1" : "", half ? "0.5" : "1.0");
+    snprintf(what, sizeof(what), "HTTP %d on %s Lease requests", status,
+             half ? "half of the" : "all");
+    f_window(d, status == 429 ? CF_ERR429 : CF_ERR5XX, fields, what);
+}
+
+static void f_reset(drv *d)
+{
+    int half = (int)rnd(d, 0, 1);
+    char fields[96];
+
+    snprintf(fields, sizeof(fields), "\"kind\":\"reset\",\"probability\":%s", half ? "0.5" : "1.0");
+    control(d, "POST", "/testserver/v1/watches/close",
+            "{\"abort\":true,\"match\":{\"path_prefix\":\"" LEASE_PREFIX "\"}}", 200);
+    f_window(d, CF_RESET, fields,
+             half ? "RST on half of the Lease connections, streams aborted"
+                  : "RST on every Lease connection, streams aborted");
+}
+
+static void f_freeze(drv *d)
+{
+    int64_t window = rnd(d, 2000, 2 * d->t.lease_duration_ms), t = chaos_now_ns(), up;
+    int with_release = (int)rnd(d, 0, 1), l;
+
+    add_rule(d, "\"kind\":\"freeze_watch\"", window);
+    up = chaos_now_ns();
+    say(d, "fault freeze: watch streams frozen for %.3f s%s", (double)window / 1000,
+        with_release ? ", the leader releases inside" : "");
+    if (with_release) {
+        pump(d, up + ms(window / 2));
+        if ((l = leader(d)) >= 0) {
+            kill(d->p[l].pid, SIGUSR2);
+            say(d, "  release: SIGUSR2 %s (leader, then sits out) while streams are frozen",
+                d->p[l].name);
+        }
+    }
+    pump(d, up + ms(window));
+    fault_done(d, CF_FREEZE, t, up + ms(window), 1);
+}
+
+#ifdef CHAOS_HAVE_ETCD
+static void f_etcd_stop(drv *d)
+{
+    int64_t window = window_ms(d), t = chaos_now_ns();
+
+    say(d, "fault etcd-stop: SIGSTOP etcd for %.3f s", (double)window / 1000);
+    if (eh_pause(d->eh) < 0)
+        obs_violation(d->o, chaos_now_ns(), "driver: cannot SIGSTOP etcd");
+    pump(d, t + ms(window));
+    if (eh_resume(d->eh) < 0)
+        obs_violation(d->o, chaos_now_ns(), "driver: cannot SIGCONT etcd");
+    fault_done(d, CF_ETCD_STOP, t, chaos_now_ns(), 1);
+}
+
+static void f_etcd_kill(drv *d)
+{
+    int64_t t = chaos_now_ns();
+
+    say(d, "fault etcd-kill: SIGKILL etcd, restart on its data");
+    if (eh_restart(d->eh, SIGKILL) < 0)
+        obs_violation(d->o, chaos_now_ns(), "driver: etcd did not come back");
+    fault_done(d, CF_ETCD_KILL, t, chaos_now_ns(), 1);
+}
+#endif
+
+static void inject(drv *d, chaos_fault_kind k)
+{
+    int l = leader(d);
+
+    if (l < 0)
+        return; /* steady() said otherwise a moment ago: try the next one */
+    switch (k) {
+    case CF_KILL:
+        f_kill(d, l);
+        break;
+    case CF_STOP:
+        f_stop(d, l);
+        break;
+    case CF_RELEASE:
+        f_release(d, l);
+        break;
+    case CF_CUTOFF:
+        f_cutoff(d, l);
+        break;
+    case CF_RESTART:
+        f_restart(d);
+        break;
+    case CF_LATENCY:
+        f_latency(d);
+        break;
+    case CF_HANG:
+        f_window(d, CF_HANG, "\"kind\":\"hang\"", "the server holds every Lease request");
+        break;
+    case CF_ERR5XX:
+        f_errors(d, rnd(d, 0, 1) ? 503 : 500);
+        break;
+    case CF_ERR429:
+        f_errors(d, 429);
+        break;
+    case CF_RESET:
+        f_reset(d);
+        break;
+    case CF_FREEZE:
+        f_freeze(d);
+        break;
+#ifdef CHAOS_HAVE_ETCD
+    case CF_ETCD_STOP:
+        f_etcd_stop(d);
+        break;
+    case CF_ETCD_KILL:
+        f_etcd_kill(d);
+        break;
+#endif
+    default:
+        break;
+    }
+}
+
+/* The next round of faults: every kind of the backend once (and, in
+ * --long, extra releases: quick transitions), shuffled. */
+static int deck(drv *d, chaos_fault_kind *out)
+{
+    static const chaos_fault_kind k8s[] = {CF_KILL,    CF_STOP,    CF_RELEASE, CF_CUTOFF,
+                                           CF_RESTART, CF_LATENCY, CF_HANG,    CF_ERR5XX,
+                                           CF_ERR429,  CF_RESET,   CF_FREEZE};
+    static const chaos_fault_kind etcd[] = {CF_KILL, CF_STOP, CF_RELEASE, CF_ETCD_STOP,
+                                            CF_ETCD_KILL};
+    const chaos_fault_kind *base = d->etcd ? etcd : k8s;
+    int n = d->etcd ? (int)(sizeof(etcd) / sizeof(*etcd)) : (int)(sizeof(k8s) / sizeof(*k8s));
+
+    memcpy(out, base, (size_t)n * sizeof(*out));
+    if (d->long_mode)
+        for (int i = 0; i < 8; i++)
+            out[n++] = CF_RELEASE;
+    for (int i = n - 1; i > 0; i--) {
+        int j = (int)rnd(d, 0, i);
+        chaos_fault_kind x = out[i];
+
+        out[i] = out[j];
+        out[j] = x;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Main                                                                     */
+/* ------------------------------------------------------------------------ */
+
+static int usage(void)
+{
+    fprintf(stderr, "usage: k8slease-chaos (--quick | --long) [--seed N] [--backend k8s|etcd]\n"
+                    "         [--candidates 3..5] [--duration S] [--transitions N]\n"
+                    "         [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S] [--log FILE]\n"
+                    "         [--verbose] [--naive-candidates]\n"
+                    "--quick: about 3 minutes of faults; --long: until 500 leader transitions.\n"
+                    "See docs/chaos.md.\n");
+    return 2;
+}
+
+static int parse_args(drv *d, int argc, char **argv)
+{
+    int mode = 0;
+    const char *backend = "k8s", *log = NULL;
+    long long duration = -1, cap = -1;
+
+    d->seed = (uint64_t)chaos_now_ns() ^ ((uint64_t)getpid() << 20);
+    d->seed %= 1000000000;
+    d->t = (chaos_timing){2000, 1500, 300};
+    d->allowance_ns = ms(1000);
+    d->ncand = 0;
+    d->target_transitions = 500;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+
+        if (!strcmp(a, "--quick") || !strcmp(a, "--long")) {
+            mode = a[2];
+            continue;
+        }
+        if (!strcmp(a, "--verbose")) {
+            d->verbose = 1;
+            continue;
+        }
+        if (!strcmp(a, "--naive-candidates")) {
+            d->naive = 1;
+            continue;
+        }
+        if (!v)
+            return usage();
+        i++;
+        if (!strcmp(a, "--seed"))
+            d->seed = strtoull(v, NULL, 10);
+        else if (!strcmp(a, "--backend"))
+            backend = v;
+        else if (!strcmp(a, "--candidates"))
+            d->ncand = atoi(v);
+        else if (!strcmp(a, "--duration"))
+            duration = atoll(v);
+        else if (!strcmp(a, "--time-cap"))
+            cap = atoll(v);
+        else if (!strcmp(a, "--transitions"))
+            d->target_transitions = atoi(v);
+        else if (!strcmp(a, "--allowance-ms"))
+            d->allowance_ns = ms(atoll(v));
+        else if (!strcmp(a, "--log"))
+            log = v;
+        else if (!strcmp(a, "--timing")) {
+            if (sscanf(v, "%" SCNd64 "/%" SCNd64 "/%" SCNd64, &d->t.lease_duration_ms,
+                       &d->t.renew_deadline_ms, &d->t.retry_period_ms) != 3)
+                return usage();
+        } else
+            return usage();
+    }
+    if (!mode || (strcmp(backend, "k8s") && strcmp(backend, "etcd")))
+        return usage();
+    d->long_mode = mode == 'l';
+    d->etcd = !strcmp(backend, "etcd");
+    if (!d->ncand)
+        d->ncand = d->long_mode ? 5 : 4;
+    if (d->ncand < 3 || d->ncand > MAX_CAND || d->target_transitions < 1 ||
+        d->t.retry_period_ms <= 0 || d->t.renew_deadline_ms * 5 <= d->t.retry_period_ms * 6 ||
+        d->t.lease_duration_ms <= d->t.renew_deadline_ms)
+        return usage();
+    /* --quick: faults for 165 s, about 3 minutes with start and shutdown. */
+    d->fault_phase_ns = (duration >= 0 ? duration : d->long_mode ? 0 : 165) * CHAOS_NS_PER_S;
+    d->time_cap_ns = (cap >= 0 ? cap : d->long_mode ? 5400 : 600) * CHAOS_NS_PER_S;
+    d->rng = d->seed;
+    if (log && !(d->log = fopen(log, "w"))) {
+        fprintf(stderr, "k8slease-chaos: %s: %s\n", log, strerror(errno));
+        return 2;
+    }
+    return 0;
+}
+
+static int setup_backend(drv *d)
+{
+    if (d->etcd) {
+#ifdef CHAOS_HAVE_ETCD
+        if (eh_start(&d->eh, NULL) < 0) {
+            fprintf(stderr, "k8slease-chaos: cannot start etcd\n");
+            return 2;
+        }
+        snprintf(d->endpoint, sizeof(d->endpoint), "%s", eh_endpoint(d->eh));
+        return 0;
+#else
+        fprintf(stderr, "k8slease-chaos: --backend etcd: this build has no etcd harness "
+                        "(etcd or etcdctl not found at configure time)\n");
+        return 3;
+#endif
+    }
+    char seed[32];
+    const char *args[] = {"--seed", seed, NULL};
+
+    snprintf(seed, sizeof(seed), "%" PRIu64, d->seed);
+    if (ts_start(&d->ts, args) < 0) {
+        fprintf(stderr, "k8slease-chaos: cannot start the test server\n");
+        return 2;
+    }
+    snprintf(d->kubeconfig, sizeof(d->kubeconfig), "%s", ts_kubeconfig(d->ts));
+    return 0;
+}
+
+static int finished(drv *d, int64_t now)
+{
+    if (now - d->t0 >= d->time_cap_ns)
+        return 1;
+    if (d->long_mode)
+        return obs_terms(d->o) - 1 >= d->target_transitions && now - d->t0 >= d->fault_phase_ns;
+    return now - d->t0 >= d->fault_phase_ns;
+}
+
+static void progress(drv *d, int64_t now)
+{
+    int l = leader(d);
+
+    if (now - d->last_progress < 30 * CHAOS_NS_PER_S)
+        return;
+    d->last_progress = now;
+    say(d, "progress: %d terms, %d faults, leader %s", obs_terms(d->o), d->nfaults,
+        l >= 0 ? d->p[l].name : "none");
+}
+
+static void shutdown_all(drv *d)
+{
+    int64_t t = chaos_now_ns();
+
+    for (int i = 0; i < d->ncand; i++) {
+        proc *p = &d->p[i];
+
+        p->restart_at = 0;
+        if (p->pid > 0) {
+            p->quitting = 1;
+            if (p->frozen)
+                kill(p->pid, SIGCONT);
+            p->frozen = 0;
+            kill(p->pid, SIGTERM);
+        }
+    }
+    if (!pump_until(d, p_all_gone, 0, t + SHUTDOWN_LIMIT_NS)) {
+        obs_violation(d->o, chaos_now_ns(), "candidates still running %.0f s after SIGTERM",
+                      (double)SHUTDOWN_LIMIT_NS / CHAOS_NS_PER_S);
+        for (int i = 0; i < d->ncand; i++)
+            if (d->p[i].pid > 0) {
+                d->p[i].killed = 1;
+                kill(d->p[i].pid, SIGKILL);
+            }
+        pump_until(d, p_all_gone, 0, chaos_now_ns() + EXIT_LIMIT_NS);
+    }
+}
+
+static void report(drv *d, obs_result *r, int64_t end)
+{
+    const chaos_timing *t = &d->t;
+
+    printf("\n== k8slease-chaos result (%s, backend %s, seed %" PRIu64 ")\n",
+           d->long_mode ? "--long" : "--quick", d->etcd ? "etcd" : "k8s", d->seed);
+    printf("duration           %.1f s, %d candidates, lease %" PRId64 " / renew %" PRId64
+           " / retry %" PRId64 " ms\n",
+           rel_s(d, end), d->ncand, t->lease_duration_ms, t->renew_deadline_ms, t->retry_period_ms);
+    printf("transitions        %d leader transitions (%d terms: %d LEAD, %d LOSE);", r->transitions,
+           r->terms, r->terms, r->loses);
+    for (int i = 0; i < d->ncand; i++)
+        printf(" %s %d%s", d->p[i].name, d->p[i].terms, i + 1 < d->ncand ? "," : "\n");
+    printf("faults             %d:", d->nfaults);
+    for (int k = 0, first = 1; k < CF_NKINDS; k++)
+        if (r->faults[k]) {
+            printf("%s %s %d", first ? "" : ",", chaos_fault_name((chaos_fault_kind)k),
+                   r->faults[k]);
+            first = 0;
+        }
+    printf("\n");
+    printf("overlaps           %d", r->overlaps);
+    if (r->min_margin_ns != INT64_MAX)
+        printf(" (closest handover: next term began %.3f ms after the previous one ended%s)",
+               (double)r->min_margin_ns / CHAOS_NS_PER_MS,
+               r->min_margin_dead ? ", a killed one" : "");
+    printf("\n");
+    printf("epochs             %s\n",
+           r->epoch_errors ? "NOT strictly increasing" : "strictly increasing over all terms");
+    printf("worst recovery     %.3f s (gap at +%.3f s, after %s); bound %.3f s = lease %.3f + "
+           "2 x retry %.3f + allowance %.3f; median gap %.3f s over %d gaps\n",
+           (double)r->worst_recovery_ns / CHAOS_NS_PER_S, (double)r->worst_at_ns / CHAOS_NS_PER_S,
+           chaos_fault_name(r->worst_kind), (double)r->bound_ns / CHAOS_NS_PER_S,
+           (double)t->lease_duration_ms / 1000, (double)t->retry_period_ms / 1000,
+           (double)d->allowance_ns / CHAOS_NS_PER_S, (double)r->median_gap_ns / CHAOS_NS_PER_S,
+           r->gaps);
+    printf("recovery by fault ");
+    for (int k = 0; k < CF_NKINDS; k++)
+        if (r->faults[k])
+            printf(" %s %.3f s", chaos_fault_name((chaos_fault_kind)k),
+                   (double)r->worst_by_kind[k] / CHAOS_NS_PER_S);
+    printf("\n");
+    printf("frozen leaders     %d frozen beyond lease_duration, %d CONT checks, all woke up "
+           "as not leader unless reported above\n",
+           d->frozen_leaders, d->frozen_checked);
+    printf("restarts           ");
+    for (int i = 0; i < d->ncand; i++)
+        printf("%s %d%s", d->p[i].name, d->p[i].restarts, i + 1 < d->ncand ? ", " : "\n");
+    printf("violations         %d\n", r->violations);
+}
+
+int main(int argc, char **argv)
+{
+    static drv dd;
+    drv *d = &dd;
+    struct sigaction sa;
+    obs_params op;
+    obs_result r;
+    chaos_fault_kind cards[64];
+    int ncards = 0, next = 0, rc;
+    int64_t end;
+
+    if ((rc = parse_args(d, argc, argv)) != 0)
+        return rc;
+    d->cand_path = getenv("K8SLEASE_CHAOS_CANDIDATE");
+#ifdef CHAOS_CANDIDATE_PATH
+    if (!d->cand_path || !*d->cand_path)
+        d->cand_path = CHAOS_CANDIDATE_PATH;
+#endif
+    if (!d->cand_path) {
+        fprintf(stderr, "k8slease-chaos: set K8SLEASE_CHAOS_CANDIDATE\n");
+        return 2;
+    }
+    for (int i = 0; i < d->ncand; i++) {
+        snprintf(d->p[i].name, sizeof(d->p[i].name), "cand-%c", 'a' + i);
+        d->p[i].pid = -1;
+        d->p[i].fd = -1;
+        d->p[i].stop_term = -1;
+        d->names[i] = d->p[i].name;
+    }
+    if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
+        return perror("pipe2"), 2;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(SIGCHLD, &sa, NULL);
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    the_drv = d;
+    atexit(kill_children);
+
+    op = (obs_params){d->t, d->allowance_ns, d->ncand, d->names};
+    if (!(d->o = obs_new(&op)))
+        return 2;
+    printf("k8slease-chaos: %s, backend %s, seed %" PRIu64 " (rerun: --seed %" PRIu64
+           "), %d candidates, lease %" PRId64 " / renew %" PRId64 " / retry %" PRId64
+           " ms, recovery bound %.3f s\n",
+           d->long_mode ? "--long" : "--quick", d->etcd ? "etcd" : "k8s", d->seed, d->seed,
+           d->ncand, d->t.lease_duration_ms, d->t.renew_deadline_ms, d->t.retry_period_ms,
+           (double)(ms(d->t.lease_duration_ms + 2 * d->t.retry_period_ms) + d->allowance_ns) /
+               CHAOS_NS_PER_S);
+    fflush(stdout);
+    if ((rc = setup_backend(d)) != 0) {
+        obs_free(d->o);
+        return rc;
+    }
+
+    d->t0 = chaos_now_ns();
+    d->last_progress = d->t0;
+    obs_begin(d->o, d->t0);
+    for (int i = 0; i < d->ncand; i++)
+        if (spawn(d, i) < 0) {
+            perror("k8slease-chaos: spawn");
+            return 2;
+        }
+    say(d, "started %d candidates on %s", d->ncand, d->etcd ? d->endpoint : ts_url(d->ts));
+
+    /* Faults, one at a time, each from a steady state. */
+    while (!finished(d, chaos_now_ns())) {
+        int64_t now = chaos_now_ns();
+
+        if (!pump_until(d, p_steady, 0, now + STEADY_LIMIT_NS)) {
+            obs_violation(d->o, chaos_now_ns(), "no steady leader for %.0f s; ending the run",
+                          (double)STEADY_LIMIT_NS / CHAOS_NS_PER_S);
+            break;
+        }
+        /* Let the term run a little: renewals, followers settled. */
+        pump(d, chaos_now_ns() + ms(rnd(d, d->t.retry_period_ms, 4 * d->t.retry_period_ms)));
+        if (!p_steady(d, 0))
+            continue;
+        if (next == ncards) {
+            ncards = deck(d, cards);
+            next = 0;
+        }
+        inject(d, cards[next++]);
+        progress(d, chaos_now_ns());
+    }
+
+    /* Faults stopped: a leader must come (the gap check measures it). */
+    if (d->ts)
+        control(d, "DELETE", "/testserver/v1/faults", NULL, 200);
+    for (int i = 0; i < d->ncand; i++)
+        if (d->p[i].pid < 0 && d->p[i].restart_at)
+            d->p[i].restart_at = chaos_now_ns();
+    if (!pump_until(d, p_steady, 0, chaos_now_ns() + STEADY_LIMIT_NS))
+        obs_violation(d->o, chaos_now_ns(), "no leader after the faults stopped");
+    else
+        pump(d, chaos_now_ns() + ms(2 * d->t.lease_duration_ms)); /* and it stays */
+    end = chaos_now_ns();
+    obs_end(d->o, end);
+    shutdown_all(d);
+    if (d->ts) {
+        int st = ts_stop(d->ts);
+
+        d->ts = NULL;
+        if (st != 0)
+            obs_violation(d->o, chaos_now_ns(), "the test server exited with status %d", st);
+    }
+#ifdef CHAOS_HAVE_ETCD
+    if (d->eh) {
+        eh_stop(d->eh);
+        d->eh = NULL;
+    }
+#endif
+
+    printf("\n");
+    rc = obs_check(d->o, stdout, &r);
+    if (d->long_mode && r.transitions < d->target_transitions) {
+        printf("VIOLATION: --long reached %d leader transitions, not %d, within the time cap\n",
+               r.transitions, d->target_transitions);
+        rc++;
+        r.violations++;
+    }
+    report(d, &r, end);
+    if (rc) {
+        printf("\nlast events:\n");
+        for (int i = 0; i < RING_LINES; i++) {
+            const char *line = d->ring[(d->ringpos + i) % RING_LINES];
+
+            if (*line)
+                printf("  %s\n", line);
+        }
+        printf("FAIL (rerun with --seed %" PRIu64 ")\n", d->seed);
+    } else {
+        printf("PASS\n");
+    }
+    if (d->log)
+        fclose(d->log);
+    obs_free(d->o);
+    return rc ? 1 : 0;
+}

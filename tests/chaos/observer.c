@@ -1,0 +1,389 @@
+/*
+ * observer.c - the chaos suite's invariant checker (observer.h).
+ */
+#include "observer.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct oterm {
+    int cand;
+    int64_t epoch;
+    int64_t lead_lo, lead_hi; /* is_leader turned true in [lead_lo, lead_hi] */
+    int64_t lose_lo, lose_hi; /* and false in [lose_lo, lose_hi] */
+    int closed;
+    int by_deadline; /* LOSE's upper bound came from the deadline */
+    int dead;        /* closed because the process was reaped */
+} oterm;
+
+typedef struct ofault {
+    chaos_fault_kind kind;
+    int64_t start, end;
+    int blocking;
+} ofault;
+
+struct obs {
+    obs_params p;
+    int64_t begin, end;
+    int began, ended;
+    oterm *terms;
+    int nterms, capterms;
+    ofault *faults;
+    int nfaults, capfaults;
+    int violations;
+    int quiet;
+};
+
+static const char *const fault_names[CF_NKINDS] = {
+    "kill", "stop", "release", "cutoff", "restart",   "latency",  "hang",
+    "5xx",  "429",  "reset",   "freeze", "etcd-stop", "etcd-kill"};
+
+const char *chaos_fault_name(chaos_fault_kind k)
+{
+    return k >= 0 && k < CF_NKINDS ? fault_names[k] : "none";
+}
+
+obs *obs_new(const obs_params *p)
+{
+    obs *o = calloc(1, sizeof(*o));
+
+    if (o)
+        o->p = *p;
+    return o;
+}
+
+void obs_free(obs *o)
+{
+    if (!o)
+        return;
+    free(o->terms);
+    free(o->faults);
+    free(o);
+}
+
+void obs_quiet(obs *o, int quiet)
+{
+    o->quiet = quiet;
+}
+
+static const char *cname(const obs *o, int cand)
+{
+    return cand >= 0 && cand < o->p.ncand ? o->p.names[cand] : "?";
+}
+
+/* Seconds since obs_begin, for messages. */
+static double rel(const obs *o, int64_t t)
+{
+    return (double)(t - o->begin) / CHAOS_NS_PER_S;
+}
+
+void obs_begin(obs *o, int64_t t)
+{
+    o->begin = t;
+    o->began = 1;
+}
+
+void obs_end(obs *o, int64_t t)
+{
+    o->end = t;
+    o->ended = 1;
+}
+
+void obs_violation(obs *o, int64_t t, const char *fmt, ...)
+{
+    va_list ap;
+
+    o->violations++;
+    if (o->quiet)
+        return;
+    fprintf(stderr, "VIOLATION at +%.3f s: ", rel(o, t));
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+int obs_open_term(const obs *o, int cand)
+{
+    for (int i = o->nterms - 1; i >= 0; i--)
+        if (o->terms[i].cand == cand && !o->terms[i].closed)
+            return i;
+    return -1;
+}
+
+int obs_terms(const obs *o)
+{
+    return o->nterms;
+}
+
+int64_t obs_term_lead(const obs *o, int i)
+{
+    return o->terms[i].lead_lo;
+}
+
+int64_t obs_term_lose(const obs *o, int i)
+{
+    return o->terms[i].lose_hi;
+}
+
+int obs_term_closed(const obs *o, int i)
+{
+    return o->terms[i].closed;
+}
+
+int obs_lead(obs *o, int cand, int64_t epoch, int64_t lo, int64_t hi)
+{
+    int open = obs_open_term(o, cand);
+
+    if (open >= 0) {
+        obs_violation(
+            o, lo, "%s: LEAD epoch %" PRId64 " while its term of epoch %" PRId64 " is still open",
+            cname(o, cand), epoch, o->terms[open].epoch);
+        o->terms[open].closed = 1;
+        o->terms[open].lose_hi = o->terms[open].lose_lo = lo;
+    }
+    if (hi < lo)
+        obs_violation(o, lo, "%s: LEAD bounds out of order (%" PRId64 " > %" PRId64 ")",
+                      cname(o, cand), lo, hi);
+    if (o->nterms == o->capterms) {
+        int cap = o->capterms ? 2 * o->capterms : 256;
+        oterm *n = realloc(o->terms, (size_t)cap * sizeof(*n));
+
+        if (!n) {
+            obs_violation(o, lo, "observer: out of memory");
+            return -1;
+        }
+        o->terms = n;
+        o->capterms = cap;
+    }
+    o->terms[o->nterms] = (oterm){.cand = cand, .epoch = epoch, .lead_lo = lo, .lead_hi = hi};
+    return o->nterms++;
+}
+
+void obs_lose(obs *o, int cand, int64_t epoch, int64_t hi, int64_t lo, int by_deadline)
+{
+    int i = obs_open_term(o, cand);
+    oterm *t;
+
+    if (i < 0) {
+        obs_violation(o, hi, "%s: LOSE epoch %" PRId64 " without an open term", cname(o, cand),
+                      epoch);
+        return;
+    }
+    t = &o->terms[i];
+    if (t->epoch != epoch)
+        obs_violation(o, hi, "%s: LOSE epoch %" PRId64 " ends its term of epoch %" PRId64,
+                      cname(o, cand), epoch, t->epoch);
+    if (hi < t->lead_lo)
+        obs_violation(o, hi, "%s: term of epoch %" PRId64 " ends before it starts", cname(o, cand),
+                      epoch);
+    t->closed = 1;
+    t->lose_hi = hi;
+    t->lose_lo = lo < hi ? lo : hi;
+    t->by_deadline = by_deadline;
+}
+
+void obs_dead(obs *o, int cand, int64_t t)
+{
+    int i = obs_open_term(o, cand);
+
+    if (i < 0)
+        return;
+    o->terms[i].closed = 1;
+    o->terms[i].dead = 1;
+    o->terms[i].lose_hi = t;
+    o->terms[i].lose_lo = o->terms[i].lead_hi;
+}
+
+void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int blocking)
+{
+    if (o->nfaults == o->capfaults) {
+        int cap = o->capfaults ? 2 * o->capfaults : 64;
+        ofault *n = realloc(o->faults, (size_t)cap * sizeof(*n));
+
+        if (!n) {
+            obs_violation(o, start, "observer: out of memory");
+            return;
+        }
+        o->faults = n;
+        o->capfaults = cap;
+    }
+    o->faults[o->nfaults++] = (ofault){kind, start, end < start ? start : end, blocking};
+}
+
+static int by_lead(const void *a, const void *b)
+{
+    const oterm *x = a, *y = b;
+
+    if (x->lead_lo != y->lead_lo)
+        return x->lead_lo < y->lead_lo ? -1 : 1;
+    return x->lose_hi < y->lose_hi ? -1 : x->lose_hi > y->lose_hi;
+}
+
+static int cmp64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+/* The fault a gap starting at g0 follows: the latest one started by g0
+ * whose effects lasted until at most `bound` before g0. */
+static chaos_fault_kind cause(const obs *o, int64_t g0, int64_t bound)
+{
+    chaos_fault_kind k = CF_NKINDS;
+    int64_t latest = INT64_MIN;
+
+    for (int i = 0; i < o->nfaults; i++) {
+        const ofault *f = &o->faults[i];
+
+        if (f->start <= g0 && f->end >= g0 - bound && f->start >= latest) {
+            latest = f->start;
+            k = f->kind;
+        }
+    }
+    return k;
+}
+
+/* One leaderless gap [g0, g1]: recovery counts from the later of g0 and
+ * the end of every blocking fault overlapping it. */
+static void gap(obs *o, FILE *out, obs_result *r, int64_t g0, int64_t g1, int64_t **lens,
+                int *nlens, int final)
+{
+    int64_t ref = g0, rec;
+    chaos_fault_kind k = o->began && g0 == o->begin ? CF_NKINDS : cause(o, g0, r->bound_ns);
+
+    for (int i = 0; i < o->nfaults; i++) {
+        const ofault *f = &o->faults[i];
+
+        if (f->blocking && f->start < g1 && f->end > ref)
+            ref = f->end;
+    }
+    rec = g1 > ref ? g1 - ref : 0;
+    r->gaps++;
+    if (*lens) {
+        (*lens)[(*nlens)++] = rec;
+    }
+    if (k < CF_NKINDS && rec > r->worst_by_kind[k])
+        r->worst_by_kind[k] = rec;
+    if (rec > r->worst_recovery_ns) {
+        r->worst_recovery_ns = rec;
+        r->worst_kind = k;
+        r->worst_at_ns = g0 - o->begin;
+    }
+    if (rec > r->bound_ns) {
+        r->recovery_errors++;
+        if (out)
+            fprintf(out,
+                    "VIOLATION: no leader from +%.3f s to +%.3f s%s: %.3f s after the faults "
+                    "stopped (+%.3f s, last fault: %s), bound %.3f s\n",
+                    rel(o, g0), rel(o, g1), final ? " (end of the run)" : "",
+                    (double)rec / CHAOS_NS_PER_S, rel(o, ref), chaos_fault_name(k),
+                    (double)r->bound_ns / CHAOS_NS_PER_S);
+    }
+}
+
+int obs_check(obs *o, FILE *out, obs_result *r)
+{
+    const chaos_timing *t = &o->p.timing;
+    oterm *s = NULL;
+    int64_t *lens = NULL;
+    int n = o->nterms, nlens = 0;
+
+    memset(r, 0, sizeof(*r));
+    r->worst_kind = CF_NKINDS;
+    r->bound_ns =
+        (t->lease_duration_ms + 2 * t->retry_period_ms) * CHAOS_NS_PER_MS + o->p.allowance_ns;
+    for (int i = 0; i < o->nfaults; i++)
+        r->faults[o->faults[i].kind]++;
+    r->terms = n;
+    r->transitions = n > 0 ? n - 1 : 0;
+    if (n > 0) {
+        s = malloc((size_t)n * sizeof(*s));
+        lens = malloc((size_t)(n + 1) * sizeof(*lens));
+        if (!s || !lens) {
+            free(s);
+            free(lens);
+            obs_violation(o, o->end, "observer: out of memory");
+            r->violations = o->violations;
+            return r->violations;
+        }
+        memcpy(s, o->terms, (size_t)n * sizeof(*s));
+        qsort(s, (size_t)n, sizeof(*s), by_lead);
+    }
+
+    for (int i = 0; i < n; i++) {
+        if (s[i].closed) {
+            r->loses++;
+        } else {
+            o->violations++;
+            if (out)
+                fprintf(out, "VIOLATION: %s's term of epoch %" PRId64 " never ended\n",
+                        cname(o, s[i].cand), s[i].epoch);
+            s[i].lose_hi = s[i].lose_lo = o->ended ? o->end : INT64_MAX;
+        }
+    }
+
+    /* Overlaps: sweep in order of start, against the term reaching furthest. */
+    r->min_margin_ns = INT64_MAX;
+    for (int i = 1, far = 0; i < n; i++) {
+        if (s[i].lead_lo - s[far].lose_hi < r->min_margin_ns) {
+            r->min_margin_ns = s[i].lead_lo - s[far].lose_hi;
+            r->min_margin_dead = s[far].dead;
+        }
+        if (s[i].lead_lo < s[far].lose_hi) {
+            int certain = s[i].lead_hi < s[far].lose_lo;
+
+            r->overlaps++;
+            if (out)
+                fprintf(out,
+                        "VIOLATION: overlap (%s): %s leader with epoch %" PRId64
+                        " from +%.6f s (at the latest +%.6f s) while %s (epoch %" PRId64
+                        ") led until +%.6f s (at the earliest +%.6f s)%s\n",
+                        certain ? "certain" : "possible", cname(o, s[i].cand), s[i].epoch,
+                        rel(o, s[i].lead_lo), rel(o, s[i].lead_hi), cname(o, s[far].cand),
+                        s[far].epoch, rel(o, s[far].lose_hi), rel(o, s[far].lose_lo),
+                        s[far].dead ? " (killed; its end is when it was reaped)" : "");
+        }
+        if (s[i].lose_hi > s[far].lose_hi)
+            far = i;
+    }
+
+    /* Epochs of successive terms. */
+    for (int i = 1; i < n; i++)
+        if (s[i].epoch <= s[i - 1].epoch) {
+            r->epoch_errors++;
+            if (out)
+                fprintf(out,
+                        "VIOLATION: epoch not increasing: %s took epoch %" PRId64
+                        " at +%.3f s after %s's epoch %" PRId64 "\n",
+                        cname(o, s[i].cand), s[i].epoch, rel(o, s[i].lead_lo),
+                        cname(o, s[i - 1].cand), s[i - 1].epoch);
+        }
+
+    /* Leaderless gaps, within [begin, end]. A term counts from its LEAD
+     * upper bound here: the conservative side for liveness. */
+    if (o->began) {
+        int64_t covered = o->begin, stop = o->ended ? o->end : INT64_MAX;
+
+        for (int i = 0; i < n && covered < stop; i++) {
+            if (s[i].lead_hi > covered)
+                gap(o, out, r, covered, s[i].lead_hi < stop ? s[i].lead_hi : stop, &lens, &nlens,
+                    s[i].lead_hi >= stop);
+            if (s[i].lose_hi > covered)
+                covered = s[i].lose_hi;
+        }
+        if (o->ended && covered < stop)
+            gap(o, out, r, covered, stop, &lens, &nlens, 1);
+    }
+    if (nlens > 0) {
+        qsort(lens, (size_t)nlens, sizeof(*lens), cmp64);
+        r->median_gap_ns = lens[nlens / 2];
+    }
+    free(lens);
+    free(s);
+    r->violations = o->violations + r->overlaps + r->epoch_errors + r->recovery_errors;
+    return r->violations;
+}

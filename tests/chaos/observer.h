@@ -1,0 +1,114 @@
+/*
+ * observer.h - the chaos suite's invariant checker. The driver feeds it
+ * what the candidates report (terms with honest bounds, see candidate.c),
+ * the faults it injected and the violations it saw itself; obs_check()
+ * proves or refutes the invariants of issue #7 from that record:
+ *
+ *  - 0 overlaps: no two terms intersect, taking each term as
+ *    [LEAD lower bound, LOSE upper bound], which contains the whole time
+ *    is_leader was true;
+ *  - epochs of successive terms (in time order) strictly increase;
+ *  - recovery: every leaderless gap ends within the bound (lease_duration
+ *    + 2 x retry_period + allowance) after the later of its start and the
+ *    end of every fault that blocks a takeover (server-wide faults) and
+ *    overlaps it. Gaps are measured conservatively for liveness: a term
+ *    counts from its LEAD upper bound.
+ *
+ * No I/O but the report, no clock: everything comes in with its time, so
+ * the checker is tested on made-up records (test_observer.c).
+ */
+#ifndef K8SLEASE_CHAOS_OBSERVER_H
+#define K8SLEASE_CHAOS_OBSERVER_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "chaos.h"
+
+typedef enum chaos_fault_kind {
+    CF_KILL,      /* SIGKILL of the leader (restarted later) */
+    CF_STOP,      /* SIGSTOP of the leader beyond lease_duration, then SIGCONT */
+    CF_RELEASE,   /* SIGUSR1: the leader stops releasing the lease (graceful handover) */
+    CF_CUTOFF,    /* one candidate cut off from the server (rule scoped by user agent) */
+    CF_RESTART,   /* test server restart keeping its state */
+    CF_LATENCY,   /* latency above renew_deadline on every Lease request */
+    CF_HANG,      /* the server holds every Lease request */
+    CF_ERR5XX,    /* 500/503 storm */
+    CF_ERR429,    /* 429 storm */
+    CF_RESET,     /* connections reset (RST), open watch streams aborted */
+    CF_FREEZE,    /* watch streams frozen (sometimes with a release inside) */
+    CF_ETCD_STOP, /* etcd frozen (SIGSTOP, SIGCONT) */
+    CF_ETCD_KILL, /* etcd killed and restarted on its data */
+    CF_NKINDS
+} chaos_fault_kind;
+
+const char *chaos_fault_name(chaos_fault_kind k);
+
+typedef struct obs obs;
+
+typedef struct obs_params {
+    chaos_timing timing;
+    int64_t allowance_ns; /* scheduling allowance on top of LD + 2 x RP */
+    int ncand;
+    const char *const *names; /* ncand names, borrowed */
+} obs_params;
+
+obs *obs_new(const obs_params *p);
+void obs_free(obs *o);
+
+/* The candidates were started at t: the first gap starts here. */
+void obs_begin(obs *o, int64_t t);
+/* A LEAD line: term of candidate cand. Returns the term's index. */
+int obs_lead(obs *o, int cand, int64_t epoch, int64_t lo, int64_t hi);
+/* A LOSE line for the open term of cand (violation if none or another epoch). */
+void obs_lose(obs *o, int cand, int64_t epoch, int64_t hi, int64_t lo, int by_deadline);
+/* cand's process is gone (reaped at t): its open term, if any, ends at t. */
+void obs_dead(obs *o, int cand, int64_t t);
+/* Index of cand's open term, or -1. */
+int obs_open_term(const obs *o, int cand);
+/* Lower / upper bound of the start of term i, upper bound of its end. */
+int64_t obs_term_lead(const obs *o, int i);
+int64_t obs_term_lose(const obs *o, int i);
+int obs_term_closed(const obs *o, int i);
+/* Number of terms so far. */
+int obs_terms(const obs *o);
+/* A fault: effects from start to end; blocking: it may keep every
+ * candidate from taking over (server-wide), so recovery counts from its end. */
+void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int blocking);
+/* A violation seen by the driver (printed at once to stderr and counted). */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void obs_violation(obs *o, int64_t t, const char *fmt, ...);
+/* Observation ends at t (the driver starts shutting down). */
+void obs_end(obs *o, int64_t t);
+/* Silence obs_violation's immediate printing (tests). */
+void obs_quiet(obs *o, int quiet);
+
+typedef struct obs_result {
+    int terms;           /* LEAD lines (false -> true transitions of is_leader) */
+    int loses;           /* terms ended (true -> false), killed ones included */
+    int transitions;     /* changes of term: terms - 1 */
+    int overlaps;        /* pairs of intersecting terms */
+    int epoch_errors;    /* successive terms without a greater epoch */
+    int recovery_errors; /* gaps above the bound */
+    int violations;      /* all of the above + the driver's */
+    int faults[CF_NKINDS];
+    int64_t worst_recovery_ns;
+    chaos_fault_kind worst_kind; /* the fault the worst gap followed; CF_NKINDS: none */
+    int64_t worst_at_ns;         /* start of that gap, from obs_begin */
+    int64_t worst_by_kind[CF_NKINDS];
+    int64_t bound_ns;
+    int gaps;
+    int64_t median_gap_ns;
+    /* Closest call: the smallest margin between a term's end (upper bound)
+     * and the next term's start (lower bound), and its kind of end. */
+    int64_t min_margin_ns;
+    int min_margin_dead; /* that term ended by its process being killed */
+} obs_result;
+
+/* Run every check, print the findings (one line each) to out (may be
+ * NULL) and fill *r. Returns r->violations. */
+int obs_check(obs *o, FILE *out, obs_result *r);
+
+#endif
