@@ -96,7 +96,8 @@ static void count(k8s_elector *e, const kl__http_result *res, int status)
         st->http_5xx++;
     else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_REQ_GET))
         st->http_4xx++;
-    if (status == 0 && e->req_kind != KL_REQ_GET)
+    /* Acquisitions and renewals; not the write that releases the Lease. */
+    if (status == 0 && e->req_kind != KL_REQ_GET && e->sm.state != KL_EL_RELEASING)
         st->last_renew_ns = e->req_started;
     if (status == 0 && e->req_renewal)
         kl__elector_count_renewal(st, e->req_started, took);
