@@ -284,7 +284,8 @@ typedef struct k8slease_elector_stats {
     uint64_t slow_path;        /**< times the leader's fast-path update failed and it
                                     fell back to GET + UPDATE (client-go's slowpath) */
     uint64_t conflicts;        /**< HTTP 409 answers */
-    uint64_t http_4xx;         /**< other 4xx answers (404 on GET excluded) */
+    uint64_t http_4xx;         /**< other 4xx answers (expected 404s excluded: GET of a
+                                    missing Lease, etcd revoke of a lease already gone) */
     uint64_t http_5xx;         /**< 5xx answers */
     uint64_t transport_errors; /**< timeouts, TLS and connection failures */
     uint64_t renew_latency_bucket[K8SLEASE_LATENCY_BUCKETS]; /**< not cumulative */

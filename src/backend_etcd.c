@@ -127,8 +127,8 @@ static void count(etcd_elector *e, const channel *ch, kl__etcd_req kind, const k
         st->transport_errors++;
     else if (res->status >= 500)
         st->http_5xx++;
-    else if (res->status >= 400)
-        st->http_4xx++;
+    else if (res->status >= 400 && !(kind == KL_EE_REQ_REVOKE && status == K8SLEASE_ENOTFOUND))
+        st->http_4xx++; /* a lease already expired is what a REVOKE expects, as 404 on a GET */
     if (status == K8SLEASE_ECONFLICT)
         st->conflicts++;
     if (status == 0 && (kind == KL_EE_REQ_GRANT || kind == KL_EE_REQ_KEEPALIVE) && lease->ttl > 0) {

@@ -55,11 +55,12 @@ static kl__etcd_election_action *push(kl__etcd_election_actions *out,
 {
     kl__etcd_election_action *a;
 
-    /* At most five per step (the tests check it): a stop is STOPPED, up to
+    /* At most six per step (the tests check it): a stop is STOPPED, up to
      * three CANCELs and DELETE_KEY; a candidate whose lease deadline passed
-     * as an OBSERVE answer arrives gets CANCEL, CANCEL, GRANT, NEW_LEADER,
-     * WATCH_KEY; a TIMER sends one request per channel; a watch message
-     * makes at most one report. */
+     * as an OBSERVE answer arrives gets CANCEL, CANCEL, GRANT, REVOKE,
+     * NEW_LEADER, WATCH_KEY; a TIMER sends one request per channel (and
+     * CANCELs a REVOKE for a KEEPALIVE); a watch message makes at most one
+     * report. */
     assert(out->n < KL_EE_MAX_ACTIONS);
     a = &out->a[out->n++];
     memset(a, 0, sizeof(*a));
@@ -184,6 +185,13 @@ static void send_revoke(kl__etcd_election *e, int64_t now, kl__etcd_election_act
         e->lease_id;
 }
 
+/* The lease presumed lost, on the KEEPALIVE channel (see lease_lost()). */
+static void send_revoke_old(kl__etcd_election *e, int64_t now, kl__etcd_election_actions *out)
+{
+    request(e, KL_EE_CH_KEEPALIVE, KL_EE_REQ_REVOKE, KL_EE_ACT_REVOKE, now, out)->lease_id =
+        e->revoke_id;
+}
+
 /* The campaign request the current state calls for (first try or retry). */
 static void campaign_send(kl__etcd_election *e, int64_t now, kl__etcd_election_actions *out)
 {
@@ -264,6 +272,7 @@ static void finish(kl__etcd_election *e, kl__etcd_election_actions *out)
         e->next[ch] = INT64_MAX;
     }
     e->observing = 0;
+    e->revoke_id = 0;
     push(out, KL_EE_ACT_DONE);
 }
 
@@ -281,6 +290,7 @@ static void end(kl__etcd_election *e, int release, int64_t now, kl__etcd_electio
     for (int ch = 0; ch < KL_EE_CH_COUNT; ch++)
         cancel(e, (kl__etcd_channel)ch, out);
     e->observing = 0;
+    e->revoke_id = 0; /* the revoke of an older lease is abandoned: it expires */
     set_state(e, KL_EE_RELEASING);
     e->release_delete = e->my_rev > 0 && !e->key_gone;
     /* Without keepalives the lease dies at most TTL after its last renewal
@@ -302,18 +312,42 @@ static void drop_lease(kl__etcd_election *e)
 /* gone: the server said so (TTL 0, lease not found), else presumed. */
 static void lease_lost(kl__etcd_election *e, int gone, int64_t now, kl__etcd_election_actions *out)
 {
+    int64_t old = e->lease_id;
+
     if (e->state == KL_EE_LEADING) {
         end(e, e->cfg.release_on_cancel && !gone, now, out);
         return;
     }
     /* A candidate never held a term: a new lease, a new key at the back of
-     * the queue. OBSERVE goes on (it does not depend on our lease). An old
-     * lease that may still live is left to expire: it has no keepalives. */
+     * the queue. OBSERVE goes on (it does not depend on our lease). */
     cancel(e, KL_EE_CH_CAMPAIGN, out);
     cancel(e, KL_EE_CH_KEEPALIVE, out);
     drop_lease(e);
     set_state(e, KL_EE_GRANTING);
     send_grant(e, now, out);
+    /* A lease presumed lost may still live: the answers may be what was
+     * lost, and an etcd that restarts extends every lease by its TTL. Its
+     * key is older than our new one and, without keepalives, would hold
+     * the queue up until etcd expires it, a TTL after etcd is back. So it
+     * is revoked, on the KEEPALIVE channel, idle until the new lease is
+     * granted; nothing waits for the answer. One at a time: an older one
+     * still being revoked (on its last attempt, see grant_result()) is
+     * abandoned, as it is after TTL 0 or "lease not found". */
+    e->revoke_id = gone ? 0 : old;
+    if (e->revoke_id != 0)
+        send_revoke_old(e, now, out);
+}
+
+/* The answer to send_revoke_old(). Errors are retried with the GRANT's
+ * rhythm while the new lease is not granted: etcd is most likely down
+ * then, the very case the revoke is for. The attempt in flight when the
+ * GRANT succeeds, or the one sent then, is the last: etcd answers again. */
+static void revoke_old_result(kl__etcd_election *e, int status, int64_t now)
+{
+    if (status == 0 || status == K8SLEASE_ENOTFOUND || e->lease_id != 0)
+        e->revoke_id = 0; /* next[KEEPALIVE] is the new lease's: kept */
+    else
+        retry_later(e, KL_EE_CH_KEEPALIVE, now);
 }
 
 static void lose_key(kl__etcd_election *e, int64_t now, kl__etcd_election_actions *out)
@@ -366,7 +400,6 @@ static void grant_result(kl__etcd_election *e, int status, const kl__etcd_lease 
         (size_t)snprintf(e->key, sizeof(e->key), "%s%llx", e->prefix, (unsigned long long)l->id);
     e->my_rev = 0;
     e->key_gone = 0;
-    e->next[KL_EE_CH_KEEPALIVE] = kl__add_sat(now, e->keepalive_ns);
     if (now >= e->lease_deadline) {
         /* the answer took longer than the TTL: presumed expired already */
         lease_lost(e, 0, now, out);
@@ -374,6 +407,10 @@ static void grant_result(kl__etcd_election *e, int status, const kl__etcd_lease 
     }
     set_state(e, KL_EE_CREATING);
     send_create(e, now, out);
+    /* etcd answers again: the last try for a revoke still to do */
+    if (e->revoke_id != 0 && e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE)
+        send_revoke_old(e, now, out);
+    e->next[KL_EE_CH_KEEPALIVE] = kl__add_sat(now, e->keepalive_ns);
 }
 
 static void create_result(kl__etcd_election *e, int status, const kl__etcd_txn *t, int64_t now,
@@ -663,6 +700,8 @@ static void on_result(kl__etcd_election *e, const kl__etcd_election_event *ev, i
     e->inflight[ch] = KL_EE_REQ_NONE;
     if (ch == KL_EE_CH_CAMPAIGN)
         campaign_result(e, req, status, ev, now, out);
+    else if (req == KL_EE_REQ_REVOKE)
+        revoke_old_result(e, status, now);
     else if (ch == KL_EE_CH_KEEPALIVE)
         keepalive_result(e, status, ev->lease, now, out);
     else if (req == KL_EE_REQ_RANGE_LEADER)
@@ -676,8 +715,19 @@ static void on_timer(kl__etcd_election *e, int64_t now, kl__etcd_election_action
     if (e->inflight[KL_EE_CH_CAMPAIGN] == KL_EE_REQ_NONE && now >= e->next[KL_EE_CH_CAMPAIGN])
         campaign_send(e, now, out);
     if (e->lease_id != 0 && e->state != KL_EE_RELEASING &&
-        e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE && now >= e->next[KL_EE_CH_KEEPALIVE])
+        (e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE ||
+         e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_REVOKE) &&
+        now >= e->next[KL_EE_CH_KEEPALIVE]) {
+        /* the new lease's keepalives come first: a revoke still in flight
+         * (its last attempt) is over */
+        cancel(e, KL_EE_CH_KEEPALIVE, out);
+        e->revoke_id = 0;
         send_keepalive(e, now, out);
+    } else if (e->lease_id == 0 && e->revoke_id != 0 &&
+               e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE &&
+               now >= e->next[KL_EE_CH_KEEPALIVE]) {
+        send_revoke_old(e, now, out);
+    }
     if (e->observing && e->inflight[KL_EE_CH_OBSERVE] == KL_EE_REQ_NONE &&
         now >= e->next[KL_EE_CH_OBSERVE])
         send_range_leader(e, now, out);
@@ -762,9 +812,12 @@ int64_t kl__etcd_election_timer(const kl__etcd_election *e)
     if (e->state == KL_EE_RELEASING)
         return min64(t, e->release_deadline);
     if (e->lease_id != 0) {
-        if (e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE)
+        if (e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE ||
+            e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_REVOKE)
             t = min64(t, e->next[KL_EE_CH_KEEPALIVE]);
         t = min64(t, e->lease_deadline);
+    } else if (e->revoke_id != 0 && e->inflight[KL_EE_CH_KEEPALIVE] == KL_EE_REQ_NONE) {
+        t = min64(t, e->next[KL_EE_CH_KEEPALIVE]);
     }
     return t;
 }

@@ -14,7 +14,8 @@
  * driver can run them side by side:
  *   CAMPAIGN:  GRANT, TXN_CREATE, PROCLAIM, RANGE_PREDECESSOR, WATCH_KEY on
  *              the predecessor, then DELETE_KEY and REVOKE when releasing;
- *   KEEPALIVE: KEEPALIVE, on its own schedule;
+ *   KEEPALIVE: KEEPALIVE, on its own schedule; before the first one of a
+ *              new lease, REVOKE of the lease presumed lost (see the rules);
  *   OBSERVE:   RANGE_LEADER and WATCH_KEY on the leader's key, for
  *              NEW_LEADER and to notice our own key being deleted.
  * A request's answer is a RESULT event on its channel; a watch delivers
@@ -61,7 +62,26 @@
  *    never held a term, and like the Kubernetes elector a candidate keeps
  *    campaigning until stopped. A leader's term is over (one term per
  *    election, as the Kubernetes elector): STOPPED, release if
- *    release_on_cancel and the lease may still live (not after TTL 0), DONE.
+ *    release_on_cancel and the lease may still live (not after TTL 0), DONE;
+ *    without release_on_cancel the lease is left to expire.
+ *  - A candidate's lease presumed gone (deadline passed, also a GRANT
+ *    answered after it) may still live: only the answers may have been
+ *    lost, and an etcd that restarts extends every lease by its TTL. Its
+ *    key, older than the new one and kept alive by nobody, would hold the
+ *    queue up until etcd expires it. So, with the GRANT of the new lease,
+ *    CANCEL the KEEPALIVE channel and REVOKE(old lease) on it, best effort:
+ *    the campaign never waits for it and its answer changes nothing but the
+ *    revoke itself. OK or ENOTFOUND: done. Errors: again after retry_period
+ *    while the new lease is not granted (etcd is likely down: the case the
+ *    revoke is for); when the GRANT succeeds, a revoke waiting for its retry
+ *    is sent then, and the attempt then in flight is the last one, whatever
+ *    it answers. When the new lease's first KEEPALIVE is due, a revoke still
+ *    in flight is CANCELed. One revoke at a time: the next loss (of any
+ *    kind), a STOP or DONE abandons it. Not after TTL 0 or ENOTFOUND (the
+ *    lease is gone), nor for a leader (its release revokes, or not).
+ *    Answers on the KEEPALIVE channel are matched to the request in flight
+ *    (a KEEPALIVE cancelled at the deadline is never answered), and a
+ *    KEEPALIVE answer naming another lease is an error, never a renewal.
  *  - Our key deleted by someone else while LEADING (a DELETE of it on the
  *    OBSERVE watch, or RANGE_LEADER not showing it at or after the revision
  *    we started at) -> the term is over as above (release = REVOKE only).
@@ -248,6 +268,7 @@ typedef struct kl__etcd_election {
 
     /* our lease and key; lease_id 0: none */
     int64_t lease_id;
+    int64_t revoke_id;      /* a lease presumed lost, being revoked on KEEPALIVE; 0: none */
     int64_t lease_deadline; /* monotonic ns */
     char key[KL_EE_KEY_MAX];
     size_t key_len;

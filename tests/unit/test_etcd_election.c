@@ -46,6 +46,7 @@
 static const kl__etcd_lease lease_42 = {1, 42, 9, 0};
 static const kl__etcd_lease lease_43 = {1, 43, 9, 0};
 static const kl__etcd_lease ka_ok = {5, 42, 9, 0};
+static const kl__etcd_lease ka_43_ok = {5, 43, 9, 0};
 static const kl__etcd_lease ka_gone = {5, 42, 0, 0};
 static const kl__etcd_lease ka_other_lease = {5, 7, 9, 0};
 
@@ -244,7 +245,7 @@ static void deliver(run *r, const step *s, int64_t now)
 
     memcpy(before, r->e.inflight, sizeof(before));
     kl__etcd_election_step(&r->e, &ev, now, &r->out);
-    assert_true(r->out.n <= 5); /* the bound push() documents */
+    assert_true(r->out.n <= 6); /* the bound push() documents */
     for (int i = 0; i < r->out.n; i++) {
         const kl__etcd_election_action *a = &r->out.a[i];
 
@@ -680,7 +681,8 @@ static void test_grant_answered_after_ttl_regrants(void **state)
 {
     static const step steps[] = {
         {START(0), "GRANT(9)", KL_EE_GRANTING, NO_TIMER},
-        {GRANTED(9000, &lease_42), "GRANT(9)", KL_EE_GRANTING, NO_TIMER},
+        /* presumed expired, but it may live (etcd restarted): revoked */
+        {GRANTED(9000, &lease_42), "GRANT(9) REVOKE(42)", KL_EE_GRANTING, NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
 
@@ -693,7 +695,7 @@ static void test_keepalive_ttl_zero_ends_term(void **state)
     static const step steps[] = {
         LEAD_OBSERVED,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
-        /* gone at the server: nothing to release */
+        /* gone at the server: nothing to release (nor to revoke) */
         {KEPT(3200, &ka_gone), "STOPPED DONE", KL_EE_DONE, NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
@@ -761,6 +763,7 @@ static void test_deadline_without_release_on_cancel(void **state)
     static const step steps[] = {
         LEAD,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
+        /* a leader's lease is left to expire: no REVOKE of it either */
         {TIMER(AT_TIMER), "STOPPED DONE", KL_EE_DONE, NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
@@ -775,7 +778,8 @@ static void test_candidate_lease_lost_regrants(void **state)
     static const step steps[] = {
         WAIT,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
-        /* a candidate starts over with a new lease; OBSERVE goes on */
+        /* a candidate starts over with a new lease; OBSERVE goes on; the
+         * old lease is gone: no REVOKE */
         {KEPT(3200, &ka_gone), "CANCEL(campaign) GRANT(9)", KL_EE_GRANTING, NO_TIMER},
         {WATCHED(3250, CAMP, &w_del_pred), "", KL_EE_GRANTING, NO_TIMER}, /* cancelled watch */
         {GRANTED(3300, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 6300},
@@ -792,7 +796,9 @@ static void test_candidate_deadline_regrants(void **state)
     static const step steps[] = {
         WAIT,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
-        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9)", KL_EE_GRANTING, NO_TIMER},
+        /* the old lease is revoked on the keepalive channel, see below */
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
     run r;
@@ -808,12 +814,179 @@ static void test_lease_not_found_on_create_regrants(void **state)
     static const step steps[] = {
         {START(0), "GRANT(9)", KL_EE_GRANTING, NO_TIMER},
         {GRANTED(100, &lease_42), "TXN_CREATE(e/2a,me,42)", KL_EE_CREATING, 3100},
+        /* etcd's "requested lease not found": gone, no REVOKE */
         {FAILED(200, CAMP, K8SLEASE_ENOTFOUND), "GRANT(9)", KL_EE_GRANTING, NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
 
     (void)state;
     RUN(cfg, steps);
+}
+
+/* ---- the revoke of a lease presumed lost ---- */
+
+static void test_presumed_lost_lease_revoked(void **state)
+{
+    static const step steps[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        /* no answer by the deadline: 42 is presumed lost, but it may live
+         * and its key e/2a, older than the next one, would hold the queue
+         * up: REVOKE(42) on the keepalive channel, next to the GRANT */
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        /* the GRANT does not wait for it */
+        {GRANTED(9100, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 12100},
+        /* its answer changes nothing: 43 keeps its keepalive schedule */
+        {DONE_OK(9150, KA), "", KL_EE_CREATING, 12100},
+        {TIMER(AT_TIMER), "KEEPALIVE(43)", KL_EE_CREATING, 18000},
+        {KEPT(12200, &ka_43_ok), "", KL_EE_CREATING, 15200},
+    };
+    static const step not_found[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        /* expired meanwhile: nothing more to do, nothing to retry */
+        {FAILED(9050, KA, K8SLEASE_ENOTFOUND), "", KL_EE_GRANTING, NO_TIMER},
+        {GRANTED(9100, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 12100},
+    };
+    kl__etcd_election_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_int_equal(r.stopped, 0);
+    assert_int_equal(r.e.revoke_id, 0);
+    RUN(cfg, not_found);
+}
+
+static void test_presumed_lost_revoke_retried_until_granted(void **state)
+{
+    static const step steps[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        /* etcd is down: both fail, both are retried after retry_period */
+        {FAILED(9010, KA, K8SLEASE_ETRANSPORT), "", KL_EE_GRANTING, 10010},
+        {FAILED(9020, CAMP, K8SLEASE_ETRANSPORT), "", KL_EE_GRANTING, 10010},
+        {TIMER(AT_TIMER), "REVOKE(42)", KL_EE_GRANTING, 10020},
+        {TIMER(AT_TIMER), "GRANT(9)", KL_EE_GRANTING, NO_TIMER},
+        {FAILED(10030, KA, K8SLEASE_ETRANSPORT), "", KL_EE_GRANTING, 11030},
+        /* etcd answers again: the revoke waiting for its retry goes at
+         * once, for the last time */
+        {GRANTED(10100, &lease_43), "TXN_CREATE(e/2b,me,43) REVOKE(42)", KL_EE_CREATING, 13100},
+        {FAILED(10200, KA, K8SLEASE_ETRANSPORT), "", KL_EE_CREATING, 13100},
+        {TIMER(AT_TIMER), "KEEPALIVE(43)", KL_EE_CREATING, 19020},
+    };
+    kl__etcd_election_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+static void test_presumed_lost_revoke_in_flight_at_grant(void **state)
+{
+    static const step gives_way[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        /* granted while the REVOKE is in flight: not sent again */
+        {GRANTED(9100, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 12100},
+        /* still unanswered when 43's first keepalive is due: the keepalive
+         * takes the channel */
+        {TIMER(AT_TIMER), "CANCEL(keepalive) KEEPALIVE(43)", KL_EE_CREATING, 18000},
+        {KEPT(12200, &ka_43_ok), "", KL_EE_CREATING, 15200},
+    };
+    static const step last_try[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        {GRANTED(9100, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 12100},
+        /* the attempt in flight at the GRANT was the last: not retried */
+        {FAILED(9200, KA, K8SLEASE_ETIMEOUT), "", KL_EE_CREATING, 12100},
+        {TIMER(AT_TIMER), "KEEPALIVE(43)", KL_EE_CREATING, 18000},
+    };
+    kl__etcd_election_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, gives_way);
+    RUN(cfg, last_try);
+}
+
+/* A KEEPALIVE answer for the lost lease can neither renew the new one nor
+ * pass for the REVOKE's answer. */
+static void test_presumed_lost_stale_keepalive_ignored(void **state)
+{
+    static const step steps[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        /* answered at the deadline: too late (the deadline is checked
+         * first, and what it answers was cancelled) */
+        {KEPT(9000, &ka_ok), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)",
+         KL_EE_GRANTING, NO_TIMER},
+        /* the REVOKE was still in flight: this is its answer, retried */
+        {FAILED(9050, KA, K8SLEASE_ETRANSPORT), "", KL_EE_GRANTING, 10050},
+        {GRANTED(9100, &lease_43), "TXN_CREATE(e/2b,me,43) REVOKE(42)", KL_EE_CREATING, 12100},
+        {DONE_OK(9150, KA), "", KL_EE_CREATING, 12100},
+        {TIMER(AT_TIMER), "KEEPALIVE(43)", KL_EE_CREATING, 18000},
+        /* an answer naming 42 while 43's keepalive is in flight: an error,
+         * retried sooner, 43's deadline unchanged */
+        {KEPT(12200, &ka_ok), "", KL_EE_CREATING, 13200},
+    };
+    kl__etcd_election_config cfg = default_config();
+    run r;
+
+    (void)state;
+    run_init(&r, &cfg);
+    run_steps(&r, steps, KL_ARRAY_LEN(steps));
+    assert_int_equal(kl__etcd_election_lease_deadline(&r.e), T0 + 18000 * MS);
+}
+
+/* One revoke at a time: another loss or a stop abandons it. */
+static void test_presumed_lost_revoke_abandoned(void **state)
+{
+    static const step gone[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        {GRANTED(9100, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 12100},
+        /* 43 not found: gone, not revoked; 42's last try is abandoned */
+        {FAILED(9200, CAMP, K8SLEASE_ENOTFOUND), "CANCEL(keepalive) GRANT(9)", KL_EE_GRANTING,
+         NO_TIMER},
+        {DONE_OK(9250, KA), "", KL_EE_GRANTING, NO_TIMER}, /* cancelled: stale */
+    };
+    static const step presumed_again[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        /* 43 granted late (sent at 9000: deadline 18000, before its first
+         * keepalive at 19000), then presumed lost as well while 42's
+         * revoke is still out: 43 takes its place */
+        {GRANTED(16000, &lease_43), "TXN_CREATE(e/2b,me,43)", KL_EE_CREATING, 18000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(43)", KL_EE_GRANTING,
+         NO_TIMER},
+    };
+    static const step stop[] = {
+        WAIT,
+        {TIMER(3100), "KEEPALIVE(42)", KL_EE_WAITING, 9000},
+        {TIMER(AT_TIMER), "CANCEL(campaign) CANCEL(keepalive) GRANT(9) REVOKE(42)", KL_EE_GRANTING,
+         NO_TIMER},
+        /* no lease to release; DONE cancels the revoke */
+        {STOP(9050, 1), "STOPPED DONE", KL_EE_DONE, NO_TIMER},
+    };
+    kl__etcd_election_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, gone);
+    RUN(cfg, presumed_again);
+    RUN(cfg, stop);
 }
 
 /* ---- errors and watches ---- */
@@ -1323,6 +1496,7 @@ typedef struct sim {
     sim_item q[SIM_QUEUE];
     int n_q;
     int lose_percent; /* of requests and of answers */
+    int down;         /* etcd killed: requests fail, no lease expires (sim_etcd_kill) */
     /* candidates */
     sim_cand c[SIM_N];
     kl__etcd_election_config cfg;
@@ -1419,6 +1593,8 @@ static void sim_revoke(sim *s, int li)
 
 static void sim_expire(sim *s)
 {
+    if (s->down)
+        return;
     for (int i = 0; i < s->n_leases; i++)
         if (s->leases[i].live && s->leases[i].expires <= s->now)
             sim_revoke(s, i);
@@ -1525,6 +1701,13 @@ static void sim_serve(sim *s, const sim_item *rq)
     sim_kv kvs[2], *kv;
     int li, n;
 
+    if (s->down) { /* connection refused */
+        it = sim_enqueue(s, SIM_RESULT, rq->cand, rq->ch, s->now + sim_delay(s, rq->cand));
+        it->gen = rq->gen;
+        it->run = rq->run;
+        it->status = K8SLEASE_ETRANSPORT;
+        return;
+    }
     if (rq->req == KL_EE_ACT_WATCH_KEY) {
         sim_watch *w = &cd->watch[rq->ch];
 
@@ -1612,6 +1795,35 @@ static void sim_serve(sim *s, const sim_item *rq)
         it->status = K8SLEASE_ETRANSPORT;
     }
     sim_pump_watches(s);
+}
+
+/* SIGKILL: every watch stream breaks, nothing is served until the
+ * restart. */
+static void sim_etcd_kill(sim *s)
+{
+    s->down = 1;
+    for (int c = 0; c < SIM_N; c++) {
+        for (int ch = 0; ch < KL_EE_CH_COUNT; ch++) {
+            sim_watch *w = &s->c[c].watch[ch];
+            sim_item *it;
+
+            if (!w->active || w->gen != s->c[c].gen[ch])
+                continue;
+            w->active = 0;
+            it = sim_enqueue(s, SIM_RESULT, c, ch, s->now + sim_delay(s, c));
+            it->status = K8SLEASE_ETRANSPORT;
+        }
+    }
+}
+
+/* Restarted on its data: as etcd's lessor when it becomes leader, every
+ * lease gets a full TTL from now, however long it was down. */
+static void sim_etcd_restart(sim *s)
+{
+    s->down = 0;
+    for (int i = 0; i < s->n_leases; i++)
+        if (s->leases[i].live)
+            s->leases[i].expires = s->now + s->leases[i].ttl_s * 1000 * MS;
 }
 
 /* ---- the drivers ---- */
@@ -1711,7 +1923,7 @@ static void sim_step(sim *s, int c, kl__etcd_election_event *ev)
     kl__etcd_election_actions out;
 
     kl__etcd_election_step(&s->c[c].e, ev, s->now, &out);
-    assert_true(out.n <= 5); /* the bound push() documents */
+    assert_true(out.n <= 6); /* the bound push() documents */
     sim_execute(s, c, &out);
     sim_check(s);
 }
@@ -1822,7 +2034,7 @@ static int64_t sim_next_time(sim *s, int *qi, int *timer_cand)
         }
     }
     for (int i = 0; i < s->n_leases; i++)
-        if (s->leases[i].live && s->leases[i].expires < best) {
+        if (!s->down && s->leases[i].live && s->leases[i].expires < best) {
             best = s->leases[i].expires;
             *qi = -1;
             *timer_cand = -1;
@@ -1965,6 +2177,50 @@ static void test_sim_frozen_leader_expires(void **state)
     assert_int_equal(s.n_leaders, 3);
 }
 
+/* etcd killed while a leads, down for longer than the TTL, restarted on
+ * its data with every lease extended by a TTL. All deadlines pass during
+ * the outage: a's term ends and it releases; b and c presume their leases
+ * lost and revoke them, so the old keys are gone about a retry period
+ * after the restart. Without the revokes, b's and c's old keys would hold
+ * the queue up until etcd expired them, a TTL (9 s) after the restart. */
+static void test_sim_etcd_restart_clears_presumed_lost_keys(void **state)
+{
+    static sim s;
+    int64_t t = 17000;
+
+    (void)state;
+    sim_init(&s, 3);
+    for (int c = 0; c < SIM_N; c++) {
+        sim_start(&s, c);
+        sim_run_until(&s, 100 * (c + 1));
+    }
+    sim_run_until(&s, 5000);
+    assert_int_equal(sim_current_leader(&s), 0);
+    sim_etcd_kill(&s);
+    sim_run_until(&s, t); /* every deadline (at most 5000 + TTL) has passed */
+    assert_int_equal(sim_current_leader(&s), -1);
+    assert_int_equal(s.c[0].e.state, KL_EE_RELEASING);
+    for (int c = 1; c < SIM_N; c++) {
+        assert_int_equal(s.c[c].e.state, KL_EE_GRANTING);
+        assert_true(s.c[c].e.revoke_id != 0);
+    }
+    sim_etcd_restart(&s);
+    while (sim_current_leader(&s) < 0 && t < 17000 + TTL_MS)
+        sim_run_until(&s, t += 10);
+    /* the retries (every retry period) reach etcd, then a few round trips */
+    if (t > 17000 + RP_MS + 300)
+        fail_msg("a leader %lld ms after the restart", (long long)(t - 17000));
+    assert_true(sim_current_leader(&s) > 0);
+    sim_run_until(&s, 17000 + 2 * RP_MS);
+    assert_true(s.c[0].done);
+    for (int c = 1; c < SIM_N; c++)
+        assert_int_equal(s.c[c].e.revoke_id, 0);
+    /* only the new keys, on live leases */
+    assert_int_equal(s.n_kvs, 2);
+    for (int i = 0; i < s.n_kvs; i++)
+        assert_true(s.kvs[i].lease == s.c[1].e.lease_id || s.kvs[i].lease == s.c[2].e.lease_id);
+}
+
 /* Lost requests and answers, frozen processes, stops and restarts, at
  * random; the invariants are checked after every event. */
 static void test_sim_chaos(void **state)
@@ -2033,6 +2289,11 @@ int main(void)
         cmocka_unit_test(test_candidate_lease_lost_regrants),
         cmocka_unit_test(test_candidate_deadline_regrants),
         cmocka_unit_test(test_lease_not_found_on_create_regrants),
+        cmocka_unit_test(test_presumed_lost_lease_revoked),
+        cmocka_unit_test(test_presumed_lost_revoke_retried_until_granted),
+        cmocka_unit_test(test_presumed_lost_revoke_in_flight_at_grant),
+        cmocka_unit_test(test_presumed_lost_stale_keepalive_ignored),
+        cmocka_unit_test(test_presumed_lost_revoke_abandoned),
         cmocka_unit_test(test_errors_retry_after_retry_period),
         cmocka_unit_test(test_ok_without_payload_is_an_error),
         cmocka_unit_test(test_compaction_while_waiting_ranges_again),
@@ -2055,6 +2316,7 @@ int main(void)
         cmocka_unit_test(test_state_names),
         cmocka_unit_test(test_sim_leader_resigns_in_queue_order),
         cmocka_unit_test(test_sim_frozen_leader_expires),
+        cmocka_unit_test(test_sim_etcd_restart_clears_presumed_lost_keys),
         cmocka_unit_test(test_sim_chaos),
     };
 
