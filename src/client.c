@@ -31,6 +31,11 @@ static int k8s_client_init(k8slease_client *c, const k8slease_client_options *op
         return err;
     kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
                    c->cfg->server, c->cfg->ns);
+    if (strncmp(c->cfg->server, "http://", 7) == 0 &&
+        (c->cfg->token || c->cfg->token_file || c->cfg->exec))
+        kl__log_printf(&c->log, K8SLEASE_LOG_WARN,
+                       "%s: server %s is plain http://: its bearer token goes unencrypted",
+                       c->cfg->source, c->cfg->server);
     if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
         return err;
     return kl__informer_new(&c->informer, c->loop, &c->log);

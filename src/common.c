@@ -230,7 +230,8 @@ void kl__buf_free(kl__buf *b)
 
 void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fmt, ...)
 {
-    char msg[1024];
+    char msg[1024], safe[1024];
+    size_t o = 0;
     va_list ap;
 
     if (!log || !log->cb || level > log->level)
@@ -238,7 +239,17 @@ void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    log->cb(level, msg, log->user_data);
+    /* Messages quote what servers send (holder identities, error bodies):
+     * control characters are escaped, so none can forge a log line or
+     * drive a terminal. */
+    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 <= sizeof(safe); p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(safe + o, sizeof(safe) - o, "\\x%02x", *p);
+        else
+            safe[o++] = (char)*p;
+    }
+    safe[o] = '\0';
+    log->cb(level, safe, log->user_data);
 }
 
 int kl__utf8_valid(const char *s, size_t len)

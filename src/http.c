@@ -279,7 +279,7 @@ static int read_token_file(const char *path, char **out)
 {
     kl__buf b = {0};
     char chunk[4096], why[128];
-    FILE *f = fopen(path, "r");
+    FILE *f = fopen(path, "re"); /* close-on-exec */
     size_t n, start = 0, end;
     int err = 0;
 

@@ -1068,7 +1068,10 @@ static void http_instead_of_https(void **state)
     /* http:// written explicitly: plain HTTP is used, as kubectl does. */
     snprintf(server, sizeof(server), "http://127.0.0.1:%d", plain.port);
     write_kubeconfig(kc, sizeof(kc), "kc-http", server, NULL, user);
-    c = client_for(kc);
+    logs_reset();
+    c = client_logged(kc);
+    /* ... with a warning that the token travels in clear */
+    assert_true(logs_line("WARN", "is plain http://: its bearer token goes unencrypted"));
     assert_int_equal(k8slease_holder_get(c, NULL, "badinput-plain", 5000, &h), 0);
     assert_string_equal(h->identity, "plain-http:1");
     assert_int_equal(h->epoch, 2);

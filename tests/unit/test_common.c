@@ -3,6 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+#include <stdio.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -130,6 +131,26 @@ static void utf8_validation(void **state)
     }
 }
 
+static void capture_log(k8slease_log_level level, const char *msg, void *user_data)
+{
+    (void)level;
+    snprintf(user_data, 256, "%s", msg);
+}
+
+static void log_escapes_control_characters(void **state)
+{
+    char got[256] = "";
+    kl__log log = {capture_log, got, K8SLEASE_LOG_DEBUG};
+
+    (void)state;
+    /* A holder identity from the server with a line break and an ANSI
+     * escape must not forge a second log line or colour a terminal. */
+    kl__log_printf(&log, K8SLEASE_LOG_INFO, "leader is \"%s\"", "evil\nERROR forged\x1b[31m\x7f");
+    assert_string_equal(got, "leader is \"evil\\x0aERROR forged\\x1b[31m\\x7f\"");
+    kl__log_printf(&log, K8SLEASE_LOG_INFO, "plain h\xc3\xa9te");
+    assert_string_equal(got, "plain h\xc3\xa9te"); /* UTF-8 passes through */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -140,6 +161,7 @@ int main(void)
         cmocka_unit_test(buffers_grow),
         cmocka_unit_test(name_checks),
         cmocka_unit_test(utf8_validation),
+        cmocka_unit_test(log_escapes_control_characters),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
