@@ -1021,6 +1021,12 @@ static char *encode_leader_range(const prefix *p)
     return kl__etcd_encode_range(&rr);
 }
 
+/* The monotonic deadline of a blocking call (timeout_ms <= 0: the default). */
+static int64_t deadline_after(int64_t timeout_ms)
+{
+    return kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms : SYNC_TIMEOUT_MS) * KL_NS_PER_MS;
+}
+
 static int64_t ms_left(int64_t deadline)
 {
     int64_t left = (deadline - kl__clock_mono_ns()) / KL_NS_PER_MS;
@@ -1050,8 +1056,7 @@ static int sync_leader(k8slease_client *client, const prefix *p, const char *wha
 int kl__etcd_holder_get(k8slease_client *client, const char *name, int64_t timeout_ms,
                         k8slease_holder **out)
 {
-    int64_t deadline =
-        kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms : SYNC_TIMEOUT_MS) * KL_NS_PER_MS;
+    int64_t deadline = deadline_after(timeout_ms);
     kl__etcd_range r = {0};
     kl__etcd_lease ttl = {0};
     k8slease_holder *h = NULL;
@@ -1098,8 +1103,7 @@ out:
 int kl__etcd_lease_release(k8slease_client *client, const char *name, const char *identity,
                            int force, int64_t timeout_ms)
 {
-    int64_t deadline =
-        kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms : SYNC_TIMEOUT_MS) * KL_NS_PER_MS;
+    int64_t deadline = deadline_after(timeout_ms);
     kl__etcd_range r = {0};
     char what[512], *body = NULL, *resp = NULL;
     const char *path;

@@ -164,26 +164,25 @@ K8SLEASE_API int k8slease_watch_start(k8slease_watch **out, k8slease_client *cli
     if (client->backend == K8SLEASE_BACKEND_ETCD) {
         if ((err = kl__etcd_check_ns("k8slease_watch_start", ns)) < 0)
             return err;
-        if (!(w = kl__calloc(1, sizeof(*w))))
-            return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        w->client = client;
-        w->cb = cb;
-        w->user_data = user_data;
+    } else {
+        if (!ns)
+            ns = client->cfg->ns;
+        if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
+            return err;
+    }
+    if (!(w = kl__calloc(1, sizeof(*w))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    w->client = client;
+    w->cb = cb;
+    w->user_data = user_data;
+    if (client->backend == K8SLEASE_BACKEND_ETCD) {
+        /* the etcd watch checks the election name and reports through us */
         snprintf(w->what, sizeof(w->what), "etcd election %s", name ? name : "(null)");
         if ((err = kl__etcd_watch_new(&w->etcd, client, name, report_etcd, w)) < 0)
             goto out;
         *out = w;
         return 0;
     }
-    if (!ns)
-        ns = client->cfg->ns;
-    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
-        return err;
-    if (!(w = kl__calloc(1, sizeof(*w))))
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    w->client = client;
-    w->cb = cb;
-    w->user_data = user_data;
     w->ns = kl__strdup(ns);
     w->name = kl__strdup(name);
     kl__timer_init(&w->retry, on_retry, w);
