@@ -1,5 +1,6 @@
 #!/bin/sh
 # envtest.sh COMMAND [ARGS...]
+# envtest.sh --ctl DIR apiserver|etcd kill|term|stop|cont|start|restart|pid|ready
 #
 # Start etcd + kube-apiserver from the envtest binaries (the convention of
 # controller-runtime's envtest: $KUBEBUILDER_ASSETS holding kube-apiserver
@@ -10,9 +11,147 @@
 #   KUBEBUILDER_ASSETS=/opt/envtest/1.30 tests/integration/envtest.sh \
 #       ctest --test-dir build -L integration --output-on-failure
 #
-# The integration suites then run against the real API server; the tests
-# that need fault injection skip. Everything is removed at exit.
+# COMMAND also gets K8SLEASE_ENVTEST_CTL, the path of a script that drives
+# the two processes for fault tests (process faults a real server can have):
+#
+#   $K8SLEASE_ENVTEST_CTL apiserver kill      SIGKILL, wait until it is gone
+#   $K8SLEASE_ENVTEST_CTL apiserver start     start again (same port, flags, etcd)
+#   $K8SLEASE_ENVTEST_CTL apiserver stop|cont SIGSTOP / SIGCONT
+#   $K8SLEASE_ENVTEST_CTL etcd kill|start|stop|cont   the same for etcd (same data)
+#   ... restart = kill + start; ready = wait until it answers; pid = print it
+#
+# Every wait is bounded (start: 60 s, exit after SIGKILL: 10 s); the script
+# exits non-zero with the process's last log lines when one is exceeded.
+#
+# K8SLEASE_ENVTEST_APISERVER_FLAGS adds flags to kube-apiserver (word-split),
+# e.g. "--feature-gates=CoordinatedLeaderElection=true".
+#
+# At exit both processes get SIGCONT and SIGTERM, then SIGKILL after 3 s (a
+# kube-apiserver waits for open watches on SIGTERM, longer still once etcd
+# is gone): the script never hangs. Everything is removed at exit, unless
+# K8SLEASE_ENVTEST_KEEP is set (the directory is printed).
 set -eu
+
+# ---- process control (also used by --ctl) ---------------------------------
+
+# Is PID alive? A zombie (killed, not yet reaped) counts as gone.
+alive() {
+    [ -n "$1" ] && [ -r "/proc/$1/stat" ] || return 1
+    state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
+    [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
+}
+
+pid_of() { cat "$dir/$1.pid" 2>/dev/null || true; }
+
+# wait_gone NAME TENTHS: wait until NAME's process is gone; 1 if it is not.
+wait_gone() {
+    p=$(pid_of "$1")
+    i=0
+    while alive "$p"; do
+        i=$((i + 1))
+        [ "$i" -le "$2" ] || return 1
+        sleep 0.1
+    done
+    return 0
+}
+
+die_with_log() { # NAME MESSAGE
+    echo "envtest.sh: $1: $2; its log:" >&2
+    tail -20 "$dir/$1.log" >&2 2>/dev/null || true
+    exit 1
+}
+
+start_etcd() {
+    # shellcheck disable=SC1091
+    . "$dir/env"
+    "$ETCD_BIN" --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
+        --listen-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-advertise-peer-urls "http://127.0.0.1:$ETCD_PEER_PORT" \
+        --initial-cluster "default=http://127.0.0.1:$ETCD_PEER_PORT" \
+        </dev/null >>"$dir/etcd.log" 2>&1 &
+    echo $! > "$dir/etcd.pid"
+}
+
+start_apiserver() {
+    # shellcheck disable=SC1091
+    . "$dir/env"
+    # shellcheck disable=SC2086 # extra flags are word-split on purpose
+    "$APISERVER_BIN" --advertise-address=127.0.0.1 --bind-address=127.0.0.1 \
+        --secure-port="$PORT" --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
+        --tls-cert-file="$dir/apiserver.crt" --tls-private-key-file="$dir/apiserver.key" \
+        --client-ca-file="$dir/ca.crt" --token-auth-file="$dir/tokens.csv" \
+        --service-account-key-file="$dir/sa.key" --service-account-signing-key-file="$dir/sa.key" \
+        --service-account-issuer="https://127.0.0.1:$PORT" \
+        --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
+        --disable-admission-plugins=ServiceAccount --allow-privileged=true \
+        $APISERVER_FLAGS </dev/null >>"$dir/apiserver.log" 2>&1 &
+    echo $! > "$dir/apiserver.pid"
+}
+
+# ready NAME: wait (at most 60 s) until it answers its health check.
+ready() {
+    # shellcheck disable=SC1091
+    . "$dir/env"
+    i=0
+    while :; do
+        p=$(pid_of "$1")
+        case $1 in
+        etcd) curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && return 0 ;;
+        apiserver)
+            curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $TOKEN" \
+                "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return 0 ;;
+        esac
+        alive "$p" || die_with_log "$1" "exited"
+        i=$((i + 1))
+        [ "$i" -le 300 ] || die_with_log "$1" "not ready after 60 s"
+        sleep 0.2
+    done
+}
+
+# stop_gracefully NAME: SIGCONT + SIGTERM, SIGKILL after 3 s, wait 10 s more.
+stop_gracefully() {
+    p=$(pid_of "$1")
+    alive "$p" || return 0
+    kill -CONT "$p" 2>/dev/null || true
+    kill -TERM "$p" 2>/dev/null || true
+    wait_gone "$1" 30 && return 0
+    kill -KILL "$p" 2>/dev/null || true
+    wait_gone "$1" 100 || echo "envtest.sh: $1 (pid $p) survives SIGKILL" >&2
+}
+
+ctl() { # NAME ACTION
+    case $1 in apiserver | etcd) ;; *) echo "envtest.sh --ctl: unknown process '$1' (apiserver, etcd)" >&2; exit 2 ;; esac
+    p=$(pid_of "$1")
+    case $2 in
+    pid) echo "$p" ;;
+    ready) ready "$1" ;;
+    stop) alive "$p" || die_with_log "$1" "not running"; kill -STOP "$p" ;;
+    cont) alive "$p" || die_with_log "$1" "not running"; kill -CONT "$p" ;;
+    kill)
+        if alive "$p"; then
+            kill -KILL "$p"
+            wait_gone "$1" 100 || die_with_log "$1" "survives SIGKILL for 10 s"
+        fi ;;
+    term) stop_gracefully "$1" ;;
+    start)
+        alive "$p" && { echo "envtest.sh --ctl: $1 is already running (pid $p)" >&2; exit 1; }
+        "start_$1"
+        ready "$1" ;;
+    restart) ctl "$1" kill; ctl "$1" start ;;
+    *) echo "envtest.sh --ctl: unknown action '$2' (kill term stop cont start restart ready pid)" >&2; exit 2 ;;
+    esac
+}
+
+if [ "${1:-}" = --ctl ]; then
+    [ $# -eq 4 ] || { echo "usage: envtest.sh --ctl DIR apiserver|etcd ACTION" >&2; exit 2; }
+    dir=$2
+    [ -f "$dir/env" ] || { echo "envtest.sh --ctl: $dir is not an envtest directory" >&2; exit 2; }
+    ctl "$3" "$4"
+    exit 0
+fi
+
+# ---- start both, run COMMAND, stop both -------------------------------------
 
 apiserver=${TEST_ASSET_KUBE_APISERVER:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/kube-apiserver}}
 etcd=${TEST_ASSET_ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}
@@ -22,14 +161,19 @@ etcd=${TEST_ASSET_ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}
     { echo "envtest.sh: no etcd: set KUBEBUILDER_ASSETS or TEST_ASSET_ETCD" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: envtest.sh COMMAND [ARGS...]" >&2; exit 2; }
 
-dir=$(mktemp -d)
-pids=""
+dir=$(mktemp -d "${TMPDIR:-/tmp}/envtest.XXXXXX")
 cleanup() {
-    for p in $pids; do kill "$p" 2>/dev/null || true; done
-    for p in $pids; do wait "$p" 2>/dev/null || true; done
-    rm -rf "$dir"
+    trap - EXIT INT TERM
+    stop_gracefully apiserver
+    stop_gracefully etcd
+    if [ -n "${K8SLEASE_ENVTEST_KEEP:-}" ]; then
+        echo "envtest.sh: kept $dir" >&2
+    else
+        rm -rf "$dir"
+    fi
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 # A free loopback port: bind port 0 and read what the kernel chose.
 free_port() {
@@ -47,25 +191,20 @@ openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
 token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
 printf '%s,envtest-admin,envtest-admin,system:masters\n' "$token" > "$dir/tokens.csv"
 
-etcd_client=$(free_port)
-etcd_peer=$(free_port)
-"$etcd" --data-dir "$dir/etcd" --listen-client-urls "http://127.0.0.1:$etcd_client" \
-    --advertise-client-urls "http://127.0.0.1:$etcd_client" \
-    --listen-peer-urls "http://127.0.0.1:$etcd_peer" >"$dir/etcd.log" 2>&1 &
-pids="$pids $!"
-
-port=$(free_port)
-"$apiserver" --advertise-address=127.0.0.1 --bind-address=127.0.0.1 --secure-port="$port" \
-    --etcd-servers="http://127.0.0.1:$etcd_client" \
-    --tls-cert-file="$dir/apiserver.crt" --tls-private-key-file="$dir/apiserver.key" \
-    --client-ca-file="$dir/ca.crt" --token-auth-file="$dir/tokens.csv" \
-    --service-account-key-file="$dir/sa.key" --service-account-signing-key-file="$dir/sa.key" \
-    --service-account-issuer="https://127.0.0.1:$port" \
-    --service-cluster-ip-range=10.0.0.0/24 --authorization-mode=RBAC \
-    --disable-admission-plugins=ServiceAccount --allow-privileged=true \
-    >"$dir/apiserver.log" 2>&1 &
-apiserver_pid=$!
-pids="$pids $apiserver_pid"
+cat > "$dir/env" <<EOF
+APISERVER_BIN='$apiserver'
+ETCD_BIN='$etcd'
+PORT=$(free_port)
+ETCD_PORT=$(free_port)
+ETCD_PEER_PORT=$(free_port)
+TOKEN=$token
+APISERVER_FLAGS='${K8SLEASE_ENVTEST_APISERVER_FLAGS:-}'
+EOF
+# shellcheck disable=SC1091
+. "$dir/env"
+here=$(cd "$(dirname "$0")" && pwd)
+printf '#!/bin/sh\nexec "%s/envtest.sh" --ctl "%s" "$@"\n' "$here" "$dir" > "$dir/ctl"
+chmod +x "$dir/ctl"
 
 cat > "$dir/kubeconfig" <<EOF
 apiVersion: v1
@@ -73,7 +212,7 @@ kind: Config
 clusters:
 - name: envtest
   cluster:
-    server: https://127.0.0.1:$port
+    server: https://127.0.0.1:$PORT
     certificate-authority: $dir/ca.crt
 users:
 - name: envtest
@@ -85,25 +224,15 @@ contexts:
 current-context: envtest
 EOF
 
-# Ready when /readyz answers ok (bounded: 60 s).
-i=0
-until curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $token" \
-        "https://127.0.0.1:$port/readyz" >/dev/null 2>&1; do
-    i=$((i + 1))
-    if ! kill -0 "$apiserver_pid" 2>/dev/null; then
-        echo "envtest.sh: kube-apiserver exited; its log:" >&2
-        tail -20 "$dir/apiserver.log" >&2
-        exit 1
-    fi
-    if [ "$i" -gt 120 ]; then
-        echo "envtest.sh: kube-apiserver not ready after 60 s; its log:" >&2
-        tail -20 "$dir/apiserver.log" >&2
-        exit 1
-    fi
-    sleep 0.5
-done
-echo "envtest.sh: kube-apiserver ready on https://127.0.0.1:$port" >&2
+start_etcd
+ready etcd
+start_apiserver
+ready apiserver
+version=$(curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $TOKEN" \
+    "https://127.0.0.1:$PORT/version" | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p') || true
+echo "envtest.sh: kube-apiserver ${version:-?} ready on https://127.0.0.1:$PORT" >&2
 
 status=0
-K8SLEASE_TEST_KUBECONFIG="$dir/kubeconfig" KUBECONFIG="$dir/kubeconfig" "$@" || status=$?
+K8SLEASE_TEST_KUBECONFIG="$dir/kubeconfig" KUBECONFIG="$dir/kubeconfig" \
+    K8SLEASE_ENVTEST_CTL="$dir/ctl" K8SLEASE_ENVTEST_DIR="$dir" "$@" || status=$?
 exit "$status"
