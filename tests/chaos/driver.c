@@ -2,12 +2,15 @@
  * k8slease-chaos: the chaos suite's driver and observer (issue #7,
  * docs/chaos.md).
  *
- *   k8slease-chaos (--quick | --long) [--seed N] [--backend k8s|etcd]
+ *   k8slease-chaos (--quick | --long) [--seed N] [--backend k8s|etcd|envtest]
  *                  [--candidates 3..5] [--duration S] [--transitions N]
  *                  [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S]
  *                  [--log FILE] [--verbose] [--naive-candidates]
  *
- * It starts the test API server (or etcd), 3-5 candidate processes
+ * It starts the test API server (or etcd), or, with --backend envtest, uses
+ * the real kube-apiserver + etcd that tests/integration/envtest.sh started
+ * (it runs us with K8SLEASE_TEST_KUBECONFIG and K8SLEASE_ENVTEST_CTL), and
+ * 3-5 candidate processes
  * (k8slease-chaos-candidate) on one Lease, and injects faults one after the
  * other, chosen with a seeded PRNG: each round of faults is a shuffled deck
  * holding every kind (plus extra graceful releases in --long), so a quick
@@ -40,6 +43,7 @@
 
 #include "chaos.h"
 #include "harness.h"
+#include "k8slease.h"
 #include "observer.h"
 #ifdef CHAOS_HAVE_ETCD
 #include "etcd_harness.h"
@@ -56,6 +60,9 @@
 #define EXIT_LIMIT_NS     (10 * CHAOS_NS_PER_S) /* a SIGKILLed process is reaped at once */
 #define STEADY_LIMIT_NS   (30 * CHAOS_NS_PER_S) /* >> the recovery bound */
 #define SHUTDOWN_LIMIT_NS (20 * CHAOS_NS_PER_S) /* release takes <= renew_deadline */
+#define CTL_LIMIT_NS      (90 * CHAOS_NS_PER_S) /* envtest.sh's own waits end within 70 s */
+#define ANSWER_LIMIT_NS   (60 * CHAOS_NS_PER_S) /* a real server answers within seconds */
+#define PROBE_TIMEOUT_MS  1000                  /* one probe GET of the Lease */
 
 typedef struct proc {
     char name[16];
@@ -81,7 +88,8 @@ typedef struct proc {
 
 typedef struct drv {
     int long_mode, etcd, ncand, verbose;
-    int naive; /* --naive-candidates: the mutant of candidate.c, must fail */
+    int envtest; /* --backend envtest: the real kube-apiserver of envtest.sh */
+    int naive;   /* --naive-candidates: the mutant of candidate.c, must fail */
     uint64_t seed, rng;
     chaos_timing t;
     int64_t allowance_ns, fault_phase_ns, time_cap_ns;
@@ -94,6 +102,10 @@ typedef struct drv {
 #endif
     char kubeconfig[1024];
     char endpoint[256];
+    const char *ctl;        /* envtest: $K8SLEASE_ENVTEST_CTL */
+    k8slease_client *probe; /* envtest: asks the server whether it answers again */
+    pid_t ctl_pid;          /* envtest: a running ctl command, 0 none */
+    int ctl_status;         /* its wait status */
     proc p[MAX_CAND];
     const char *names[MAX_CAND];
     obs *o;
@@ -126,6 +138,11 @@ static uint64_t splitmix64(uint64_t *s)
 static int64_t rnd(drv *d, int64_t lo, int64_t hi)
 {
     return hi <= lo ? lo : lo + (int64_t)(splitmix64(&d->rng) % (uint64_t)(hi - lo + 1));
+}
+
+static const char *backend_name(const drv *d)
+{
+    return d->etcd ? "etcd" : d->envtest ? "envtest" : "k8s";
 }
 
 static double rel_s(const drv *d, int64_t t)
@@ -204,6 +221,11 @@ static void kill_children(void)
             waitpid(d->p[i].pid, NULL, 0);
             d->p[i].pid = -1;
         }
+    if (d->ctl_pid > 0) {
+        kill(d->ctl_pid, SIGKILL);
+        waitpid(d->ctl_pid, NULL, 0);
+        d->ctl_pid = 0;
+    }
     if (d->ts) {
         ts_stop(d->ts);
         d->ts = NULL;
@@ -831,6 +853,129 @@ static void f_etcd_kill(drv *d)
 }
 #endif
 
+/* ---- Faults of a real server (--backend envtest) -------------------------
+ * Only what a real kube-apiserver and its etcd can have: their processes
+ * killed and started again (same data), or frozen and thawed, driven with
+ * envtest.sh's ctl script. Recovery counts from when the server answers a
+ * GET of the Lease again (server_answers), not from the ctl command's end:
+ * a restarted etcd is healthy before the kube-apiserver has reconnected. */
+
+static int p_ctl_done(drv *d, int arg)
+{
+    pid_t r;
+
+    (void)arg;
+    if (!d->ctl_pid)
+        return 1;
+    while ((r = waitpid(d->ctl_pid, &d->ctl_status, WNOHANG)) < 0 && errno == EINTR)
+        ;
+    if (r == 0)
+        return 0;
+    if (r < 0)
+        d->ctl_status = -1;
+    d->ctl_pid = 0;
+    return 1;
+}
+
+/* `$K8SLEASE_ENVTEST_CTL what action` in a child, the event loop running
+ * meanwhile (candidates keep reporting, killed ones are reaped). 0 when it
+ * exits 0; else a violation (its own message is on stderr) and -1. */
+static int run_ctl(drv *d, const char *what, const char *action)
+{
+    int64_t t = chaos_now_ns();
+    pid_t pid;
+
+    fflush(stdout);
+    fflush(stderr);
+    if (d->log)
+        fflush(d->log);
+    if ((pid = fork()) < 0) {
+        obs_violation(d->o, t, "driver: fork: %s", strerror(errno));
+        return -1;
+    }
+    if (pid == 0) {
+        sigset_t none;
+
+        sigemptyset(&none);
+        sigprocmask(SIG_SETMASK, &none, NULL);
+        execl(d->ctl, d->ctl, what, action, (char *)NULL);
+        fprintf(stderr, "k8slease-chaos: cannot run %s: %s\n", d->ctl, strerror(errno));
+        _exit(127);
+    }
+    d->ctl_pid = pid;
+    if (!pump_until(d, p_ctl_done, 0, t + CTL_LIMIT_NS)) {
+        kill(pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        d->ctl_pid = 0;
+        obs_violation(d->o, chaos_now_ns(), "driver: ctl %s %s still running after %.0f s", what,
+                      action, (double)CTL_LIMIT_NS / CHAOS_NS_PER_S);
+        return -1;
+    }
+    if (!WIFEXITED(d->ctl_status) || WEXITSTATUS(d->ctl_status) != 0) {
+        obs_violation(d->o, chaos_now_ns(), "driver: ctl %s %s failed (status %d)", what, action,
+                      d->ctl_status);
+        return -1;
+    }
+    return 0;
+}
+
+/* The first moment the server answers a GET of the Lease again (any
+ * answer of the API: the Lease or 404), probing every 20 ms with a 1 s
+ * timeout; the end of the answering request, which is after the server
+ * answered. A probe blocks the event loop for at most 1 s, harmless here:
+ * no candidate is killed or frozen during a server fault. */
+static int64_t server_answers(drv *d, const char *after)
+{
+    int64_t t = chaos_now_ns(), now;
+    int probes = 0, rc = 0;
+
+    for (;;) {
+        k8slease_holder *h = NULL;
+
+        rc = k8slease_holder_get(d->probe, NULL, LEASE_NAME, PROBE_TIMEOUT_MS, &h);
+        now = chaos_now_ns();
+        probes++;
+        k8slease_holder_free(h);
+        if (rc == 0 || rc == K8SLEASE_ENOTFOUND)
+            break;
+        if (now - t > ANSWER_LIMIT_NS) {
+            obs_violation(d->o, now, "driver: the server does not answer %.0f s after %s (%s)",
+                          (double)ANSWER_LIMIT_NS / CHAOS_NS_PER_S, after, k8slease_error_last());
+            break;
+        }
+        pump(d, now + 20 * CHAOS_NS_PER_MS);
+    }
+    say(d, "  the server answers again %.3f s after %s (%d probe%s)",
+        (double)(now - t) / CHAOS_NS_PER_S, after, probes, probes == 1 ? "" : "s");
+    return now;
+}
+
+/* SIGKILL the kube-apiserver or etcd, start it again on the same data. */
+static void f_proc_kill(drv *d, chaos_fault_kind k, const char *what)
+{
+    int64_t t = chaos_now_ns(), up;
+
+    say(d, "fault %s: SIGKILL %s, start it again", chaos_fault_name(k), what);
+    run_ctl(d, what, "kill");
+    run_ctl(d, what, "start");
+    up = chaos_now_ns();
+    say(d, "  %s started and ready %.3f s after the kill", what, (double)(up - t) / CHAOS_NS_PER_S);
+    fault_done(d, k, t, server_answers(d, "the start"), 1);
+}
+
+/* SIGSTOP the kube-apiserver or etcd beyond renew_deadline, then SIGCONT. */
+static void f_proc_stop(drv *d, chaos_fault_kind k, const char *what)
+{
+    int64_t window = rnd(d, d->t.renew_deadline_ms + 200, 2 * d->t.lease_duration_ms);
+    int64_t t = chaos_now_ns();
+
+    say(d, "fault %s: SIGSTOP %s for %.3f s", chaos_fault_name(k), what, (double)window / 1000);
+    run_ctl(d, what, "stop");
+    pump(d, t + ms(window));
+    run_ctl(d, what, "cont");
+    fault_done(d, k, t, server_answers(d, "SIGCONT"), 1);
+}
+
 static void inject(drv *d, chaos_fault_kind k)
 {
     int l = leader(d);
@@ -871,14 +1016,28 @@ static void inject(drv *d, chaos_fault_kind k)
     case CF_FREEZE:
         f_freeze(d);
         break;
-#ifdef CHAOS_HAVE_ETCD
+    case CF_API_STOP:
+        f_proc_stop(d, k, "apiserver");
+        break;
+    case CF_API_KILL:
+        f_proc_kill(d, k, "apiserver");
+        break;
     case CF_ETCD_STOP:
-        f_etcd_stop(d);
+        if (d->envtest)
+            f_proc_stop(d, k, "etcd");
+#ifdef CHAOS_HAVE_ETCD
+        else
+            f_etcd_stop(d);
+#endif
         break;
     case CF_ETCD_KILL:
-        f_etcd_kill(d);
-        break;
+        if (d->envtest)
+            f_proc_kill(d, k, "etcd");
+#ifdef CHAOS_HAVE_ETCD
+        else
+            f_etcd_kill(d);
 #endif
+        break;
     default:
         break;
     }
@@ -893,8 +1052,13 @@ static int deck(drv *d, chaos_fault_kind *out)
                                            CF_ERR429,  CF_RESET,   CF_FREEZE};
     static const chaos_fault_kind etcd[] = {CF_KILL, CF_STOP, CF_RELEASE, CF_ETCD_STOP,
                                             CF_ETCD_KILL};
-    const chaos_fault_kind *base = d->etcd ? etcd : k8s;
-    int n = d->etcd ? (int)(sizeof(etcd) / sizeof(*etcd)) : (int)(sizeof(k8s) / sizeof(*k8s));
+    /* A real server: no fault rules, only process faults. */
+    static const chaos_fault_kind real[] = {CF_KILL,     CF_STOP,      CF_RELEASE,  CF_API_STOP,
+                                            CF_API_KILL, CF_ETCD_STOP, CF_ETCD_KILL};
+    const chaos_fault_kind *base = d->etcd ? etcd : d->envtest ? real : k8s;
+    int n = d->etcd      ? (int)(sizeof(etcd) / sizeof(*etcd))
+            : d->envtest ? (int)(sizeof(real) / sizeof(*real))
+                         : (int)(sizeof(k8s) / sizeof(*k8s));
 
     memcpy(out, base, (size_t)n * sizeof(*out));
     if (d->long_mode)
@@ -916,11 +1080,14 @@ static int deck(drv *d, chaos_fault_kind *out)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: k8slease-chaos (--quick | --long) [--seed N] [--backend k8s|etcd]\n"
+    fprintf(stderr, "usage: k8slease-chaos (--quick | --long) [--seed N]\n"
+                    "         [--backend k8s|etcd|envtest]\n"
                     "         [--candidates 3..5] [--duration S] [--transitions N]\n"
                     "         [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S] [--log FILE]\n"
                     "         [--verbose] [--naive-candidates]\n"
                     "--quick: about 3 minutes of faults; --long: until 500 leader transitions.\n"
+                    "--backend envtest: a real kube-apiserver, run under\n"
+                    "  tests/integration/envtest.sh (KUBEBUILDER_ASSETS=DIR).\n"
                     "See docs/chaos.md.\n");
     return 2;
 }
@@ -978,10 +1145,11 @@ static int parse_args(drv *d, int argc, char **argv)
         } else
             return usage();
     }
-    if (!mode || (strcmp(backend, "k8s") && strcmp(backend, "etcd")))
+    if (!mode || (strcmp(backend, "k8s") && strcmp(backend, "etcd") && strcmp(backend, "envtest")))
         return usage();
     d->long_mode = mode == 'l';
     d->etcd = !strcmp(backend, "etcd");
+    d->envtest = !strcmp(backend, "envtest");
     if (!d->ncand)
         d->ncand = d->long_mode ? 5 : 4;
     if (d->ncand < 3 || d->ncand > MAX_CAND || d->target_transitions < 1 ||
@@ -1014,6 +1182,29 @@ static int setup_backend(drv *d)
                         "(etcd or etcdctl not found at configure time)\n");
         return 3;
 #endif
+    }
+    if (d->envtest) {
+        const char *kc = getenv("K8SLEASE_TEST_KUBECONFIG");
+        k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+
+        d->ctl = getenv("K8SLEASE_ENVTEST_CTL");
+        if (!kc || !*kc || !d->ctl || !*d->ctl) {
+            fprintf(stderr,
+                    "k8slease-chaos: --backend envtest runs under "
+                    "tests/integration/envtest.sh, which sets K8SLEASE_TEST_KUBECONFIG and "
+                    "K8SLEASE_ENVTEST_CTL:\n  KUBEBUILDER_ASSETS=DIR "
+                    "tests/integration/envtest.sh k8slease-chaos --quick --backend envtest\n");
+            return 2;
+        }
+        snprintf(d->kubeconfig, sizeof(d->kubeconfig), "%s", kc);
+        co.kubeconfig = d->kubeconfig;
+        co.user_agent = "chaos/probe";
+        if (k8slease_client_new(&d->probe, &co) < 0) {
+            fprintf(stderr, "k8slease-chaos: %s: %s\n", kc, k8slease_error_last());
+            return 2;
+        }
+        snprintf(d->endpoint, sizeof(d->endpoint), "%s", k8slease_client_server(d->probe));
+        return 0;
     }
     char seed[32];
     const char *args[] = {"--seed", seed, NULL};
@@ -1080,7 +1271,7 @@ static void report(drv *d, obs_result *r, int64_t end)
     const chaos_timing *t = &d->t;
 
     printf("\n== k8slease-chaos result (%s, backend %s, seed %" PRIu64 ")\n",
-           d->long_mode ? "--long" : "--quick", d->etcd ? "etcd" : "k8s", d->seed);
+           d->long_mode ? "--long" : "--quick", backend_name(d), d->seed);
     printf("duration           %.1f s, %d candidates, lease %" PRId64 " / renew %" PRId64
            " / retry %" PRId64 " ms\n",
            rel_s(d, end), d->ncand, t->lease_duration_ms, t->renew_deadline_ms, t->retry_period_ms);
@@ -1174,8 +1365,8 @@ int main(int argc, char **argv)
     printf("k8slease-chaos: %s, backend %s, seed %" PRIu64 " (rerun: --seed %" PRIu64
            "), %d candidates, lease %" PRId64 " / renew %" PRId64 " / retry %" PRId64
            " ms, recovery bound %.3f s\n",
-           d->long_mode ? "--long" : "--quick", d->etcd ? "etcd" : "k8s", d->seed, d->seed,
-           d->ncand, d->t.lease_duration_ms, d->t.renew_deadline_ms, d->t.retry_period_ms,
+           d->long_mode ? "--long" : "--quick", backend_name(d), d->seed, d->seed, d->ncand,
+           d->t.lease_duration_ms, d->t.renew_deadline_ms, d->t.retry_period_ms,
            (double)(ms(d->t.lease_duration_ms + 2 * d->t.retry_period_ms) + d->allowance_ns) /
                CHAOS_NS_PER_S);
     fflush(stdout);
@@ -1192,7 +1383,8 @@ int main(int argc, char **argv)
             perror("k8slease-chaos: spawn");
             return 2;
         }
-    say(d, "started %d candidates on %s", d->ncand, d->etcd ? d->endpoint : ts_url(d->ts));
+    say(d, "started %d candidates on %s", d->ncand,
+        d->etcd || d->envtest ? d->endpoint : ts_url(d->ts));
 
     /* Faults, one at a time, each from a steady state. */
     while (!finished(d, chaos_now_ns())) {
@@ -1241,6 +1433,8 @@ int main(int argc, char **argv)
         d->eh = NULL;
     }
 #endif
+    k8slease_client_free(d->probe);
+    d->probe = NULL;
 
     printf("\n");
     rc = obs_check(d->o, stdout, &r);

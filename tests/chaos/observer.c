@@ -37,8 +37,8 @@ struct obs {
 };
 
 static const char *const fault_names[CF_NKINDS] = {
-    "kill", "stop", "release", "cutoff", "restart",   "latency",  "hang",
-    "5xx",  "429",  "reset",   "freeze", "etcd-stop", "etcd-kill"};
+    "kill", "stop",  "release", "cutoff",    "restart",   "latency",        "hang",          "5xx",
+    "429",  "reset", "freeze",  "etcd-stop", "etcd-kill", "apiserver-stop", "apiserver-kill"};
 
 const char *chaos_fault_name(chaos_fault_kind k)
 {

@@ -39,6 +39,8 @@ typedef enum chaos_fault_kind {
     CF_FREEZE,    /* watch streams frozen (sometimes with a release inside) */
     CF_ETCD_STOP, /* etcd frozen (SIGSTOP, SIGCONT) */
     CF_ETCD_KILL, /* etcd killed and restarted on its data */
+    CF_API_STOP,  /* real kube-apiserver frozen (SIGSTOP, SIGCONT) */
+    CF_API_KILL,  /* real kube-apiserver killed and started again (same etcd) */
     CF_NKINDS
 } chaos_fault_kind;
 
