@@ -20,18 +20,17 @@
 enum route_kind {
     RT_NONE,       /* unknown path */
     RT_STATIC,     /* discovery, /version, /openapi, health */
-    RT_NAMESPACES, /* /api/v1/namespaces */
-    RT_NAMESPACE,  /* /api/v1/namespaces/NS */
-    RT_COLLECTION, /* .../leases, .../namespaces/NS/leases */
-    RT_OBJECT      /* .../namespaces/NS/leases/NAME */
+    RT_COLLECTION, /* .../leases, .../namespaces/NS/leases, /api/v1/namespaces */
+    RT_OBJECT      /* .../namespaces/NS/leases/NAME, /api/v1/namespaces/NAME */
 };
 
 typedef struct route {
     enum route_kind kind;
     ts_res res;
-    char ns[256];
+    char ns[256]; /* "" for a cluster-scoped resource (Namespaces) */
     char name[256];
-    bool all_namespaces;
+    bool all_namespaces; /* a collection across namespaces, or cluster-scoped */
+    bool cluster;        /* cluster-scoped resource */
 } route;
 
 /* Copies one path segment; false if it is empty or too long. */
@@ -96,12 +95,15 @@ static route parse_route(const char *path)
     } else if (n >= 2 && SEG(0, "api") && SEG(1, "v1")) {
         r.res = TS_POD;
         base = 2;
-        if (n == 3 && SEG(2, "namespaces")) {
-            r.kind = RT_NAMESPACES;
-            return r;
-        }
-        if (n == 4 && SEG(2, "namespaces")) {
-            r.kind = segment(seg[3], len[3], r.ns) ? RT_NAMESPACE : RT_NONE;
+        if ((n == 3 || n == 4) && SEG(2, "namespaces")) {
+            r.res = TS_NS;
+            r.cluster = true;
+            if (n == 3) {
+                r.kind = RT_COLLECTION;
+                r.all_namespaces = true;
+            } else if (segment(seg[3], len[3], r.name)) {
+                r.kind = RT_OBJECT;
+            }
             return r;
         }
     } else {
@@ -125,8 +127,8 @@ static route parse_route(const char *path)
 const char *ts_api_verb(const char *method, const char *path, bool watch)
 {
     route r = parse_route(path);
-    bool obj = r.kind == RT_OBJECT || r.kind == RT_NAMESPACE;
-    bool coll = r.kind == RT_COLLECTION || r.kind == RT_NAMESPACES;
+    bool obj = r.kind == RT_OBJECT;
+    bool coll = r.kind == RT_COLLECTION;
     if (!strcmp(method, "GET"))
         return watch && (obj || coll) ? "watch" : coll ? "list" : "get";
     if (!strcmp(method, "POST"))
@@ -236,45 +238,319 @@ static bool dry_run(const ts_request *rq)
     return v && !strcmp(v, "All");
 }
 
-/* Parses the request body as a JSON object; on failure answers 400. */
-static json_t *body_object(const ts_request *rq, ts_response *rs, ts_res res)
+/*
+ * Go's encoding/json syntax errors, which the apiserver quotes for a body it
+ * cannot read: a recursive descent over the same grammar that stops where
+ * Go's scanner stops, with its wording.
+ */
+typedef struct gojson {
+    const char *p, *end;
+    ts_buf *msg;
+} gojson;
+
+static int gj_fail(gojson *g, const char *context)
 {
-    json_error_t err;
-    json_t *j = json_loadb(rq->body ? rq->body : "", rq->body_len, 0, &err);
-    if (!j || !json_is_object(j)) {
-        ts_buf m = {0};
-        ts_buf_printf(&m, "%s in version \"v1\" cannot be handled as a %s: %s",
-                      ts_resdefs[res].kind, ts_resdefs[res].kind,
-                      j ? "json: cannot unmarshal non-object into Go value" : err.text);
-        bad_request(rs, m.data ? m.data : "invalid body");
-        ts_buf_free(&m);
-        json_decref(j);
-        return NULL;
+    if (g->msg->data)
+        return -1;
+    if (g->p >= g->end) {
+        ts_buf_puts(g->msg, "unexpected end of JSON input");
+        return -1;
     }
-    return j;
+    unsigned char c = (unsigned char)*g->p;
+    if (c == '\'')
+        ts_buf_printf(g->msg, "invalid character '\\'' %s", context);
+    else if (c < 0x20 || c >= 0x7f)
+        ts_buf_printf(g->msg, "invalid character '\\x%02x' %s", c, context);
+    else
+        ts_buf_printf(g->msg, "invalid character '%c' %s", c, context);
+    return -1;
 }
 
-/* apiVersion/kind, if present, must be this resource's. */
+static void gj_ws(gojson *g)
+{
+    while (g->p < g->end && (*g->p == ' ' || *g->p == '\t' || *g->p == '\n' || *g->p == '\r'))
+        g->p++;
+}
+
+static bool gj_is(gojson *g, char c)
+{
+    return g->p < g->end && *g->p == c;
+}
+
+static bool gj_digit(gojson *g)
+{
+    return g->p < g->end && *g->p >= '0' && *g->p <= '9';
+}
+
+static int gj_value(gojson *g, int depth);
+
+static int gj_string(gojson *g)
+{
+    g->p++; /* the opening quote */
+    for (;;) {
+        if (g->p >= g->end)
+            return gj_fail(g, "");
+        unsigned char c = (unsigned char)*g->p;
+        if (c == '"') {
+            g->p++;
+            return 0;
+        }
+        if (c < 0x20)
+            return gj_fail(g, "in string literal");
+        if (c == '\\') {
+            g->p++;
+            if (g->p >= g->end)
+                return gj_fail(g, "");
+            if (*g->p == 'u') {
+                for (int i = 0; i < 4; i++) {
+                    g->p++;
+                    if (g->p >= g->end || !strchr("0123456789abcdefABCDEF", *g->p) || !*g->p)
+                        return gj_fail(g, "in \\u hexadecimal character escape");
+                }
+            } else if (!*g->p || !strchr("\"\\/bfnrt", *g->p)) {
+                return gj_fail(g, "in string escape code");
+            }
+        }
+        g->p++;
+    }
+}
+
+static int gj_number(gojson *g)
+{
+    if (gj_is(g, '-')) {
+        g->p++;
+        if (!gj_digit(g))
+            return gj_fail(g, "in numeric literal");
+    }
+    if (gj_is(g, '0'))
+        g->p++;
+    else
+        while (gj_digit(g))
+            g->p++;
+    if (gj_is(g, '.')) {
+        g->p++;
+        if (!gj_digit(g))
+            return gj_fail(g, "after decimal point in numeric literal");
+        while (gj_digit(g))
+            g->p++;
+    }
+    if (gj_is(g, 'e') || gj_is(g, 'E')) {
+        g->p++;
+        if (gj_is(g, '+') || gj_is(g, '-'))
+            g->p++;
+        if (!gj_digit(g))
+            return gj_fail(g, "in exponent of numeric literal");
+        while (gj_digit(g))
+            g->p++;
+    }
+    return 0;
+}
+
+static int gj_literal(gojson *g, const char *lit)
+{
+    g->p++;
+    for (const char *l = lit + 1; *l; l++, g->p++) {
+        if (!gj_is(g, *l)) {
+            char ctx[64];
+            snprintf(ctx, sizeof(ctx), "in literal %s (expecting '%c')", lit, *l);
+            return gj_fail(g, ctx);
+        }
+    }
+    return 0;
+}
+
+static int gj_value(gojson *g, int depth)
+{
+    gj_ws(g);
+    if (g->p >= g->end || depth > 10000)
+        return gj_fail(g, "looking for beginning of value");
+    switch (*g->p) {
+    case '{':
+        g->p++;
+        gj_ws(g);
+        if (gj_is(g, '}')) {
+            g->p++;
+            return 0;
+        }
+        for (;;) {
+            gj_ws(g);
+            if (!gj_is(g, '"'))
+                return gj_fail(g, "looking for beginning of object key string");
+            if (gj_string(g) < 0)
+                return -1;
+            gj_ws(g);
+            if (!gj_is(g, ':'))
+                return gj_fail(g, "after object key");
+            g->p++;
+            if (gj_value(g, depth + 1) < 0)
+                return -1;
+            gj_ws(g);
+            if (gj_is(g, '}')) {
+                g->p++;
+                return 0;
+            }
+            if (!gj_is(g, ','))
+                return gj_fail(g, "after object key:value pair");
+            g->p++;
+        }
+    case '[':
+        g->p++;
+        gj_ws(g);
+        if (gj_is(g, ']')) {
+            g->p++;
+            return 0;
+        }
+        for (;;) {
+            if (gj_value(g, depth + 1) < 0)
+                return -1;
+            gj_ws(g);
+            if (gj_is(g, ']')) {
+                g->p++;
+                return 0;
+            }
+            if (!gj_is(g, ','))
+                return gj_fail(g, "after array element");
+            g->p++;
+        }
+    case '"':
+        return gj_string(g);
+    case 't':
+        return gj_literal(g, "true");
+    case 'f':
+        return gj_literal(g, "false");
+    case 'n':
+        return gj_literal(g, "null");
+    default:
+        if (*g->p == '-' || gj_digit(g))
+            return gj_number(g);
+        return gj_fail(g, "looking for beginning of value");
+    }
+}
+
+/* Writes Go's error for a body that is not valid JSON; false if it is valid. */
+static bool go_json_syntax_error(const char *body, size_t len, ts_buf *msg)
+{
+    gojson g = {body, body + len, msg};
+    if (gj_value(&g, 0) == 0) {
+        gj_ws(&g);
+        if (g.p < g.end)
+            gj_fail(&g, "after top-level value");
+    }
+    return msg->data != NULL;
+}
+
+/* The apiserver's summary of a body it could not decode (summarizeData). */
+static void summarize_body(ts_buf *m, const char *body, size_t len)
+{
+    size_t n = len > 30 ? 30 : len;
+    if (len == 0) {
+        ts_buf_puts(m, "<empty>");
+        return;
+    }
+    if (body[0] == '{')
+        ts_buf_append(m, body, n);
+    else
+        for (size_t i = 0; i < n; i++)
+            ts_buf_printf(m, "%02x", (unsigned char)body[i]);
+    if (len > 30)
+        ts_buf_puts(m, " ...");
+}
+
+/*
+ * Parses the request body as a JSON object; on failure answers 400 with the
+ * apiserver's words: "the object provided is unrecognized ...".
+ */
+static json_t *body_object(const ts_request *rq, ts_response *rs, ts_res res)
+{
+    const char *body = rq->body ? rq->body : "";
+    json_t *j = json_loadb(body, rq->body_len, JSON_DECODE_ANY | JSON_ALLOW_NUL, NULL);
+    if (j && json_is_object(j))
+        return j;
+    ts_buf why = {0}, m = {0};
+    if (!go_json_syntax_error(body, rq->body_len, &why)) {
+        /* Valid JSON but not an object: what decoding into TypeMeta says. */
+        const char *t = json_is_array(j)    ? "array"
+                        : json_is_string(j) ? "string"
+                        : json_is_number(j) ? "number"
+                        : json_is_null(j)   ? "null"
+                                            : "bool";
+        ts_buf_printf(&why,
+                      "json: cannot unmarshal %s into Go value of type struct { APIVersion "
+                      "string \"json:\\\"apiVersion,omitempty\\\"\"; Kind string "
+                      "\"json:\\\"kind,omitempty\\\"\" }",
+                      t);
+    }
+    ts_buf_printf(&m,
+                  "the object provided is unrecognized (must be of type %s): couldn't get "
+                  "version/kind; json parse error: %s (",
+                  ts_resdefs[res].kind, why.data ? why.data : "");
+    summarize_body(&m, body, rq->body_len);
+    ts_buf_puts(&m, ")");
+    bad_request(rs, m.data ? m.data : "invalid body");
+    ts_buf_free(&m);
+    ts_buf_free(&why);
+    json_decref(j);
+    return NULL;
+}
+
+/* Kinds the apiserver's scheme knows, per group-version (enough for messages). */
+static bool registered_kind(const char *gv, const char *kind)
+{
+    static const char *const known[] = {"v1 Pod",
+                                        "v1 Namespace",
+                                        "v1 Service",
+                                        "v1 ServiceAccount",
+                                        "v1 ConfigMap",
+                                        "v1 Secret",
+                                        "v1 Node",
+                                        "v1 Endpoints",
+                                        "v1 Event",
+                                        "v1 Status",
+                                        "v1 List",
+                                        "apps/v1 Deployment",
+                                        "apps/v1 StatefulSet",
+                                        "apps/v1 DaemonSet",
+                                        "apps/v1 ReplicaSet",
+                                        "coordination.k8s.io/v1 Lease"};
+    char want[256];
+    snprintf(want, sizeof(want), "%s %s", gv, kind);
+    for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+        if (!strcmp(known[i], want))
+            return true;
+    return false;
+}
+
+/*
+ * apiVersion/kind, if present, must be this resource's; otherwise the
+ * decoder's 400: an unknown kind, or a known one that does not convert.
+ */
 static bool check_type_meta(const json_t *body, ts_res res, ts_response *rs)
 {
     const ts_resdef *rd = &ts_resdefs[res];
     const char *av = json_string_value(json_object_get(body, "apiVersion"));
     const char *kind = json_string_value(json_object_get(body, "kind"));
+    if (!av || !*av)
+        av = rd->api_version;
+    if (!kind || !*kind)
+        kind = rd->kind;
+    if (!strcmp(av, rd->api_version) && !strcmp(kind, rd->kind))
+        return true;
+    const char *slash = strchr(av, '/');
+    const char *version = slash ? slash + 1 : av;
     ts_buf m = {0};
-    if (av && *av && strcmp(av, rd->api_version))
+    ts_buf_printf(&m, "%s in version \"%s\" cannot be handled as a %s: ", kind, version, rd->kind);
+    const char *group = *rd->group ? rd->group : "core";
+    if (registered_kind(av, kind))
+        ts_buf_printf(&m, "converting (%s.%s) to (%.*s.%s): unknown conversion", version, kind,
+                      (int)strcspn(group, "."), group, rd->kind);
+    else
         ts_buf_printf(&m,
-                      "the API version in the data (%s) does not match the expected API "
-                      "version (%s)",
-                      av, rd->api_version);
-    else if (kind && *kind && strcmp(kind, rd->kind))
-        ts_buf_printf(&m, "the kind in the data (%s) does not match the expected kind (%s)", kind,
-                      rd->kind);
-    if (m.data) {
-        bad_request(rs, m.data);
-        ts_buf_free(&m);
-        return false;
-    }
-    return true;
+                      "no kind \"%s\" is registered for version \"%s\" in scheme "
+                      "\"pkg/api/legacyscheme/scheme.go:30\"",
+                      kind, av);
+    bad_request(rs, m.data);
+    ts_buf_free(&m);
+    return false;
 }
 
 static bool check_namespace(const json_t *body, const char *ns, ts_response *rs)
@@ -464,7 +740,7 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
         j = json_pack(
             "{s:s, s:s, s:[o, o, o, o]}", "kind", "APIResourceList", "groupVersion", "v1",
             "resources",
-            api_resource("namespaces", "namespace", false, "Namespace", "get,list", "ns",
+            api_resource("namespaces", "namespace", false, "Namespace", ALL_VERBS, "ns",
                          "Q3oi5N2YM8M="),
             api_resource("pods", "pod", true, "Pod", "create,delete,get,list,patch,update,watch",
                          "po", "xPOwRZ+Yhw8="),
@@ -520,87 +796,6 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
         internal_error(rs);
     else
         reply(rs, 200, j);
-}
-
-/* ---- namespaces ---------------------------------------------------------- */
-
-static json_t *namespace_object(ts_server *srv, const char *name)
-{
-    /* Stable per name, so repeated GETs agree. */
-    uint64_t h = 1469598103934665603ULL;
-    for (const char *p = name; *p; p++)
-        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
-    char uid[40], created[32];
-    snprintf(uid, sizeof(uid), "%08x-%04x-4%03x-8%03x-%012" PRIx64, (unsigned)(h >> 32),
-             (unsigned)(h >> 16) & 0xffff, (unsigned)h & 0xfff, (unsigned)(h >> 20) & 0xfff,
-             (uint64_t)(h & 0xffffffffffffULL));
-    ts_format_time(time(NULL) - (ts_mono_ms() - srv->started_ms) / 1000, created);
-    return json_pack("{s:s, s:s, s:{s:s, s:s, s:s, s:s, s:{s:s}}, s:{s:[s]}, s:{s:s}}", "kind",
-                     "Namespace", "apiVersion", "v1", "metadata", "name", name, "uid", uid,
-                     "resourceVersion", "1", "creationTimestamp", created, "labels",
-                     "kubernetes.io/metadata.name", name, "spec", "finalizers", "kubernetes",
-                     "status", "phase", "Active");
-}
-
-static int str_cmp(const void *a, const void *b)
-{
-    return strcmp(*(const char *const *)a, *(const char *const *)b);
-}
-
-static void handle_namespaces(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
-{
-    if (strcmp(rq->method, "GET")) {
-        method_not_allowed(rs);
-        return;
-    }
-    if (r->kind == RT_NAMESPACE) {
-        json_t *ns = namespace_object(srv, r->ns);
-        if (ns)
-            reply(rs, 200, ns);
-        else
-            internal_error(rs);
-        return;
-    }
-    /* Namespaces exist implicitly: the usual four plus any that hold objects. */
-    json_t *set = json_object();
-    static const char *const defaults[] = {"default", "kube-node-lease", "kube-public",
-                                           "kube-system"};
-    for (size_t i = 0; i < 4; i++)
-        json_object_set_new(set, defaults[i], json_true());
-    for (int res = 0; res < TS_NRES; res++) {
-        ts_filter f = {.res = (ts_res)res};
-        ts_obj **objs;
-        size_t n;
-        if (ts_store_list(&srv->store, &f, NULL, &objs, &n) == 0) {
-            for (size_t i = 0; i < n; i++)
-                json_object_set_new(set, objs[i]->ns, json_true());
-            free(objs);
-        }
-    }
-    size_t n = json_object_size(set), i = 0;
-    const char **names = calloc(n ? n : 1, sizeof(*names));
-    if (!names) {
-        json_decref(set);
-        internal_error(rs);
-        return;
-    }
-    const char *k;
-    json_t *v;
-    json_object_foreach(set, k, v) names[i++] = k;
-    qsort(names, n, sizeof(*names), str_cmp);
-    json_t *items = json_array();
-    for (i = 0; i < n; i++) {
-        json_t *ns = namespace_object(srv, names[i]);
-        json_array_append_new(items, ts_list_item(ns));
-        json_decref(ns);
-    }
-    free(names);
-    char rv[24];
-    rv_string(srv->store.rv, rv);
-    reply(rs, 200,
-          json_pack("{s:s, s:s, s:{s:s}, s:o}", "kind", "NamespaceList", "apiVersion", "v1",
-                    "metadata", "resourceVersion", rv, "items", items));
-    json_decref(set);
 }
 
 /* ---- reads ---------------------------------------------------------------- */
@@ -840,24 +1035,62 @@ static void random_suffix(char out[6])
     out[5] = '\0';
 }
 
+/*
+ * The field manager of a write: ?fieldManager=, else the User-Agent up to its
+ * first '/' (the apiserver's prefixFromUserAgent), at most 128 bytes.
+ */
+static void field_manager(const ts_request *rq, char out[129])
+{
+    const char *fm = ts_request_query(rq, "fieldManager");
+    if (fm && *fm) {
+        snprintf(out, 129, "%s", fm);
+        return;
+    }
+    const char *ua = ts_request_header(rq, "User-Agent");
+    if (!ua)
+        ua = "";
+    size_t n = strcspn(ua, "/");
+    snprintf(out, 129, "%.*s", (int)(n > 128 ? 128 : n), ua);
+}
+
+/* NamespaceLifecycle admission: creating in a namespace that does not exist. */
+static bool namespace_exists(ts_server *srv, ts_res res, const char *ns, ts_response *rs)
+{
+    if (res == TS_NS || ts_store_get(&srv->store, TS_NS, "", ns))
+        return true;
+    reply(rs, 404, ts_status_not_found(TS_NS, ns));
+    return false;
+}
+
 /* Create a new object named name from body: 201 or an error. */
 static void create_object(ts_server *srv, const ts_request *rq, ts_res res, const char *ns,
                           const char *name, const json_t *body, ts_response *rs)
 {
-    char uid[37], created[32];
+    char uid[37], created[32], manager[129];
     unsigned code;
     json_t *status;
+    time_t now = time(NULL);
 
-    if (ts_store_get(&srv->store, res, ns, name)) {
-        reply(rs, 409, ts_status_already_exists(res, name));
+    /* The apiserver's order: admission, then validation, then storage. */
+    if (!namespace_exists(srv, res, ns, rs))
         return;
-    }
     ts_uuid4(uid);
-    ts_format_time(time(NULL), created);
-    ts_sysmeta sys = {ns, name, uid, created};
+    ts_format_time(now, created);
+    ts_sysmeta sys = {ns, name, uid, created, NULL};
     json_t *obj = ts_object_build(res, body, &sys, NULL, &code, &status);
     if (!obj) {
         reply(rs, code, status);
+        return;
+    }
+    if (ts_store_get(&srv->store, res, ns, name)) {
+        json_decref(obj);
+        reply(rs, 409, ts_status_already_exists(res, name));
+        return;
+    }
+    field_manager(rq, manager);
+    if (ts_managed_fields_update(res, obj, NULL, manager, now) < 0) {
+        json_decref(obj);
+        internal_error(rs);
         return;
     }
     json_t *out = stored_result(&srv->store, res, obj, dry_run(rq));
@@ -869,14 +1102,14 @@ static void create_object(ts_server *srv, const ts_request *rq, ts_res res, cons
 
 static void handle_create(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
 {
-    if (r->all_namespaces) {
+    if (r->all_namespaces && !r->cluster) {
         method_not_allowed(rs);
         return;
     }
     json_t *body = body_object(rq, rs, r->res);
     if (!body)
         return;
-    if (check_type_meta(body, r->res, rs) && check_namespace(body, r->ns, rs)) {
+    if (check_type_meta(body, r->res, rs) && (r->cluster || check_namespace(body, r->ns, rs))) {
         const char *name = ts_meta_str(body, "name");
         const char *gen = ts_meta_str(body, "generateName");
         char generated[300];
@@ -908,10 +1141,32 @@ static void update_object(ts_server *srv, const ts_request *rq, const route *r, 
     json_t *status;
 
     if (want_uid && *want_uid && strcmp(want_uid, cur_uid)) {
+        /* The storage layer's error, quoted whole by the apiserver. */
         ts_buf m = {0};
-        ts_buf_printf(&m, "Precondition failed: UID in precondition: %s, UID in object meta: %s",
-                      want_uid, cur_uid);
+        ts_buf_printf(&m,
+                      "StorageError: invalid object, Code: 4, Key: /registry/%s/%s%s%s, "
+                      "ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in "
+                      "precondition: %s, UID in object meta: %s",
+                      ts_resdefs[r->res].plural, r->ns, *r->ns ? "/" : "", r->name, want_uid,
+                      cur_uid);
         reply(rs, 409, ts_status_conflict(r->res, r->name, m.data));
+        ts_buf_free(&m);
+        return;
+    }
+    if ((!want_rv || !*want_rv) && r->res == TS_LEASE) {
+        /* The Lease strategy does not allow unconditional updates. */
+        ts_buf m = {0};
+        ts_buf_printf(&m,
+                      "%s \"%s\" is invalid: metadata.resourceVersion: Invalid value: 0: must "
+                      "be specified for an update",
+                      ts_resdefs[r->res].qualified, r->name);
+        json_t *d =
+            ts_status_details(r->name, ts_resdefs[r->res].group, ts_resdefs[r->res].plural, NULL);
+        json_object_set_new(d, "causes",
+                            json_pack("[{s:s, s:s, s:s}]", "reason", "FieldValueInvalid", "message",
+                                      "Invalid value: 0: must be specified for an update", "field",
+                                      "metadata.resourceVersion"));
+        reply(rs, 422, ts_status_failure(422, "Invalid", m.data, d));
         ts_buf_free(&m);
         return;
     }
@@ -936,18 +1191,29 @@ static void update_object(ts_server *srv, const ts_request *rq, const route *r, 
             return;
         }
     }
-    ts_sysmeta sys = {r->ns, r->name, cur_uid, ts_meta_str(cur->json, "creationTimestamp")};
+    ts_sysmeta sys = {r->ns, r->name, cur_uid, ts_meta_str(cur->json, "creationTimestamp"),
+                      ts_meta_str(cur->json, "deletionTimestamp")};
     json_t *obj = ts_object_build(r->res, body, &sys, cur->json, &code, &status);
     if (!obj) {
         reply(rs, code, status);
         return;
     }
     /* An update that changes nothing is not written (no new version, no event). */
-    json_object_set(json_object_get(obj, "metadata"), "resourceVersion",
-                    json_object_get(json_object_get(cur->json, "metadata"), "resourceVersion"));
+    json_t *meta = json_object_get(obj, "metadata");
+    json_t *cur_meta = json_object_get(cur->json, "metadata");
+    json_object_set(meta, "resourceVersion", json_object_get(cur_meta, "resourceVersion"));
+    if (json_object_get(cur_meta, "managedFields"))
+        json_object_set(meta, "managedFields", json_object_get(cur_meta, "managedFields"));
     if (json_equal(obj, cur->json)) {
         json_decref(obj);
         reply(rs, 200, json_incref(cur->json));
+        return;
+    }
+    char manager[129];
+    field_manager(rq, manager);
+    if (ts_managed_fields_update(r->res, obj, cur->json, manager, time(NULL)) < 0) {
+        json_decref(obj);
+        internal_error(rs);
         return;
     }
     json_t *out = stored_result(&srv->store, r->res, obj, dry_run(rq));
@@ -963,7 +1229,7 @@ static void handle_update(ts_server *srv, const ts_request *rq, const route *r, 
     if (!body)
         return;
     if (check_type_meta(body, r->res, rs) && check_name_matches(body, r->name, rs) &&
-        check_namespace(body, r->ns, rs)) {
+        (r->cluster || check_namespace(body, r->ns, rs))) {
         ts_obj *cur = ts_store_get(&srv->store, r->res, r->ns, r->name);
         if (cur) {
             update_object(srv, rq, r, cur, body, rs);
@@ -996,14 +1262,10 @@ static void handle_patch(ts_server *srv, const ts_request *rq, const route *r, t
      */
     if (!ct || (strncmp(ct, "application/merge-patch+json", 28) &&
                 strncmp(ct, "application/strategic-merge-patch+json", 38))) {
-        ts_buf m = {0};
-        ts_buf_printf(&m,
-                      "the body of the request was in an unknown format - accepted media types "
-                      "include: application/merge-patch+json, "
-                      "application/strategic-merge-patch+json (got %s)",
-                      ct ? ct : "none");
-        reply(rs, 415, ts_status_failure(415, "UnsupportedMediaType", m.data, NULL));
-        ts_buf_free(&m);
+        /* The apiserver says no more than the status text. */
+        reply(rs, 415,
+              ts_status_failure(415, "UnsupportedMediaType", "415: Unsupported Media Type",
+                                json_object()));
         return;
     }
     ts_obj *cur = ts_store_get(&srv->store, r->res, r->ns, r->name);
@@ -1025,9 +1287,71 @@ static void handle_patch(ts_server *srv, const ts_request *rq, const route *r, t
         return;
     }
     if (check_type_meta(merged, r->res, rs) && check_name_matches(merged, r->name, rs) &&
-        check_namespace(merged, r->ns, rs))
+        (r->cluster || check_namespace(merged, r->ns, rs)))
         update_object(srv, rq, r, cur, merged, rs);
     json_decref(merged);
+}
+
+/*
+ * DELETE of a Namespace answers what the apiserver answers - the Namespace,
+ * now Terminating with a deletionTimestamp - and then does at once what a
+ * cluster's namespace controller does soon after: deletes what is inside,
+ * then the Namespace (events: MODIFIED, DELETED per object, DELETED). An
+ * envtest apiserver has no such controller: there it stays Terminating.
+ */
+static void delete_namespace(ts_server *srv, const ts_request *rq, ts_obj *cur, ts_response *rs)
+{
+    static const char *const immortal[] = {"default", "kube-system", "kube-public"};
+    for (size_t i = 0; i < 3; i++) {
+        if (!strcmp(cur->name, immortal[i])) {
+            ts_buf m = {0};
+            ts_buf_printf(&m, "namespaces \"%s\" is forbidden: this namespace may not be deleted",
+                          cur->name);
+            reply(rs, 403,
+                  ts_status_failure(403, "Forbidden", m.data,
+                                    ts_status_details(cur->name, "", "namespaces", NULL)));
+            ts_buf_free(&m);
+            return;
+        }
+    }
+    char now[32];
+    ts_format_time(time(NULL), now);
+    json_t *term = json_object(), *meta = json_object();
+    const char *k;
+    json_t *v;
+    json_object_foreach(cur->json, k, v) json_object_set(term, k, v);
+    json_object_foreach(json_object_get(cur->json, "metadata"), k, v)
+    {
+        json_object_set(meta, k, v);
+        if (!strcmp(k, "creationTimestamp"))
+            json_object_set_new(meta, "deletionTimestamp", json_string(now));
+    }
+    json_object_set_new(term, "metadata", meta);
+    json_object_set_new(term, "status", json_pack("{s:s}", "phase", "Terminating"));
+    if (dry_run(rq)) {
+        reply(rs, 200, term);
+        return;
+    }
+    char *name = strdup(cur->name);
+    ts_obj *o = name ? ts_store_put(&srv->store, TS_NS, term) : (json_decref(term), NULL);
+    if (!o) {
+        free(name);
+        internal_error(rs);
+        return;
+    }
+    reply(rs, 200, json_incref(o->json));
+    for (int res = 0; res < TS_NRES; res++) {
+        ts_filter f = {.res = (ts_res)res, .ns = name};
+        ts_obj **objs;
+        size_t n;
+        if (res == TS_NS || ts_store_list(&srv->store, &f, NULL, &objs, &n) < 0)
+            continue;
+        for (size_t i = 0; i < n; i++)
+            ts_store_delete(&srv->store, objs[i]);
+        free(objs);
+    }
+    ts_store_delete(&srv->store, o);
+    free(name);
 }
 
 static void handle_delete(ts_server *srv, const ts_request *rq, const route *r, ts_response *rs)
@@ -1050,22 +1374,28 @@ static void handle_delete(ts_server *srv, const ts_request *rq, const route *r, 
             ts_buf_puts(&m, "");
         else if (uid && strcmp(uid, cur_uid))
             ts_buf_printf(&m,
-                          "Precondition failed: UID in precondition: %s, UID in object meta: %s",
+                          "the UID in the precondition (%s) does not match the UID in record "
+                          "(%s). The object might have been deleted and then recreated",
                           uid, cur_uid);
         else if (rvs && (parse_rv(rvs, &rv) < 0 || rv != cur->rv))
             ts_buf_printf(&m,
-                          "Precondition failed: ResourceVersion in precondition: %s, "
-                          "ResourceVersion in object meta: %" PRIu64,
+                          "the ResourceVersion in the precondition (%s) does not match the "
+                          "ResourceVersion in record (%" PRIu64
+                          "). The object might have been modified",
                           rvs, cur->rv);
         json_decref(opts);
         if (m.data) {
             if (*m.data)
-                reply(rs, 409, ts_status_conflict(r->res, r->name, m.data));
+                reply(rs, 409, ts_status_conflict_kind(r->res, r->name, m.data));
             else
                 bad_request(rs, "the body of DELETE must be DeleteOptions JSON");
             ts_buf_free(&m);
             return;
         }
+    }
+    if (r->res == TS_NS) {
+        delete_namespace(srv, rq, cur, rs);
+        return;
     }
     json_t *st = ts_status_deleted(r->res, r->name, ts_meta_str(cur->json, "uid"));
     if (!st || (!dry_run(rq) && ts_store_delete(&srv->store, cur) < 0)) {
@@ -1087,10 +1417,6 @@ void ts_api_handle(ts_server *srv, const ts_request *rq, ts_response *rs)
         return;
     case RT_STATIC:
         handle_static(srv, rq, rs);
-        return;
-    case RT_NAMESPACES:
-    case RT_NAMESPACE:
-        handle_namespaces(srv, rq, &r, rs);
         return;
     case RT_COLLECTION:
         if (!strcmp(m, "GET")) {

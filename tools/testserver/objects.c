@@ -87,6 +87,18 @@ json_t *ts_status_conflict(ts_res res, const char *name, const char *why)
     return s;
 }
 
+json_t *ts_status_conflict_kind(ts_res res, const char *name, const char *why)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    ts_buf m = {0};
+    ts_buf_printf(&m, "Operation cannot be fulfilled on %s%s%s \"%s\": %s", rd->kind,
+                  *rd->group ? "." : "", rd->group, name, why);
+    json_t *s = ts_status_failure(409, "Conflict", m.data,
+                                  ts_status_details(name, rd->group, rd->kind, NULL));
+    ts_buf_free(&m);
+    return s;
+}
+
 json_t *ts_status_bad_request(const char *message)
 {
     return ts_status_failure(400, "BadRequest", message, NULL);
@@ -232,8 +244,23 @@ static bool dns1123_subdomain(const char *s)
     return !label_start && s[n - 1] != '-';
 }
 
-static void check_name(field_errs *fe, const char *name)
+static void check_name(field_errs *fe, ts_res res, const char *name)
 {
+    if (res == TS_NS) {
+        /* Namespace names are DNS-1123 labels: no dots, at most 63 characters. */
+        if (!dns1123_subdomain(name) || strchr(name, '.') || strlen(name) > 63) {
+            json_t *v = json_string(name);
+            add_invalid(fe, "metadata.name", v,
+                        strlen(name) > 63
+                            ? "must be no more than 63 characters"
+                            : "a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                              "characters or '-', and must start and end with an alphanumeric "
+                              "character (e.g. 'my-name',  or '123-abc', regex used for "
+                              "validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')");
+            json_decref(v);
+        }
+        return;
+    }
     if (!dns1123_subdomain(name)) {
         json_t *v = json_string(name);
         add_invalid(fe, "metadata.name", v,
@@ -248,7 +275,7 @@ static void check_name(field_errs *fe, const char *name)
 json_t *ts_check_name(ts_res res, const char *name)
 {
     field_errs fe = {json_array(), {0}, 0};
-    check_name(&fe, name);
+    check_name(&fe, res, name);
     json_t *s = fe.n ? invalid_status(res, name, &fe) : NULL;
     json_decref(fe.causes);
     ts_buf_free(&fe.msg);
@@ -387,20 +414,122 @@ static json_t *build_metadata(decode_ctx *dc, const json_t *in, const ts_sysmeta
     if (inm && !json_is_object(inm) && !json_is_null(inm))
         type_err(dc, inm, "metadata", "v1.ObjectMeta");
     json_object_set_new(m, "name", json_string(sys->name));
-    json_object_set_new(m, "namespace", json_string(sys->ns));
+    if (json_is_object(inm))
+        copy_str(dc, m, inm, "generateName", "ObjectMeta.metadata.generateName");
+    if (dc->res != TS_NS)
+        json_object_set_new(m, "namespace", json_string(sys->ns));
     json_object_set_new(m, "uid", json_string(sys->uid));
     json_object_set_new(m, "resourceVersion", json_string(""));
     json_object_set_new(m, "creationTimestamp", json_string(sys->created));
+    if (sys->deleted)
+        json_object_set_new(m, "deletionTimestamp", json_string(sys->deleted));
     if (json_is_object(inm)) {
         copy_str_map(dc, m, inm, "labels", "ObjectMeta.metadata.labels");
         copy_str_map(dc, m, inm, "annotations", "ObjectMeta.metadata.annotations");
     }
+    if (dc->res == TS_NS) {
+        /* The namespace strategy labels every namespace with its name. */
+        json_t *labels = json_object_get(m, "labels");
+        if (!labels)
+            json_object_set_new(m, "labels", labels = json_object());
+        json_object_set_new(labels, "kubernetes.io/metadata.name", json_string(sys->name));
+    }
     return m;
 }
 
-/* MicroTime fields: 422 if they do not parse (see the README for why not 400). */
-static void copy_microtime(decode_ctx *dc, field_errs *fe, json_t *out, const json_t *in,
-                           const char *key, const char *field)
+/* Go's strconv.Quote for the printable ASCII we expect; other bytes as \xNN. */
+static void go_quote(ts_buf *b, const char *s)
+{
+    ts_buf_puts(b, "\"");
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            ts_buf_printf(b, "\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            ts_buf_printf(b, "\\x%02x", *p);
+        else
+            ts_buf_append(b, p, 1);
+    }
+    ts_buf_puts(b, "\"");
+}
+
+static bool is_digit(char c)
+{
+    return c >= '0' && c <= '9';
+}
+
+/*
+ * The error of Go's time.Parse("2006-01-02T15:04:05.000000Z07:00", v), which
+ * the apiserver returns (400) for a MicroTime that does not decode: the
+ * layout element where parsing stopped, or the field out of range.
+ */
+static void microtime_error(ts_buf *b, const char *v)
+{
+    static const char layout[] = "2006-01-02T15:04:05.000000Z07:00";
+    static const struct {
+        const char *lit, *std, *range;
+        int lo, hi, width; /* digits: width 4 = year, 2 = fixed, 1 = one or two */
+    } el[] = {{"", "2006", NULL, 0, 9999, 4},  {"-", "01", "month", 1, 12, 2},
+              {"-", "02", "day", 1, 31, 2},    {"T", "15", "hour", 0, 23, 1},
+              {":", "04", "minute", 0, 59, 2}, {":", "05", "second", 0, 59, 2},
+              {"", ".000000", NULL, 0, 0, 0},  {"", "Z07:00", NULL, 0, 0, 0}};
+    const char *p = v, *bad_elem = NULL, *bad_at = NULL, *range = NULL;
+    for (size_t i = 0; i < sizeof(el) / sizeof(el[0]) && !bad_elem && !range; i++) {
+        size_t ll = strlen(el[i].lit);
+        if (strncmp(p, el[i].lit, ll)) {
+            bad_elem = el[i].lit, bad_at = p;
+            break;
+        }
+        p += ll;
+        if (el[i].width) {
+            size_t n = 0;
+            size_t want = el[i].width == 1 ? 2 : (size_t)el[i].width;
+            while (n < want && is_digit(p[n]))
+                n++;
+            if ((el[i].width == 1 && n == 0) || (el[i].width != 1 && n != want)) {
+                bad_elem = el[i].std, bad_at = p;
+                break;
+            }
+            int val = atoi((char[8]){p[0], n > 1 ? p[1] : 0, n > 2 ? p[2] : 0, n > 3 ? p[3] : 0});
+            if (el[i].range && (val < el[i].lo || val > el[i].hi))
+                range = el[i].range;
+            p += n;
+        } else if (!strcmp(el[i].std, ".000000")) {
+            if ((p[0] != '.' && p[0] != ',') || strspn(p + 1, "0123456789") < 6) {
+                bad_elem = el[i].std, bad_at = p;
+                break;
+            }
+            p += 7;
+        } else if (p[0] == 'Z') {
+            p++;
+        } else if ((p[0] == '+' || p[0] == '-') && is_digit(p[1]) && is_digit(p[2]) &&
+                   p[3] == ':' && is_digit(p[4]) && is_digit(p[5])) {
+            p += 6;
+        } else {
+            bad_elem = el[i].std, bad_at = p;
+        }
+    }
+    ts_buf_puts(b, "parsing time ");
+    go_quote(b, v);
+    if (range) {
+        ts_buf_printf(b, ": %s out of range", range);
+    } else if (bad_elem) {
+        ts_buf_puts(b, " as ");
+        go_quote(b, layout);
+        ts_buf_puts(b, ": cannot parse ");
+        go_quote(b, bad_at);
+        ts_buf_puts(b, " as ");
+        go_quote(b, bad_elem);
+    } else if (*p) {
+        ts_buf_puts(b, ": extra text: ");
+        go_quote(b, p);
+    } else {
+        ts_buf_puts(b, ": day out of range");
+    }
+}
+
+/* MicroTime fields: a value Go cannot parse fails decoding, a 400. */
+static void copy_microtime(decode_ctx *dc, json_t *out, const json_t *in, const char *key,
+                           const char *field)
 {
     json_t *v = json_object_get(in, key);
     char norm[32];
@@ -411,9 +540,13 @@ static void copy_microtime(decode_ctx *dc, field_errs *fe, json_t *out, const js
         return;
     }
     if (ts_normalize_microtime(json_string_value(v), norm) < 0) {
-        add_invalid(fe, field, v,
-                    "must be an RFC 3339 time with microseconds "
-                    "(2006-01-02T15:04:05.000000Z07:00)");
+        if (!dc->err) {
+            ts_buf b = {0};
+            ts_buf_printf(&b, "%s in version \"v1\" cannot be handled as a %s: ",
+                          ts_resdefs[dc->res].kind, ts_resdefs[dc->res].kind);
+            microtime_error(&b, json_string_value(v));
+            dc->err = b.data;
+        }
         return;
     }
     json_object_set_new(out, key, json_string(norm));
@@ -431,8 +564,8 @@ static json_t *build_lease_spec(decode_ctx *dc, field_errs *fe, const json_t *in
     }
     copy_str(dc, spec, ins, "holderIdentity", "LeaseSpec.spec.holderIdentity");
     copy_int32(dc, spec, ins, "leaseDurationSeconds", "LeaseSpec.spec.leaseDurationSeconds");
-    copy_microtime(dc, fe, spec, ins, "acquireTime", "spec.acquireTime");
-    copy_microtime(dc, fe, spec, ins, "renewTime", "spec.renewTime");
+    copy_microtime(dc, spec, ins, "acquireTime", "LeaseSpec.spec.acquireTime");
+    copy_microtime(dc, spec, ins, "renewTime", "LeaseSpec.spec.renewTime");
     copy_int32(dc, spec, ins, "leaseTransitions", "LeaseSpec.spec.leaseTransitions");
     copy_str(dc, spec, ins, "strategy", "LeaseSpec.spec.strategy");
     copy_str(dc, spec, ins, "preferredHolder", "LeaseSpec.spec.preferredHolder");
@@ -465,12 +598,34 @@ json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, con
     json_object_set_new(out, "apiVersion", json_string(rd->api_version));
     json_t *meta = build_metadata(&dc, in, sys);
     json_object_set_new(out, "metadata", meta);
-    check_name(&fe, sys->name);
+    check_name(&fe, res, sys->name);
     if (json_object_get(meta, "labels"))
         check_labels(&fe, json_object_get(meta, "labels"));
 
     if (res == TS_LEASE) {
         json_object_set_new(out, "spec", build_lease_spec(&dc, &fe, in));
+    } else if (res == TS_NS) {
+        /*
+         * spec.finalizers as sent, plus "kubernetes" (the strategy adds it);
+         * status is the server's: Active, or Terminating once deleted.
+         */
+        json_t *fin = json_array(),
+               *infin = json_object_get(json_object_get(in, "spec"), "finalizers");
+        bool has_k8s = false;
+        size_t i;
+        json_t *f;
+        json_array_foreach(infin, i, f)
+        {
+            if (!json_is_string(f))
+                continue;
+            has_k8s |= !strcmp(json_string_value(f), "kubernetes");
+            json_array_append(fin, f);
+        }
+        if (!has_k8s)
+            json_array_append_new(fin, json_string("kubernetes"));
+        json_object_set_new(out, "spec", json_pack("{s:o}", "finalizers", fin));
+        json_object_set_new(out, "status",
+                            json_pack("{s:s}", "phase", sys->deleted ? "Terminating" : "Active"));
     } else {
         /* Pods are a prop for label tests: spec is kept as sent. */
         json_t *spec = json_object_get(in, "spec");
@@ -728,4 +883,301 @@ int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include in
         json_object_set_new(row, "object", pom);
     }
     return json_array_append_new(json_object_get(table, "rows"), row);
+}
+
+/* ---- managedFields ------------------------------------------------------ */
+
+/*
+ * A field set is a JSON object whose keys are field paths - FieldsV1 path
+ * elements ("f:spec", "k:{\"name\":\"c\"}", ".") joined by PATH_SEP - and
+ * whose values are what the object holds there (true for "." entries, the
+ * map itself). That is enough for structured-merge-diff's Update rules on
+ * these simple types: leaves and maps ("." + one entry per key), keyed
+ * lists of objects with a "name", everything else a struct.
+ */
+#define PATH_SEP "\x01"
+
+static bool is_map_field(const char *key)
+{
+    return !strcmp(key, "labels") || !strcmp(key, "annotations") || !strcmp(key, "nodeSelector");
+}
+
+static void fs_add(json_t *set, const char *prefix, const char *elem, json_t *value)
+{
+    ts_buf p = {0};
+    ts_buf_printf(&p, "%s%s%s", prefix, *prefix ? PATH_SEP : "", elem);
+    if (p.data)
+        json_object_set_new(set, p.data, value);
+    ts_buf_free(&p);
+}
+
+static void fs_struct(json_t *set, const char *prefix, const json_t *obj);
+
+static void fs_value(json_t *set, const char *path, const char *key, const json_t *v)
+{
+    if (json_is_object(v) && is_map_field(key)) {
+        fs_add(set, path, ".", json_true());
+        const char *k;
+        json_t *e;
+        json_object_foreach((json_t *)v, k, e)
+        {
+            ts_buf el = {0};
+            ts_buf_printf(&el, "f:%s", k);
+            fs_add(set, path, el.data, json_incref(e));
+            ts_buf_free(&el);
+        }
+    } else if (json_is_object(v)) {
+        fs_struct(set, path, v);
+    } else if (json_is_array(v) && json_array_size(v) &&
+               json_is_string(json_object_get(json_array_get(v, 0), "name"))) {
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item)
+        {
+            json_t *kj = json_pack("{s:O}", "name", json_object_get(item, "name"));
+            char *ks = json_dumps(kj, JSON_COMPACT);
+            ts_buf el = {0}, ip = {0};
+            ts_buf_printf(&el, "k:%s", ks ? ks : "{}");
+            ts_buf_printf(&ip, "%s%s%s", path, PATH_SEP, el.data);
+            fs_add(set, ip.data, ".", json_true());
+            fs_struct(set, ip.data, item);
+            free(ks);
+            json_decref(kj);
+            ts_buf_free(&el);
+            ts_buf_free(&ip);
+        }
+    } else {
+        json_object_set_new(set, path, json_incref((json_t *)v));
+    }
+}
+
+static void fs_struct(json_t *set, const char *prefix, const json_t *obj)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)obj, k, v)
+    {
+        ts_buf p = {0};
+        ts_buf_printf(&p, "%s%sf:%s", prefix, *prefix ? PATH_SEP : "", k);
+        if (p.data)
+            fs_value(set, p.data, k, v);
+        ts_buf_free(&p);
+    }
+}
+
+/* The fields a manager can own in obj: system metadata and status excluded. */
+static json_t *fieldset_of(ts_res res, const json_t *obj)
+{
+    json_t *set = json_object();
+    const json_t *meta = json_object_get(obj, "metadata");
+    if (!obj)
+        return set;
+    static const char *const meta_fields[] = {"generateName", "labels", "annotations"};
+    for (size_t i = 0; i < 3; i++) {
+        json_t *v = json_object_get(meta, meta_fields[i]);
+        if (v) {
+            ts_buf p = {0};
+            ts_buf_printf(&p, "f:metadata" PATH_SEP "f:%s", meta_fields[i]);
+            fs_value(set, p.data, meta_fields[i], v);
+            ts_buf_free(&p);
+        }
+    }
+    /* Namespace spec and status are the strategy's; Pod status a subresource. */
+    if (res != TS_NS)
+        fs_value(set, "f:spec", "spec", json_object_get(obj, "spec"));
+    return set;
+}
+
+/* FieldsV1 tree -> set of paths (values unknown: true). */
+static void fs_from_tree(json_t *set, const char *prefix, const json_t *tree)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)tree, k, v)
+    {
+        ts_buf p = {0};
+        ts_buf_printf(&p, "%s%s%s", prefix, *prefix ? PATH_SEP : "", k);
+        if (p.data) {
+            if (json_is_object(v) && json_object_size(v))
+                fs_from_tree(set, p.data, v);
+            else
+                json_object_set_new(set, p.data, json_true());
+        }
+        ts_buf_free(&p);
+    }
+}
+
+static int str_cmp(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Set of paths -> FieldsV1 tree, keys in the apiserver's (sorted) order. */
+static json_t *fs_to_tree(const json_t *set)
+{
+    json_t *tree = json_object();
+    size_t n = json_object_size(set), i = 0;
+    const char **keys = calloc(n ? n : 1, sizeof(*keys));
+    const char *k;
+    json_t *v;
+    if (!keys)
+        return tree;
+    json_object_foreach((json_t *)set, k, v) keys[i++] = k;
+    qsort(keys, n, sizeof(*keys), str_cmp);
+    for (i = 0; i < n; i++) {
+        char *path = strdup(keys[i]);
+        json_t *node = tree;
+        for (char *save = NULL, *el = path ? strtok_r(path, PATH_SEP, &save) : NULL; el;
+             el = strtok_r(NULL, PATH_SEP, &save)) {
+            json_t *child = json_object_get(node, el);
+            if (!child)
+                json_object_set_new(node, el, child = json_object());
+            node = child;
+        }
+        free(path);
+    }
+    free(keys);
+    return tree;
+}
+
+static int entry_cmp(const void *a, const void *b)
+{
+    const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
+    static const char *const keys[] = {"operation", "time", "manager", "apiVersion"};
+    for (size_t i = 0; i < 4; i++) {
+        const char *p = json_string_value(json_object_get(x, keys[i]));
+        const char *q = json_string_value(json_object_get(y, keys[i]));
+        int c = strcmp(p ? p : "", q ? q : "");
+        if (c)
+            return c;
+    }
+    return 0;
+}
+
+int ts_managed_fields_update(ts_res res, json_t *obj, const json_t *old, const char *manager,
+                             time_t now)
+{
+    json_t *before = fieldset_of(res, old), *after = fieldset_of(res, obj);
+    json_t *changed = json_object(), *removed = json_object();
+    json_t *olds = json_object_get(json_object_get(old, "metadata"), "managedFields");
+    json_t *entries = json_array();
+    json_t *mine = NULL;
+    const char *k;
+    json_t *v;
+    int rc = -1;
+
+    if (!before || !after || !changed || !removed || !entries)
+        goto out;
+    json_object_foreach(after, k, v)
+    {
+        json_t *was = json_object_get(before, k);
+        if (!was || !json_equal(was, v))
+            json_object_set_new(changed, k, json_true());
+    }
+    json_object_foreach(before, k, v)
+    {
+        if (!json_object_get(after, k))
+            json_object_set_new(removed, k, json_true());
+    }
+    /* Every manager loses what changed or went; this one gains what changed. */
+    size_t i;
+    json_t *e;
+    json_array_foreach(olds, i, e)
+    {
+        json_t *set = json_object();
+        fs_from_tree(set, "", json_object_get(e, "fieldsV1"));
+        size_t n0 = json_object_size(set);
+        bool is_mine =
+            !strcmp(str_or(json_string_value(json_object_get(e, "manager")), ""), manager) &&
+            !strcmp(str_or(json_string_value(json_object_get(e, "operation")), ""), "Update") &&
+            !json_object_get(e, "subresource");
+        void *tmp;
+        json_object_foreach_safe(set, tmp, k, v)
+        {
+            if (json_object_get(removed, k) || (!is_mine && json_object_get(changed, k)))
+                json_object_del(set, k);
+        }
+        if (is_mine) {
+            mine = json_deep_copy(e);
+            json_object_update(set, changed);
+            /* The time moves when this write took any field. */
+            if (json_object_size(changed))
+                json_object_set_new(mine, "time", json_null());
+            json_object_set_new(mine, "fieldsV1", set);
+            continue;
+        }
+        if (json_object_size(set)) {
+            json_t *ne = json_deep_copy(e);
+            if (json_object_size(set) != n0)
+                json_object_set_new(ne, "fieldsV1", fs_to_tree(set));
+            json_array_append_new(entries, ne);
+        }
+        json_decref(set);
+    }
+    if (!mine && json_object_size(changed)) {
+        mine = json_pack("{s:s, s:s, s:s, s:n, s:s, s:O}", "manager", manager, "operation",
+                         "Update", "apiVersion", ts_resdefs[res].api_version, "time", "fieldsType",
+                         "FieldsV1", "fieldsV1", changed);
+    }
+    if (mine) {
+        json_t *set = json_object_get(mine, "fieldsV1");
+        /* `set` is a path set here (or `changed`): back to a tree. */
+        json_t *tree = fs_to_tree(set);
+        if (json_object_size(tree)) {
+            char ts[32];
+            if (json_is_null(json_object_get(mine, "time"))) {
+                ts_format_time(now, ts);
+                json_object_set_new(mine, "time", json_string(ts));
+                json_object_set_new(mine, "apiVersion", json_string(ts_resdefs[res].api_version));
+            }
+            json_object_set_new(mine, "fieldsV1", tree);
+            json_array_append(entries, mine);
+        } else {
+            json_decref(tree);
+        }
+        json_decref(mine);
+    }
+    size_t n = json_array_size(entries);
+    json_t **sorted = calloc(n ? n : 1, sizeof(*sorted));
+    if (!sorted)
+        goto out;
+    for (i = 0; i < n; i++)
+        sorted[i] = json_incref(json_array_get(entries, i));
+    qsort(sorted, n, sizeof(*sorted), entry_cmp);
+    json_array_clear(entries);
+    for (i = 0; i < n; i++)
+        json_array_append_new(entries, sorted[i]);
+    free(sorted);
+    json_t *meta = json_object_get(obj, "metadata");
+    if (n)
+        json_object_set(meta, "managedFields", entries);
+    else
+        json_object_del(meta, "managedFields");
+    rc = 0;
+out:
+    json_decref(before);
+    json_decref(after);
+    json_decref(changed);
+    json_decref(removed);
+    json_decref(entries);
+    return rc;
+}
+
+json_t *ts_namespace_new(const char *name, const char *manager, time_t now)
+{
+    char uid[37], created[32];
+    unsigned code;
+    json_t *status = NULL;
+    ts_uuid4(uid);
+    ts_format_time(now, created);
+    ts_sysmeta sys = {"", name, uid, created, NULL};
+    json_t *in = json_pack("{s:{s:s}}", "metadata", "name", name);
+    json_t *ns = in ? ts_object_build(TS_NS, in, &sys, NULL, &code, &status) : NULL;
+    json_decref(in);
+    json_decref(status);
+    if (ns && ts_managed_fields_update(TS_NS, ns, NULL, manager, now) < 0) {
+        json_decref(ns);
+        ns = NULL;
+    }
+    return ns;
 }

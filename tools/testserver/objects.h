@@ -28,6 +28,8 @@ json_t *ts_status_not_found(ts_res res, const char *name);
 json_t *ts_status_already_exists(ts_res res, const char *name);
 /* 409 Conflict: 'Operation cannot be fulfilled on <qualified> "<name>": <why>'. */
 json_t *ts_status_conflict(ts_res res, const char *name, const char *why);
+/* 409 Conflict of a failed DELETE precondition: 'on <Kind>.<group> "<name>"', details.kind Kind. */
+json_t *ts_status_conflict_kind(ts_res res, const char *name, const char *why);
 json_t *ts_status_bad_request(const char *message);
 /* The 200 body of a DELETE (200_delete.json). */
 json_t *ts_status_deleted(ts_res res, const char *name, const char *uid);
@@ -42,6 +44,7 @@ typedef struct ts_sysmeta {
     const char *name;
     const char *uid;
     const char *created; /* creationTimestamp */
+    const char *deleted; /* deletionTimestamp, or NULL (a Namespace being deleted) */
 } ts_sysmeta;
 
 /*
@@ -61,6 +64,21 @@ json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, con
 json_t *ts_status_name_required(ts_res res);
 /* Checks a name as a DNS-1123 subdomain; NULL if valid, else a 422 Status. */
 json_t *ts_check_name(ts_res res, const char *name);
+
+/*
+ * Sets obj's metadata.managedFields (or removes them when no manager owns a
+ * field) after an Update operation by manager: structured-merge-diff's
+ * rules - fields the write added or changed move to manager, fields it
+ * removed leave every manager, entries left empty go; old is the object
+ * before the write (its managedFields are the starting point), NULL on
+ * create. Entries sorted as the apiserver sorts them. -1 on allocation
+ * failure.
+ */
+int ts_managed_fields_update(ts_res res, json_t *obj, const json_t *old, const char *manager,
+                             time_t now);
+
+/* An Active Namespace, with its name label, created by manager at now. */
+json_t *ts_namespace_new(const char *name, const char *manager, time_t now);
 
 /* RFC 7386 JSON merge patch: returns the patched copy of target. */
 json_t *ts_merge_patch(const json_t *target, const json_t *patch);

@@ -2,6 +2,7 @@
  * store.c - objects, resourceVersions, watch history and selectors.
  */
 #include "store.h"
+#include "objects.h"
 #include "util.h"
 
 #include <ctype.h>
@@ -15,7 +16,11 @@ const ts_resdef ts_resdefs[TS_NRES] = {
     [TS_LEASE] = {"leases", "lease", "coordination.k8s.io", "Lease", "LeaseList",
                   "coordination.k8s.io/v1", "leases.coordination.k8s.io"},
     [TS_POD] = {"pods", "pod", "", "Pod", "PodList", "v1", "pods"},
+    [TS_NS] = {"namespaces", "namespace", "", "Namespace", "NamespaceList", "v1", "namespaces"},
 };
+
+const char *const ts_default_namespaces[] = {"default", "kube-node-lease", "kube-public",
+                                             "kube-system", NULL};
 
 const char *ts_evtype_name(ts_evtype t)
 {
@@ -33,6 +38,21 @@ const char *ts_evtype_name(ts_evtype t)
 const char *ts_meta_str(const json_t *obj, const char *field)
 {
     return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+}
+
+const char *ts_obj_ns(ts_res res, const json_t *obj)
+{
+    return res == TS_NS ? "" : ts_meta_str(obj, "namespace");
+}
+
+/* The namespaces a fresh apiserver has, as the system created them. */
+static void seed_namespaces(ts_store *s)
+{
+    for (size_t i = 0; ts_default_namespaces[i]; i++) {
+        json_t *ns = ts_namespace_new(ts_default_namespaces[i], "kube-apiserver", time(NULL));
+        if (ns)
+            ts_store_put(s, TS_NS, ns);
+    }
 }
 
 /* FNV-1a over the key parts; the separators keep ("a","bc") != ("ab","c"). */
@@ -66,6 +86,7 @@ int ts_store_init(ts_store *s, size_t history)
      */
     s->rv = 1000;
     s->floor = s->rv;
+    seed_namespaces(s);
     return 0;
 }
 
@@ -118,6 +139,7 @@ void ts_store_clear(ts_store *s)
 {
     free_objects(s);
     ts_store_compact(s, 0);
+    seed_namespaces(s);
 }
 
 void ts_store_compact(ts_store *s, uint64_t rv)
@@ -188,7 +210,7 @@ static int stamp_rv(json_t *obj, uint64_t rv)
 
 ts_obj *ts_store_put(ts_store *s, ts_res res, json_t *obj)
 {
-    const char *ns = ts_meta_str(obj, "namespace"), *name = ts_meta_str(obj, "name");
+    const char *ns = ts_obj_ns(res, obj), *name = ts_meta_str(obj, "name");
     if (!ns || !name || stamp_rv(obj, s->rv + 1) < 0) {
         json_decref(obj);
         return NULL;
@@ -204,7 +226,7 @@ ts_obj *ts_store_put(ts_store *s, ts_res res, json_t *obj)
         }
         o->res = res;
         o->hash = key_hash(res, ns, name);
-        if (s->count[TS_LEASE] + s->count[TS_POD] >= s->nbuckets)
+        if (s->count[TS_LEASE] + s->count[TS_POD] + s->count[TS_NS] >= s->nbuckets)
             grow(s);
         o->next = s->buckets[o->hash % s->nbuckets];
         s->buckets[o->hash % s->nbuckets] = o;

@@ -1,5 +1,5 @@
 /*
- * store.h - the object store: Leases and Pods in a hash map keyed by
+ * store.h - the object store: Leases, Pods and Namespaces in a hash map keyed by
  * (resource, namespace, name), one global resourceVersion counter, and the
  * watch history as a bounded ring of change events.
  *
@@ -18,6 +18,7 @@
 typedef enum ts_res {
     TS_LEASE = 0, /* coordination.k8s.io/v1 leases */
     TS_POD = 1,   /* v1 pods */
+    TS_NS = 2,    /* v1 namespaces (cluster-scoped: stored under namespace "") */
     TS_NRES
 } ts_res;
 
@@ -73,10 +74,17 @@ typedef struct ts_store {
     void *on_event_ctx;
 } ts_store;
 
+/* Starts with the namespaces every cluster has (ts_default_namespaces). */
 int ts_store_init(ts_store *s, size_t history);
 void ts_store_free(ts_store *s);
-/* Drops every object; history is compacted so old resourceVersions give 410. */
+/*
+ * Drops every object; history is compacted so old resourceVersions give 410.
+ * The default namespaces are created again (with new uids and versions).
+ */
 void ts_store_clear(ts_store *s);
+
+/* "default", "kube-node-lease", "kube-public", "kube-system"; NULL-terminated. */
+extern const char *const ts_default_namespaces[];
 
 ts_obj *ts_store_get(ts_store *s, ts_res res, const char *ns, const char *name);
 
@@ -143,6 +151,9 @@ void ts_filter_free(ts_filter *f);
  * *out is malloc'ed (free it; the objects stay owned by the store).
  */
 int ts_store_list(ts_store *s, const ts_filter *f, const char *after, ts_obj ***out, size_t *n);
+
+/* The object's namespace key: metadata.namespace, "" for Namespaces. */
+const char *ts_obj_ns(ts_res res, const json_t *obj);
 
 /* metadata.<field> as a string, or NULL. */
 const char *ts_meta_str(const json_t *obj, const char *field);
