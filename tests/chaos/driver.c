@@ -877,12 +877,9 @@ static int p_ctl_done(drv *d, int arg)
     return 1;
 }
 
-/* `$K8SLEASE_ENVTEST_CTL what action` in a child, the event loop running
- * meanwhile (candidates keep reporting, killed ones are reaped). 0 when it
- * exits 0; else a violation (its own message is on stderr) and -1. */
-static int run_ctl(drv *d, const char *what, const char *action)
+/* Start `$K8SLEASE_ENVTEST_CTL what action` in a child. 0 or -1. */
+static int start_ctl(drv *d, const char *what, const char *action)
 {
-    int64_t t = chaos_now_ns();
     pid_t pid;
 
     fflush(stdout);
@@ -890,7 +887,7 @@ static int run_ctl(drv *d, const char *what, const char *action)
     if (d->log)
         fflush(d->log);
     if ((pid = fork()) < 0) {
-        obs_violation(d->o, t, "driver: fork: %s", strerror(errno));
+        obs_violation(d->o, chaos_now_ns(), "driver: fork: %s", strerror(errno));
         return -1;
     }
     if (pid == 0) {
@@ -903,9 +900,17 @@ static int run_ctl(drv *d, const char *what, const char *action)
         _exit(127);
     }
     d->ctl_pid = pid;
+    return 0;
+}
+
+/* Wait for the ctl command started at t, the event loop running meanwhile
+ * (candidates keep reporting, killed ones are reaped). 0 when it exited 0;
+ * else a violation (its own message is on stderr) and -1. */
+static int wait_ctl(drv *d, const char *what, const char *action, int64_t t)
+{
     if (!pump_until(d, p_ctl_done, 0, t + CTL_LIMIT_NS)) {
-        kill(pid, SIGKILL);
-        waitpid(pid, NULL, 0);
+        kill(d->ctl_pid, SIGKILL);
+        waitpid(d->ctl_pid, NULL, 0);
         d->ctl_pid = 0;
         obs_violation(d->o, chaos_now_ns(), "driver: ctl %s %s still running after %.0f s", what,
                       action, (double)CTL_LIMIT_NS / CHAOS_NS_PER_S);
@@ -919,11 +924,22 @@ static int run_ctl(drv *d, const char *what, const char *action)
     return 0;
 }
 
+/* `$K8SLEASE_ENVTEST_CTL what action`, waited for. */
+static int run_ctl(drv *d, const char *what, const char *action)
+{
+    int64_t t = chaos_now_ns();
+
+    return start_ctl(d, what, action) < 0 ? -1 : wait_ctl(d, what, action, t);
+}
+
 /* The first moment the server answers a GET of the Lease again (any
  * answer of the API: the Lease or 404), probing every 20 ms with a 1 s
  * timeout; the end of the answering request, which is after the server
- * answered. A probe blocks the event loop for at most 1 s, harmless here:
- * no candidate is killed or frozen during a server fault. */
+ * answered. A ctl command may still be running (a start waits for
+ * /readyz, which a kube-apiserver passes after it begins to serve): its
+ * exit is collected here too. A probe blocks the event loop for at most
+ * 1 s, harmless here: no candidate is killed or frozen during a server
+ * fault. */
 static int64_t server_answers(drv *d, const char *after)
 {
     int64_t t = chaos_now_ns(), now;
@@ -932,6 +948,7 @@ static int64_t server_answers(drv *d, const char *after)
     for (;;) {
         k8slease_holder *h = NULL;
 
+        p_ctl_done(d, 0);
         rc = k8slease_holder_get(d->probe, NULL, LEASE_NAME, PROBE_TIMEOUT_MS, &h);
         now = chaos_now_ns();
         probes++;
@@ -953,14 +970,22 @@ static int64_t server_answers(drv *d, const char *after)
 /* SIGKILL the kube-apiserver or etcd, start it again on the same data. */
 static void f_proc_kill(drv *d, chaos_fault_kind k, const char *what)
 {
-    int64_t t = chaos_now_ns(), up;
+    int64_t t = chaos_now_ns(), t_start, answers;
 
     say(d, "fault %s: SIGKILL %s, start it again", chaos_fault_name(k), what);
     run_ctl(d, what, "kill");
-    run_ctl(d, what, "start");
-    up = chaos_now_ns();
-    say(d, "  %s started and ready %.3f s after the kill", what, (double)(up - t) / CHAOS_NS_PER_S);
-    fault_done(d, k, t, server_answers(d, "the start"), 1);
+    t_start = chaos_now_ns();
+    /* Probe while it starts: the server may answer before ctl's readiness
+     * check passes, and recovery counts from the first answer. */
+    if (start_ctl(d, what, "start") < 0) {
+        fault_done(d, k, t, chaos_now_ns(), 1);
+        return;
+    }
+    answers = server_answers(d, "the kill");
+    wait_ctl(d, what, "start", t_start);
+    say(d, "  %s started and ready %.3f s after the kill", what,
+        (double)(chaos_now_ns() - t) / CHAOS_NS_PER_S);
+    fault_done(d, k, t, answers, 1);
 }
 
 /* SIGSTOP the kube-apiserver or etcd beyond renew_deadline, then SIGCONT. */
