@@ -34,6 +34,7 @@ typedef struct bench_timing {
 
 /* One line of the result table. */
 typedef struct bench_row {
+    char server[48];  /* "test server", "kube-apiserver v1.36.3", "cluster" */
     char bench[48];   /* "1 graceful handover" */
     char mode[16];    /* "watch", "poll-only", "etcd" or "" */
     char n[24];       /* sample count or size */
@@ -42,7 +43,37 @@ typedef struct bench_row {
     const char *met;  /* "yes", "NO", "-" (no target) or "failed" */
 } bench_row;
 
-#define BENCH_MAX_ROWS 64
+#define BENCH_MAX_ROWS 96
+
+/* The server a series of benchmarks runs against (server.c). */
+typedef enum {
+    TARGET_TESTSERVER, /* k8slease-testserver: control API, counters, faults */
+    TARGET_ENVTEST,    /* a real kube-apiserver of our own (envtest.sh): /metrics, any load */
+    TARGET_CLUSTER     /* a user's cluster (--kubeconfig): shared, so light benchmarks only */
+} bench_target_kind;
+
+/* The cells of the README table (main.c), one column per server. */
+enum {
+    CELL_HANDOVER,
+    CELL_FAILOVER,
+    CELL_FOLLOWER,
+    CELL_LEADER,
+    CELL_SCALE,
+    CELL_FOOTPRINT,
+    CELL_COUNT
+};
+
+typedef struct bench_target {
+    bench_target_kind kind;
+    char cell[CELL_COUNT][480]; /* "" when not measured */
+    char label[48];             /* the table's server column */
+    char kubeconfig[1024];
+    ts_server *ts; /* TARGET_TESTSERVER */
+    /* TARGET_ENVTEST: what /metrics needs (from envtest.sh's kubeconfig) */
+    char url[256], ca_file[1024], token[256], ns[64];
+    pid_t apiserver_pid, etcd_pid; /* for their CPU time, 0: unknown */
+    double base_watches;           /* Lease watch streams open before our clients came */
+} bench_target;
 
 typedef struct bench_ctx {
     int quick;
@@ -50,7 +81,10 @@ typedef struct bench_ctx {
     char loadavg[64];     /* /proc/loadavg when the run started */
     const char *out_dir;  /* CSV and PNG files go here */
     char self_exe[4096];  /* this program, to exec the other roles */
-    ts_server *server;    /* the test server, shared by every benchmark */
+    bench_target ts;      /* the test server */
+    bench_target real;    /* kind TARGET_TESTSERVER: none */
+    bench_target *tgt;    /* the server of the benchmarks running now */
+    int csv_append;       /* a later server: CSV files get more rows, no header */
     const char *etcd_bin; /* Debian's etcd for benchmarks 1-2; NULL: not installed */
     char etcd_version[64];
     bench_timing fast;    /* benchmarks 1-3 */
@@ -78,7 +112,8 @@ double samples_pct(samples *s, double p);
 double samples_max(const samples *s);
 void samples_free(samples *s);
 
-/* Add a table row; met: 1 yes, 0 NO, -1 no target, -2 the run failed. */
+/* Add a table row (of the current server); met: 1 yes, 0 NO, -1 no
+ * target, -2 the run failed. */
 #if defined(__GNUC__)
 __attribute__((format(printf, 7, 8)))
 #endif
@@ -88,6 +123,14 @@ void bench_row_add(bench_ctx *ctx, const char *bench, const char *mode, const ch
 /* fopen(out_dir/name, "w") and write the header line (if not NULL); NULL,
  * with a message, on failure. */
 FILE *bench_csv_open(const bench_ctx *ctx, const char *name, const char *header);
+/* Set a cell of the README table for the current server. */
+#if defined(__GNUC__)
+__attribute__((format(printf, 3, 4)))
+#endif
+void bench_cell(bench_ctx *ctx, int cell, const char *fmt, ...);
+/* The CSV files' mode column: "watch" on the test server, "apiserver-watch"
+ * on a real one (static buffer). */
+const char *bench_csv_mode(const bench_ctx *ctx, const char *mode);
 
 /* A field of /proc/self/status ("VmRSS", "Threads", ...) as a number (kB for
  * sizes), -1 if absent. */
@@ -111,9 +154,28 @@ typedef struct srv_stats {
     double watches_open; /* streams open now */
 } srv_stats;
 
-/* Forget objects, fault rules and counters. 0 or -1. */
+/* Start the test server as ctx->tgt (kind TARGET_TESTSERVER), or take the
+ * real server of kubeconfig (TARGET_ENVTEST: read its /version, find its
+ * processes). 0 or -1. */
+int srv_open(bench_ctx *ctx, bench_target *t);
+void srv_close(bench_target *t);
+const char *srv_kubeconfig(const bench_ctx *ctx);
+/* Does the current server count requests for us (test server, envtest)? */
+int srv_counts(const bench_ctx *ctx);
+
+/* Test server: forget objects, fault rules and counters. Real servers:
+ * delete the Leases the benchmarks use (envtest: every Lease of the
+ * namespace; cluster: ours, by name). 0 or -1. */
 int srv_reset(bench_ctx *ctx);
+/* Request counts (test server: its counters; envtest: /metrics,
+ * apiserver_request_total{resource="leases"} without the kube-apiserver's
+ * own requests (label system_client, v1.28+: it renews its identity Lease
+ * every 10 s; v1.24 writes no Lease), and apiserver_longrunning_requests
+ * for the watch streams open, less those open when the server was taken). */
 int srv_stats_get(bench_ctx *ctx, srv_stats *out);
+/* CPU seconds (user + system) used so far by the envtest kube-apiserver
+ * and etcd; -1 when unknown. */
+double srv_cpu_s(const bench_ctx *ctx, int etcd);
 
 /* ---- etcd.c: the etcd of benchmarks 1-2 --------------------------------- */
 

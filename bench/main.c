@@ -1,6 +1,7 @@
 /* k8slease-bench: runs benchmarks 1-5 against k8slease-testserver on
- * loopback and prints the result table (Markdown), with CSV files for the
- * plots. See bench/README.md. */
+ * loopback, then (--envtest, --kubeconfig) against a real kube-apiserver,
+ * and prints the result table (Markdown), with CSV files for the plots.
+ * See bench/README.md. */
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -25,9 +26,14 @@ static const struct {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: k8slease-bench [--quick] [--out DIR] [--only LIST]\n"
+               "                     [--envtest | --kubeconfig FILE]\n"
                "  --quick      fewer samples and shorter windows (under 2 minutes)\n"
                "  --out DIR    where the CSV files and summary go (default bench/results)\n"
-               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5)\n");
+               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5)\n"
+               "  --envtest    then the same on the kube-apiserver of envtest.sh\n"
+               "               ($K8SLEASE_TEST_KUBECONFIG): all of it, load read from /metrics\n"
+               "  --kubeconfig FILE  then on that cluster, as is safe on a shared one:\n"
+               "               1, 2, 4 (100 elections), 5; not 3\n");
 }
 
 /* The first line of a command's output, "" if none. */
@@ -99,6 +105,16 @@ static void print_header(FILE *f, const bench_ctx *ctx, int argc, char **argv)
     fprintf(f, "- command: %s\n", cmd);
     fprintf(f, "- /proc/loadavg at start: %s\n", ctx->loadavg);
     fprintf(f, "- server: k8slease-testserver on 127.0.0.1, same machine (TLS, HTTP/1.1)\n");
+    if (ctx->real.kind == TARGET_ENVTEST)
+        fprintf(f,
+                "- real server: %s on 127.0.0.1 with its etcd, same machine, started by "
+                "tests/integration/envtest.sh; API load from its /metrics\n",
+                ctx->real.label);
+    else if (ctx->real.kind == TARGET_CLUSTER)
+        fprintf(f,
+                "- real server: the cluster of %s (shared: benchmark 3 skipped, scale at most "
+                "100 elections)\n",
+                ctx->real.kubeconfig);
     if (ctx->etcd_bin)
         fprintf(f,
                 "- etcd (benchmarks 1-2, mode etcd): %s%s%s on 127.0.0.1, same machine (plain "
@@ -116,16 +132,17 @@ static void print_header(FILE *f, const bench_ctx *ctx, int argc, char **argv)
                "client-go), etcd = the etcd backend (K8SLEASE_BACKEND_ETCD)\n\n");
 }
 
-#define COLUMNS 6
+#define COLUMNS 7
 
 static void row_cells(const bench_row *r, const char *cells[COLUMNS])
 {
-    cells[0] = r->bench;
-    cells[1] = r->mode;
-    cells[2] = r->n;
-    cells[3] = r->result;
-    cells[4] = r->target;
-    cells[5] = r->met;
+    cells[0] = r->server;
+    cells[1] = r->bench;
+    cells[2] = r->mode;
+    cells[3] = r->n;
+    cells[4] = r->result;
+    cells[5] = r->target;
+    cells[6] = r->met;
 }
 
 static void print_cells(FILE *f, const char *const cells[COLUMNS], const size_t w[COLUMNS])
@@ -138,7 +155,8 @@ static void print_cells(FILE *f, const char *const cells[COLUMNS], const size_t 
 /* The rows as a Markdown table, columns padded to line up in a terminal. */
 static void print_table(FILE *f, const bench_ctx *ctx)
 {
-    static const char *const head[COLUMNS] = {"benchmark", "mode", "n", "result", "target", "met"};
+    static const char *const head[COLUMNS] = {"server", "benchmark", "mode", "n",
+                                              "result", "target",    "met"};
     const char *cells[COLUMNS];
     size_t w[COLUMNS];
 
@@ -163,6 +181,30 @@ static void print_table(FILE *f, const bench_ctx *ctx)
     }
 }
 
+/* The README's table: watch mode, one column per server. */
+static void print_readme_table(FILE *f, const bench_ctx *ctx)
+{
+    static const char *const what[CELL_COUNT] = {"graceful handover",
+                                                 "crash failover beyond lease duration",
+                                                 "follower API load",
+                                                 "leader API load",
+                                                 "elections in one process, retry period 2 s",
+                                                 "minimal program, one election"};
+    const bench_target *col[2] = {&ctx->ts, &ctx->real};
+    int ncol = ctx->real.label[0] ? 2 : 1;
+
+    fprintf(f, "| benchmark (watch mode) |");
+    for (int c = 0; c < ncol; c++)
+        fprintf(f, " %s |", col[c]->label);
+    fprintf(f, "\n| --- |%s\n", ncol == 2 ? " --- | --- |" : " --- |");
+    for (int k = 0; k < CELL_COUNT; k++) {
+        fprintf(f, "| %s |", what[k]);
+        for (int c = 0; c < ncol; c++)
+            fprintf(f, " %s |", col[c]->cell[k][0] ? col[c]->cell[k] : "not run");
+        fputc('\n', f);
+    }
+}
+
 static void csv_field(FILE *f, const char *s, int last)
 {
     fputc('"', f);
@@ -177,10 +219,15 @@ static void csv_field(FILE *f, const char *s, int last)
 static void write_summary(const bench_ctx *ctx, int argc, char **argv, double run_s)
 {
     FILE *md = bench_csv_open(ctx, "summary.md", NULL);
-    FILE *csv = bench_csv_open(ctx, "summary.csv", "benchmark,mode,n,result,target,met");
+    FILE *csv;
+
+    ((bench_ctx *)ctx)->csv_append = 0;
+    csv = bench_csv_open(ctx, "summary.csv", "server,benchmark,mode,n,result,target,met");
 
     if (md) {
         print_header(md, ctx, argc, argv);
+        print_readme_table(md, ctx);
+        fputc('\n', md);
         print_table(md, ctx);
         fprintf(md, "\nrun time: %.0f s\n", run_s);
         fclose(md);
@@ -221,7 +268,21 @@ int main(int argc, char **argv)
             ctx.out_dir = argv[++i];
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
-        else {
+        else if (!strcmp(argv[i], "--envtest")) {
+            const char *kc = getenv("K8SLEASE_TEST_KUBECONFIG");
+
+            if (!kc || !*kc) {
+                fprintf(stderr, "k8slease-bench: --envtest runs under tests/integration/envtest.sh "
+                                "(K8SLEASE_TEST_KUBECONFIG is not set); see bench/run.sh "
+                                "--apiserver DIR\n");
+                return 2;
+            }
+            ctx.real.kind = TARGET_ENVTEST;
+            snprintf(ctx.real.kubeconfig, sizeof(ctx.real.kubeconfig), "%s", kc);
+        } else if (!strcmp(argv[i], "--kubeconfig") && i + 1 < argc) {
+            ctx.real.kind = TARGET_CLUSTER;
+            snprintf(ctx.real.kubeconfig, sizeof(ctx.real.kubeconfig), "%s", argv[++i]);
+        } else {
             usage(strcmp(argv[i], "--help") ? stderr : stdout);
             return strcmp(argv[i], "--help") ? 2 : 0;
         }
@@ -247,18 +308,34 @@ int main(int argc, char **argv)
         fprintf(stderr, "k8slease-bench: cannot create %s: %s\n", ctx.out_dir, strerror(errno));
         return 1;
     }
+    /* The real server first: its label goes into the header. */
+    if (ctx.real.kind != TARGET_TESTSERVER && srv_open(&ctx, &ctx.real) < 0)
+        return 1;
     print_header(stdout, &ctx, argc, argv);
     fflush(stdout);
-    if (ts_start(&ctx.server, NULL) < 0) {
-        fprintf(stderr, "k8slease-bench: cannot start the test server\n");
+    if (srv_open(&ctx, &ctx.ts) < 0)
         return 1;
-    }
-    bench_log("test server at %s", ts_url(ctx.server));
     for (size_t i = 0; i < sizeof(benchmarks) / sizeof(benchmarks[0]); i++)
         if (strchr(only, benchmarks[i].id))
             benchmarks[i].run(&ctx);
-    ts_stop(ctx.server);
+    srv_close(&ctx.ts);
+    if (ctx.real.kind != TARGET_TESTSERVER) {
+        /* The same benchmarks on the real server, CSV rows appended. */
+        ctx.tgt = &ctx.real;
+        ctx.csv_append = 1;
+        bench_log("the same on %s", ctx.real.label);
+        for (size_t i = 0; i < sizeof(benchmarks) / sizeof(benchmarks[0]); i++)
+            if (strchr(only, benchmarks[i].id))
+                benchmarks[i].run(&ctx);
+        srv_reset(&ctx);
+        srv_close(&ctx.real);
+        if (ctx.real.kind == TARGET_CLUSTER)
+            printf("\nLeft in the cluster (released): Leases bench-handover, bench-failover, "
+                   "bench-minimal and scale-00000..scale-00099 in the kubeconfig's namespace.\n");
+    }
 
+    print_readme_table(stdout, &ctx);
+    printf("\n");
     print_table(stdout, &ctx);
     printf("\nrun time: %.0f s; CSV files and summary.md in %s\n",
            (double)(bench_now_ns() - t0) / NS_PER_S, ctx.out_dir);

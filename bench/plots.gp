@@ -28,7 +28,9 @@ if (have("handover.csv")) {
          ""                   skip 1 using (is("poll-only") ? $3 : NaN):(1) smooth cnormal \
              lw 2 title "poll-only", \
          ""                   skip 1 using (is("etcd") ? $3 : NaN):(1) smooth cnormal \
-             lw 2 title "etcd"
+             lw 2 title "etcd", \
+         ""                   skip 1 using (is("apiserver-watch") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "kube-apiserver (watch)"
     unset logscale x
     unset arrow 1
     unset label 1
@@ -49,7 +51,9 @@ if (have("failover.csv")) {
          ""                   skip 1 using (is("poll-only") ? $3 : NaN):(1) smooth cnormal \
              lw 2 title "poll-only", \
          ""                   skip 1 using (is("etcd") ? $3 : NaN):(1) smooth cnormal \
-             lw 2 title "etcd"
+             lw 2 title "etcd", \
+         ""                   skip 1 using (is("apiserver-watch") ? $3 : NaN):(1) smooth cnormal \
+             lw 2 title "kube-apiserver (watch)"
     unset arrow 1
     unset label 1
 }
@@ -89,11 +93,17 @@ if (have("scale.csv")) {
     set ylabel "KB per election"
     set logscale y
     set yrange [*:*]
-    plot dir . "/scale.csv" skip 1 using 1:9 with linespoints lw 2 pt 7 title "measured", \
+    plot dir . "/scale.csv" skip 1 using (is("watch") ? $2 : NaN):10 with linespoints lw 2 pt 7 \
+             title "test server", \
+         ""                 skip 1 using (is("apiserver-watch") ? $2 : NaN):10 with linespoints \
+             lw 2 pt 5 title "kube-apiserver", \
          8 dashtype 2 lc rgb "red" title "target < 8 KB"
     set title "CPU per renewal"
     set ylabel "us of process CPU per successful renewal"
-    plot dir . "/scale.csv" skip 1 using 1:12 with linespoints lw 2 pt 7 title "measured", \
+    plot dir . "/scale.csv" skip 1 using (is("watch") ? $2 : NaN):13 with linespoints lw 2 pt 7 \
+             title "test server", \
+         ""                 skip 1 using (is("apiserver-watch") ? $2 : NaN):13 with linespoints \
+             lw 2 pt 5 title "kube-apiserver", \
          30 dashtype 2 lc rgb "red" title "target < 30 us"
     unset multiplot
 }

@@ -31,7 +31,7 @@ int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
     memset(p, 0, sizeof(*p));
     p->ctx = ctx;
     p->lease = lease;
-    p->kubeconfig = ts_kubeconfig(ctx->server);
+    p->kubeconfig = srv_kubeconfig(ctx);
     p->etcd_endpoint = etcd_endpoint;
     p->poll_only = poll_only;
     p->timing = *t;

@@ -2,10 +2,42 @@
 # `make bench` / `make bench-quick`: build the benchmark driver, run it
 # (arguments are passed on, e.g. --quick or --only 1,3), draw the plots.
 # Results go to bench/results/: summary.md (the table), *.csv, *.png.
+#
+#   bench/run.sh [--quick] [--only LIST]                      the test server
+#   bench/run.sh --apiserver DIR [--quick] [--only LIST]      + a real kube-apiserver
+#   bench/run.sh --kubeconfig FILE [--quick] [--only LIST]    + your cluster (shared-safe)
+#
+# --apiserver DIR starts etcd + kube-apiserver from DIR (KUBEBUILDER_ASSETS:
+# DIR/kube-apiserver, DIR/etcd) with tests/integration/envtest.sh and runs
+# every benchmark on it too, in the same run (bench/README.md).
+# --kubeconfig FILE runs only what is safe on a shared cluster: benchmarks
+# 1, 2, 5 and 4 with 100 elections, on Leases named bench-* and scale-*
+# in the kubeconfig's namespace, which are left there, released.
 set -eu
 cd "$(dirname "$0")/.."
 build=${BENCH_BUILD:-build-bench}
 out=bench/results
+
+apiserver=
+set -- "$@" --end-of-args
+while [ "$1" != --end-of-args ]; do
+    case $1 in
+    --apiserver)
+        [ $# -ge 3 ] || { echo "bench/run.sh: --apiserver needs a directory" >&2; exit 2; }
+        apiserver=$2
+        shift 2 ;;
+    --apiserver=*) apiserver=${1#--apiserver=}; shift ;;
+    *) set -- "$@" "$1"; shift ;;
+    esac
+done
+shift # --end-of-args
+if [ -n "$apiserver" ]; then
+    [ -x "$apiserver/kube-apiserver" ] && [ -x "$apiserver/etcd" ] || {
+        echo "bench/run.sh: --apiserver $apiserver: no kube-apiserver and etcd there" >&2
+        exit 2
+    }
+    apiserver=$(cd "$apiserver" && pwd)
+fi
 
 if ! command -v gnuplot >/dev/null 2>&1; then
     echo "installing Debian package gnuplot-nox"
@@ -21,7 +53,12 @@ cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DK8SLEASE_BUILD_BENCH=
 cmake --build "$build" -j"$(nproc)" --target k8slease-bench -- --no-print-directory
 
 status=0
-"$build/bench/k8slease-bench" --out "$out" "$@" || status=$?
+if [ -n "$apiserver" ]; then
+    KUBEBUILDER_ASSETS=$apiserver tests/integration/envtest.sh \
+        "$build/bench/k8slease-bench" --out "$out" --envtest "$@" || status=$?
+else
+    "$build/bench/k8slease-bench" --out "$out" "$@" || status=$?
+fi
 if gnuplot -e "dir='$out'" bench/plots.gp; then
     echo "plots: $out/*.png"
 fi

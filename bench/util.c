@@ -104,6 +104,7 @@ void bench_row_add(bench_ctx *ctx, const char *bench, const char *mode, const ch
     if (ctx->nrows == BENCH_MAX_ROWS)
         return;
     r = &ctx->rows[ctx->nrows++];
+    snprintf(r->server, sizeof(r->server), "%s", ctx->tgt ? ctx->tgt->label : "");
     snprintf(r->bench, sizeof(r->bench), "%s", bench);
     snprintf(r->mode, sizeof(r->mode), "%s", mode);
     snprintf(r->n, sizeof(r->n), "%s", n);
@@ -114,17 +115,37 @@ void bench_row_add(bench_ctx *ctx, const char *bench, const char *mode, const ch
     va_end(ap);
 }
 
+void bench_cell(bench_ctx *ctx, int cell, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(ctx->tgt->cell[cell], sizeof(ctx->tgt->cell[cell]), fmt, ap);
+    va_end(ap);
+}
+
+const char *bench_csv_mode(const bench_ctx *ctx, const char *mode)
+{
+    static char out[64];
+
+    if (ctx->tgt->kind == TARGET_TESTSERVER)
+        return mode;
+    snprintf(out, sizeof(out), "%s-%s", ctx->tgt->kind == TARGET_ENVTEST ? "apiserver" : "cluster",
+             mode);
+    return out;
+}
+
 FILE *bench_csv_open(const bench_ctx *ctx, const char *name, const char *header)
 {
     char path[4200];
     FILE *f;
 
     snprintf(path, sizeof(path), "%s/%s", ctx->out_dir, name);
-    if (!(f = fopen(path, "w"))) {
+    if (!(f = fopen(path, ctx->csv_append ? "a" : "w"))) {
         bench_log("cannot write %s: %s", path, strerror(errno));
         return NULL;
     }
-    if (header)
+    if (header && !ctx->csv_append)
         fprintf(f, "%s\n", header);
     return f;
 }
