@@ -54,20 +54,30 @@ examples: build
 check-deploy: build
 	./scripts/check-deploy.sh $(BUILD)/tools/testserver/k8slease-testserver
 
-# Benchmarks (bench/README.md); not part of `make test`.
+# Benchmarks (bench/README.md); not part of `make test`. bench: about 7
+# minutes on the test server; with APISERVER=DIR (envtest binaries: DIR/
+# kube-apiserver, DIR/etcd) also on that real kube-apiserver, in the same
+# run (about 11 minutes; bench-quick about 3). BENCH_ARGS: e.g. --only 1,3,
+# or --kubeconfig FILE for a shared cluster (light benchmarks only).
 .PHONY: bench bench-quick
+APISERVER ?=
+BENCH_ARGS ?=
 
 bench: deps
-	./bench/run.sh
+	./bench/run.sh $(if $(APISERVER),--apiserver $(APISERVER)) $(BENCH_ARGS)
 
 bench-quick: deps
-	./bench/run.sh --quick
+	./bench/run.sh --quick $(if $(APISERVER),--apiserver $(APISERVER)) $(BENCH_ARGS)
 
 # Chaos suite (docs/chaos.md): faults against 3-5 candidates, invariants
 # checked (0 overlaps, recovery, epochs, no stuck candidate). chaos-quick
 # takes about 3 minutes, chaos-long runs until 500 leader transitions.
 # CHAOS_ARGS: e.g. --seed N, --backend etcd, --log FILE.
-.PHONY: chaos-quick chaos-long
+# chaos-real APISERVER=DIR: the quick run against a real kube-apiserver and
+# its etcd (envtest binaries in DIR, e.g. v1.36.3 with etcd 3.5) started by
+# tests/integration/envtest.sh; faults are their processes killed and
+# frozen, plus the candidate faults (about 4 minutes).
+.PHONY: chaos-quick chaos-long chaos-real
 CHAOS_ARGS ?=
 
 chaos-quick: build
@@ -75,3 +85,8 @@ chaos-quick: build
 
 chaos-long: build
 	$(BUILD)/tests/chaos/k8slease-chaos --long $(CHAOS_ARGS)
+
+chaos-real: build
+	@test -n "$(APISERVER)" || { echo "make chaos-real APISERVER=DIR (DIR/kube-apiserver, DIR/etcd)"; exit 2; }
+	KUBEBUILDER_ASSETS=$(abspath $(APISERVER)) tests/integration/envtest.sh \
+		$(BUILD)/tests/chaos/k8slease-chaos --quick --backend envtest $(CHAOS_ARGS)
