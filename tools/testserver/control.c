@@ -82,6 +82,7 @@ json_t *ts_stats_json(ts_server *srv)
                                   rv_json(srv->store.floor), "compacted",
                                   rv_json(srv->store.compacted)));
     json_object_set_new(j, "restarts", u64(srv->restarts));
+    json_object_set_new(j, "connections", ts_server_connections_json(srv));
     return j;
 }
 

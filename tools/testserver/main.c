@@ -26,9 +26,9 @@
 
 static const char usage[] =
     "usage: k8slease-testserver [--dir DIR] [--address 127.0.0.1|::1] [--port N]\n"
-    "                           [--token T] [--history N] [--bookmark-interval MS]\n"
-    "                           [--threads N] [--seed N] [--fault JSON]... [--verbose]\n"
-    "                           [--quiet] [--help] [--version]\n"
+    "                           [--token T] [--history N] [--bookmark-interval MS|real]\n"
+    "                           [--threads N] [--seed N] [--fault JSON]... [--no-http2]\n"
+    "                           [--verbose] [--quiet] [--help] [--version]\n"
     "\n"
     "A Kubernetes API server for tests: coordination.k8s.io/v1 Leases, v1 Pods,\n"
     "discovery for kubectl, TLS with bearer-token and client-certificate auth,\n"
@@ -41,10 +41,13 @@ static const char usage[] =
     "  --port N               default 0: any free port\n"
     "  --token T              bearer token (default: DIR/token, or random)\n"
     "  --history N            watch history kept, in events (default 10000)\n"
-    "  --bookmark-interval MS bookmark period for allowWatchBookmarks (default 1000)\n"
-    "  --threads N            HTTP worker threads (default 2)\n"
+    "  --bookmark-interval MS bookmark period for allowWatchBookmarks (default 1000);\n"
+    "                         'real': the apiserver's, every 60 s and 2 s before\n"
+    "                         timeoutSeconds ends\n"
+    "  --threads N            transport and HTTP/1.1 worker threads (default 2)\n"
     "  --seed N               seed for fault probabilities (default 1)\n"
     "  --fault JSON           install a fault rule at start (repeatable)\n"
+    "  --no-http2             offer only http/1.1 in ALPN (default: h2 and http/1.1)\n"
     "  --verbose              log every request to stderr\n"
     "  --quiet                log nothing\n";
 
@@ -103,7 +106,8 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
         memcpy(flag, a, fl);
         flag[fl] = '\0';
 
-        static const char *const boolean[] = {"--help", "--version", "--quiet", "--verbose"};
+        static const char *const boolean[] = {"--help", "--version", "--quiet", "--verbose",
+                                              "--no-http2"};
         static const char *const valued[] = {"--dir",   "--address",           "--port",
                                              "--token", "--history",           "--threads",
                                              "--seed",  "--bookmark-interval", "--fault"};
@@ -135,6 +139,8 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
             *quiet = true;
         } else if (!strcmp(flag, "--verbose")) {
             cfg->verbose = true;
+        } else if (!strcmp(flag, "--no-http2")) {
+            cfg->no_http2 = true;
         } else if (!strcmp(flag, "--dir")) {
             if (!*v)
                 usage_error("invalid value for %s: '%s'", flag, v);
@@ -157,7 +163,10 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
         } else if (!strcmp(flag, "--history")) {
             cfg->history = (size_t)number(flag, v, 1, 10000000);
         } else if (!strcmp(flag, "--bookmark-interval")) {
-            cfg->bookmark_ms = (unsigned)number(flag, v, 1, 3600000);
+            if (!strcmp(v, "real"))
+                cfg->bookmarks_real = true;
+            else
+                cfg->bookmark_ms = (unsigned)number(flag, v, 1, 3600000);
         } else if (!strcmp(flag, "--threads")) {
             cfg->threads = (unsigned)number(flag, v, 1, 64);
         } else if (!strcmp(flag, "--seed")) {
@@ -289,7 +298,7 @@ int main(int argc, char **argv)
     bool quiet = false;
     int rc = 1;
 
-    srv.wake_pipe[0] = srv.wake_pipe[1] = srv.listen_fd = -1;
+    srv.wake_pipe[0] = srv.wake_pipe[1] = -1;
     srv.cfg.faults = json_array();
     snprintf(srv.cfg.address, sizeof(srv.cfg.address), "127.0.0.1");
     srv.cfg.history = 10000;

@@ -2,14 +2,13 @@
  * sched.c - suspended connections, their deadlines, and the timer thread.
  */
 #include "sched.h"
+#include "server.h"
 #include "util.h"
 
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-#include <microhttpd.h>
 
 int ts_sched_init(ts_sched *s, pthread_mutex_t *mu, int64_t (*tick)(void *, int64_t), void *ctx)
 {
@@ -40,7 +39,7 @@ void ts_sched_free(ts_sched *s)
     s->mu = NULL;
 }
 
-void ts_sleeper_init(ts_sleeper *sl, struct MHD_Connection *conn)
+void ts_sleeper_init(ts_sleeper *sl, struct ts_conn *conn)
 {
     memset(sl, 0, sizeof(*sl));
     sl->conn = conn;
@@ -130,14 +129,12 @@ bool ts_sched_suspend(ts_sched *s, ts_sleeper *sl, int64_t wake_ms)
     s->list.next = sl;
     s->nsuspended++;
     sl->suspended = true;
-    MHD_suspend_connection(sl->conn);
+    sl->conn->ops->suspend(sl->conn);
     return true;
 }
 
-void ts_sched_wake(ts_sched *s, ts_sleeper *sl)
+static void unlink_sleeper(ts_sched *s, ts_sleeper *sl)
 {
-    if (!sl->suspended)
-        return;
     heap_remove(s, sl);
     sl->prev->next = sl->next;
     sl->next->prev = sl->prev;
@@ -145,7 +142,20 @@ void ts_sched_wake(ts_sched *s, ts_sleeper *sl)
     s->nsuspended--;
     sl->suspended = false;
     sl->wake_ms = INT64_MAX;
-    MHD_resume_connection(sl->conn);
+}
+
+void ts_sched_wake(ts_sched *s, ts_sleeper *sl)
+{
+    if (!sl->suspended)
+        return;
+    unlink_sleeper(s, sl);
+    sl->conn->ops->resume(sl->conn);
+}
+
+void ts_sched_cancel(ts_sched *s, ts_sleeper *sl)
+{
+    if (sl->suspended)
+        unlink_sleeper(s, sl);
 }
 
 void ts_sched_wake_all(ts_sched *s)

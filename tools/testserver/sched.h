@@ -2,8 +2,9 @@
  * sched.h - parking connections without parking threads.
  *
  * A watch stream with nothing to send, or a request held by a latency or
- * hang fault, is suspended in libmicrohttpd (MHD_suspend_connection): no
- * thread blocks and no CPU is spent. It is resumed when an event arrives,
+ * hang fault, is suspended (an HTTP/1.1 connection in libmicrohttpd, or an
+ * HTTP/2 stream whose data is deferred; see ts_conn in server.h): no thread
+ * blocks and no CPU is spent. It is resumed when an event arrives,
  * when it is woken explicitly, or when its deadline passes; one timer thread
  * sleeps on a condition variable until the earliest deadline.
  *
@@ -19,10 +20,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct MHD_Connection;
+struct ts_conn;
 
 typedef struct ts_sleeper {
-    struct MHD_Connection *conn;
+    struct ts_conn *conn;
     int64_t wake_ms;                /* monotonic deadline, INT64_MAX: none */
     size_t heap_idx;                /* position in the deadline heap, SIZE_MAX: not in it */
     struct ts_sleeper *prev, *next; /* list of all suspended sleepers */
@@ -53,7 +54,7 @@ void ts_sched_stop(ts_sched *s);
 void ts_sched_free(ts_sched *s);
 
 /* Initialises a sleeper for a connection. */
-void ts_sleeper_init(ts_sleeper *sl, struct MHD_Connection *conn);
+void ts_sleeper_init(ts_sleeper *sl, struct ts_conn *conn);
 
 /*
  * Suspends sl->conn until woken or until wake_ms (INT64_MAX: no deadline).
@@ -63,6 +64,8 @@ void ts_sleeper_init(ts_sleeper *sl, struct MHD_Connection *conn);
 bool ts_sched_suspend(ts_sched *s, ts_sleeper *sl, int64_t wake_ms);
 /* Resumes sl if it is suspended; harmless otherwise. */
 void ts_sched_wake(ts_sched *s, ts_sleeper *sl);
+/* Forgets sl without resuming it (its request or stream is going away). */
+void ts_sched_cancel(ts_sched *s, ts_sleeper *sl);
 void ts_sched_wake_all(ts_sched *s);
 /* Deadlines outside the heap changed (a fault rule): re-run tick() now. */
 void ts_sched_kick(ts_sched *s);

@@ -1,13 +1,18 @@
 /*
- * server.c - libmicrohttpd glue: listening socket, TLS, authentication,
- * request life cycle (receive, hold for faults, answer), statistics.
+ * server.c - the request life cycle shared by HTTP/1.1 and HTTP/2
+ * (ts_exchange: authentication, faults, holding, answering, statistics),
+ * libmicrohttpd glue for HTTP/1.1, and starting and stopping the server.
  *
- * Mode: MHD_USE_EPOLL_INTERNAL_THREAD with a small thread pool and
- * MHD_ALLOW_SUSPEND_RESUME. Watches and held requests are suspended
- * connections, not blocked threads, so thousands of idle streams cost
- * neither threads nor CPU.
+ * The transport (transport.c) owns the listening socket and TLS; it serves
+ * h2 connections itself (h2.c) and hands decrypted HTTP/1.1 connections to
+ * libmicrohttpd, which runs MHD_USE_EPOLL_INTERNAL_THREAD with a small
+ * thread pool, MHD_ALLOW_SUSPEND_RESUME and no listening socket of its own.
+ * Watches and held requests are suspended connections or deferred streams,
+ * not blocked threads, so thousands of idle streams cost neither threads
+ * nor CPU.
  */
 #include "server.h"
+#include "transport.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -22,8 +27,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <gnutls/gnutls.h>
-#include <gnutls/x509.h>
 #include <microhttpd.h>
 
 /* The apiserver's limit for a request body. */
@@ -35,35 +38,26 @@ enum phase {
     PH_RUN   /* answering */
 };
 
-/* One request, from its headers to MHD_OPTION_NOTIFY_COMPLETED. */
-typedef struct ts_req {
-    ts_sleeper sl;
-    enum phase phase;
-    ts_buf body;
-    bool too_large;
-    bool control;
-    bool hang_counted;
-    int64_t latency_until;
-    ts_decision d;
-    ts_client client; /* strings borrowed from MHD: valid until completion */
-    char after;       /* main-thread command to send on completion */
-} ts_req;
-
 /* ---- request helpers ---------------------------------------------------- */
 
 const char *ts_request_query(const ts_request *rq, const char *key)
 {
-    return MHD_lookup_connection_value(rq->conn, MHD_GET_ARGUMENT_KIND, key);
+    return rq->conn->ops->query(rq->conn, key);
 }
 
 const char *ts_request_header(const ts_request *rq, const char *key)
 {
-    return MHD_lookup_connection_value(rq->conn, MHD_HEADER_KIND, key);
+    return rq->conn->ops->header(rq->conn, key);
 }
 
-static const char *bearer_token(struct MHD_Connection *conn)
+void ts_conn_set_reset(ts_conn *c)
 {
-    const char *h = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Authorization");
+    c->ops->set_reset(c);
+}
+
+static const char *bearer_token(ts_conn *c)
+{
+    const char *h = c->ops->header(c, "Authorization");
     if (!h || strncasecmp(h, "Bearer ", 7))
         return NULL;
     h += 7;
@@ -83,39 +77,24 @@ static bool token_equal(const char *a, const char *b)
 }
 
 /*
- * A client certificate counts if GnuTLS verifies it against our CA (trust
- * list given to MHD) and it is meant for client authentication.
+ * Lock held. A client certificate counts if GnuTLS verified it against our
+ * CA and it is meant for client authentication (checked by the transport
+ * once per connection).
  */
-static bool client_cert_ok(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-    if (!ci || !ci->tls_session)
-        return false;
-    gnutls_session_t s = (gnutls_session_t)ci->tls_session;
-    unsigned int n = 0, status = 0;
-    if (!gnutls_certificate_get_peers(s, &n) || n == 0)
-        return false;
-    gnutls_typed_vdata_st purpose = {.type = GNUTLS_DT_KEY_PURPOSE_OID,
-                                     .data = (unsigned char *)GNUTLS_KP_TLS_WWW_CLIENT};
-    return gnutls_certificate_verify_peers(s, &purpose, 1, &status) == 0 && status == 0;
-}
-
-/* Lock held. */
-static bool authenticated(ts_server *srv, struct MHD_Connection *conn, const char *token)
+static bool authenticated(ts_server *srv, ts_conn *c, const char *token)
 {
     if (token && srv->token && token_equal(token, srv->token))
         return true;
-    return client_cert_ok(conn);
+    return c->cert_ok;
 }
 
 /* curl and browsers get indented JSON from a real apiserver, others compact. */
-static bool pretty(struct MHD_Connection *conn)
+static bool pretty(ts_conn *c)
 {
-    const char *p = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "pretty");
+    const char *p = c->ops->query(c, "pretty");
     if (p)
         return !strcmp(p, "true") || !strcmp(p, "1");
-    const char *ua = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "User-Agent");
+    const char *ua = c->ops->header(c, "User-Agent");
     return ua &&
            (!strncmp(ua, "curl", 4) || !strncmp(ua, "Wget", 4) || !strncmp(ua, "Mozilla/5.0", 11));
 }
@@ -131,123 +110,134 @@ static void bump(json_t *obj, const char *key)
         json_object_set_new(obj, key, json_integer(1));
 }
 
-static void count_request(ts_server *srv, const ts_req *r, const char *status)
+static void count_request(ts_server *srv, const ts_exchange *x, const char *status)
 {
-    if (r->control) {
+    if (x->control) {
         srv->stats.control++;
         return;
     }
     srv->stats.requests++;
-    bump(srv->stats.by_method, r->client.method);
+    bump(srv->stats.by_method, x->client.method);
     bump(srv->stats.by_status, status);
-    json_t *v = json_object_get(srv->stats.by_verb, r->client.verb);
+    json_t *v = json_object_get(srv->stats.by_verb, x->client.verb);
     if (!v) {
         v = json_object();
-        json_object_set_new(srv->stats.by_verb, r->client.verb, v);
+        json_object_set_new(srv->stats.by_verb, x->client.verb, v);
     }
     bump(v, status);
+    srv->stats.by_proto[strcmp(x->conn->proto, "h2") ? 1 : 0]++;
+}
+
+json_t *ts_server_connections_json(ts_server *srv)
+{
+    json_t *j = ts_transport_stats_json(srv->transport);
+    json_t *h2 = json_object_get(j, "h2"), *h1 = json_object_get(j, "http1");
+    if (h2)
+        json_object_set_new(h2, "requests", json_integer((json_int_t)srv->stats.by_proto[0]));
+    if (h1)
+        json_object_set_new(h1, "requests", json_integer((json_int_t)srv->stats.by_proto[1]));
+    json_object_set_new(j, "alpn",
+                        srv->cfg.no_http2 ? json_pack("[s]", "http/1.1")
+                                          : json_pack("[s,s]", "h2", "http/1.1"));
+    return j;
 }
 
 /* ---- answering ---------------------------------------------------------- */
 
-static enum MHD_Result queue(ts_server *srv, struct MHD_Connection *conn, ts_req *r,
-                             ts_response *rs)
+void ts_answer_free(ts_answer *a)
 {
-    struct MHD_Response *resp = rs->stream;
-    char audit[37], code[8];
-    char *data = NULL;
-    size_t len = 0;
+    free(a->data);
+    a->data = NULL;
+    if (a->body.free)
+        a->body.free(a->body.ctx);
+    memset(&a->body, 0, sizeof(a->body));
+}
 
+/* Lock held on entry, released on return. */
+static int answer(ts_server *srv, ts_exchange *x, ts_response *rs, ts_answer *a)
+{
+    char code[8];
     /* Serialise while the lock is held: bodies share values with the store. */
     if (rs->body) {
-        bool indent = pretty(conn);
-        data = json_dumps(rs->body, indent ? JSON_INDENT(2) : JSON_COMPACT);
+        bool indent = pretty(x->conn);
+        a->data = json_dumps(rs->body, indent ? JSON_INDENT(2) : JSON_COMPACT);
         json_decref(rs->body);
         rs->body = NULL;
-        if (data) {
-            len = strlen(data);
+        if (a->data) {
+            a->len = strlen(a->data);
             if (!indent) {
                 /* Go's json.Encoder ends a compact body with a newline. */
-                char *nl = realloc(data, len + 2);
+                char *nl = realloc(a->data, a->len + 2);
                 if (nl) {
-                    data = nl;
-                    data[len++] = '\n';
-                    data[len] = '\0';
+                    a->data = nl;
+                    a->data[a->len++] = '\n';
+                    a->data[a->len] = '\0';
                 }
             }
         } else {
             rs->code = 500;
         }
+    } else if (rs->stream) {
+        a->body = ts_watch_body(rs->stream);
+    } else {
+        a->data = strdup(rs->text ? rs->text : "");
+        a->len = a->data ? strlen(a->data) : 0;
     }
     snprintf(code, sizeof(code), "%u", rs->code);
-    count_request(srv, r, code);
-    r->after = rs->after;
+    count_request(srv, x, code);
+    x->after = rs->after;
     if (srv->cfg.verbose)
-        ts_log("%s %s -> %u", r->client.method, r->client.path, rs->code);
+        ts_log("%s %s %s -> %u", x->conn->proto, x->client.method, x->client.path, rs->code);
     pthread_mutex_unlock(&srv->mu);
 
-    if (!resp) {
-        if (data)
-            resp = MHD_create_response_from_buffer(len, data, MHD_RESPMEM_MUST_FREE);
-        else
-            resp = MHD_create_response_from_buffer(rs->text ? strlen(rs->text) : 0,
-                                                   (void *)(rs->text ? rs->text : ""),
-                                                   MHD_RESPMEM_PERSISTENT);
-        if (!resp) {
-            free(data);
-            return MHD_NO;
-        }
+    a->code = rs->code;
+    a->content_type = rs->text ? "text/plain; charset=utf-8" : "application/json";
+    a->retry_after = rs->retry_after;
+    ts_uuid4(a->audit_id);
+    if (!a->data && !a->body.read) {
+        ts_answer_free(a);
+        return -1;
     }
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            rs->text ? "text/plain; charset=utf-8" : "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache, private");
-    ts_uuid4(audit);
-    MHD_add_response_header(resp, "Audit-Id", audit);
-    if (rs->retry_after) {
-        char ra[16];
-        snprintf(ra, sizeof(ra), "%u", rs->retry_after);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-    }
-    enum MHD_Result ok = MHD_queue_response(conn, rs->code, resp);
-    MHD_destroy_response(resp);
-    return ok;
+    return TS_X_ANSWER;
 }
 
 /*
- * The body of a respond rule that is padded or trickled: produced as
- * libmicrohttpd asks for it. A trickle sends its first byte with the
- * headers, then one byte per interval, parked between bytes (no thread
- * waits); a client that gave up is noticed at the next byte.
+ * The body of a respond rule that is padded or trickled: produced as the
+ * protocol asks for it. A trickle sends its first byte with the headers,
+ * then one byte per interval, parked between bytes (no thread waits); a
+ * client that gave up is noticed at the next byte.
  */
 typedef struct ts_feed {
     ts_server *srv;
     ts_sleeper sl;
     ts_canned *c;
+    uint64_t pos;
     int64_t next_ms; /* trickle: when the next byte is due */
 } ts_feed;
 
-static ssize_t feed_reader(void *cls, uint64_t pos, char *buf, size_t max)
+static long feed_reader(void *cls, char *buf, size_t max)
 {
     ts_feed *f = cls;
     ts_server *srv = f->srv;
     const ts_canned *c = f->c;
+    uint64_t pos = f->pos;
     size_t n = max;
 
     pthread_mutex_lock(&srv->mu);
     if (srv->draining) { /* restart or exit */
         pthread_mutex_unlock(&srv->mu);
-        return MHD_CONTENT_READER_END_WITH_ERROR;
+        return TS_BODY_DROP;
     }
     if (pos >= c->size) {
         pthread_mutex_unlock(&srv->mu);
-        return MHD_CONTENT_READER_END_OF_STREAM;
+        return TS_BODY_END;
     }
     if (c->interval_ms > 0) {
         int64_t now = ts_mono_ms();
         if (pos > 0 && now < f->next_ms) {
             bool parked = ts_sched_suspend(&srv->sched, &f->sl, f->next_ms);
             pthread_mutex_unlock(&srv->mu);
-            return parked ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
+            return parked ? 0 : TS_BODY_ERROR;
         }
         f->next_ms = now + c->interval_ms;
         n = 1;
@@ -262,139 +252,294 @@ static ssize_t feed_reader(void *cls, uint64_t pos, char *buf, size_t max)
     if (from_body)
         memcpy(buf, c->body + pos, from_body);
     memset(buf + from_body, ' ', n - from_body);
-    return (ssize_t)n;
+    f->pos += n;
+    return (long)n;
 }
 
 static void feed_free(void *cls)
 {
     ts_feed *f = cls;
     pthread_mutex_lock(&f->srv->mu);
-    /* A parked response cannot end (see ts_server_stop); be safe anyway. */
-    if (f->sl.suspended)
-        ts_sched_wake(&f->srv->sched, &f->sl);
+    /* An HTTP/2 stream can end while parked (the client reset it). */
+    ts_sched_cancel(&f->srv->sched, &f->sl);
     pthread_mutex_unlock(&f->srv->mu);
     ts_canned_unref(f->c);
     free(f);
 }
 
-/* Answers with a respond rule's canned response. Called with the lock. */
-static enum MHD_Result respond(ts_server *srv, struct MHD_Connection *conn, ts_req *r)
+/* Answers with a respond rule's canned response. Lock held, released. */
+static int respond(ts_server *srv, ts_exchange *x, ts_answer *a)
 {
-    const ts_canned *c = r->d.canned;
-    struct MHD_Response *resp;
-    char audit[37], code[8];
+    const ts_canned *c = x->d.canned;
+    char code[8];
 
     snprintf(code, sizeof(code), "%u", c->status);
-    count_request(srv, r, code);
+    count_request(srv, x, code);
     if (srv->cfg.verbose)
-        ts_log("%s %s -> %u (respond fault)", r->client.method, r->client.path, c->status);
+        ts_log("%s %s %s -> %u (respond fault)", x->conn->proto, x->client.method, x->client.path,
+               c->status);
     pthread_mutex_unlock(&srv->mu);
 
+    a->code = c->status;
+    a->content_type = c->content_type; /* the exchange holds the canned answer */
+    a->location = c->location;
+    ts_uuid4(a->audit_id);
     if (c->interval_ms == 0 && c->size == c->body_len) {
-        resp = MHD_create_response_from_buffer(c->body_len, c->body, MHD_RESPMEM_MUST_COPY);
-    } else {
-        ts_feed *f = calloc(1, sizeof(*f));
-        if (!f)
-            return MHD_NO;
-        f->srv = srv;
-        f->c = ts_canned_ref(r->d.canned);
-        ts_sleeper_init(&f->sl, conn);
-        resp = MHD_create_response_from_callback(c->size, c->interval_ms ? 1 : 64 * 1024,
-                                                 feed_reader, f, feed_free);
-        if (!resp) {
-            feed_free(f);
-            return MHD_NO;
-        }
+        if (!(a->data = malloc(c->body_len + 1)))
+            return -1;
+        memcpy(a->data, c->body, c->body_len);
+        a->len = c->body_len;
+        return TS_X_ANSWER;
     }
-    if (!resp)
-        return MHD_NO;
-    if (c->content_type)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, c->content_type);
-    if (c->location)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, c->location);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache, private");
-    ts_uuid4(audit);
-    MHD_add_response_header(resp, "Audit-Id", audit);
-    enum MHD_Result ok = MHD_queue_response(conn, c->status, resp);
-    MHD_destroy_response(resp);
-    return ok;
+    ts_feed *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    f->srv = srv;
+    f->c = ts_canned_ref(x->d.canned);
+    ts_sleeper_init(&f->sl, x->conn);
+    a->body = (ts_body){feed_reader, feed_free, f, c->size};
+    return TS_X_ANSWER;
 }
 
-/* Closes the connection without an answer, with RST. Called with the lock. */
-static enum MHD_Result reset(ts_server *srv, struct MHD_Connection *conn, ts_req *r)
+/* Closes the connection (stream) without an answer. Lock held, released. */
+static int reset(ts_server *srv, ts_exchange *x)
 {
-    count_request(srv, r, "reset");
+    count_request(srv, x, "reset");
     pthread_mutex_unlock(&srv->mu);
-    ts_conn_set_reset(conn);
-    return MHD_NO;
+    ts_conn_set_reset(x->conn);
+    return TS_X_RESET;
 }
 
-static enum MHD_Result process(ts_server *srv, struct MHD_Connection *conn, ts_req *r,
-                               const char *url, const char *method)
+void ts_exchange_init(ts_exchange *x, ts_conn *c)
+{
+    memset(x, 0, sizeof(*x));
+    x->conn = c;
+    ts_sleeper_init(&x->sl, c);
+}
+
+int ts_exchange_add_body(ts_exchange *x, const void *p, size_t n)
+{
+    if (x->too_large || x->body.len + n > MAX_BODY) {
+        x->too_large = true;
+        return 0;
+    }
+    return ts_buf_append(&x->body, p, n);
+}
+
+void ts_exchange_free(ts_server *srv, ts_exchange *x)
+{
+    pthread_mutex_lock(&srv->mu);
+    ts_sched_cancel(&srv->sched, &x->sl);
+    pthread_mutex_unlock(&srv->mu);
+    ts_canned_unref(x->d.canned);
+    x->d.canned = NULL;
+    ts_buf_free(&x->body);
+}
+
+int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const char *path,
+                    ts_answer *a)
 {
     ts_response rs = {0};
+    ts_conn *c = x->conn;
 
+    memset(a, 0, sizeof(*a));
     pthread_mutex_lock(&srv->mu);
     int64_t now = ts_mono_ms();
-    if (r->phase == PH_RECV) {
+    if (x->phase == PH_RECV) {
         bool watch = false;
-        const char *w = MHD_lookup_connection_value(conn, MHD_GET_ARGUMENT_KIND, "watch");
+        const char *w = c->ops->query(c, "watch");
         if (w)
             watch = !strcmp(w, "1") || !strcmp(w, "true") || !strcmp(w, "True");
-        r->client.method = method;
-        r->client.path = url;
-        r->client.verb = ts_api_verb(method, url, watch);
-        r->client.user_agent = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "User-Agent");
-        r->client.token = bearer_token(conn);
-        r->control = !strncmp(url, "/testserver/", 12);
-        if (!r->control) {
-            ts_faults_decide(&srv->faults, &r->client, now, &r->d);
-            r->latency_until = now + r->d.latency_ms;
+        x->client.method = method;
+        x->client.path = path;
+        x->client.verb = ts_api_verb(method, path, watch);
+        x->client.user_agent = c->ops->header(c, "User-Agent");
+        x->client.token = bearer_token(c);
+        x->control = !strncmp(path, "/testserver/", 12);
+        if (!x->control) {
+            ts_faults_decide(&srv->faults, &x->client, now, &x->d);
+            x->latency_until = now + x->d.latency_ms;
         }
-        r->phase = PH_HOLD;
+        x->phase = PH_HOLD;
     }
-    if (r->phase == PH_HOLD) {
-        if (!r->control) {
-            int64_t until = r->latency_until;
-            int64_t hang = ts_faults_hang_until(&srv->faults, &r->client, now, !r->hang_counted);
+    if (x->phase == PH_HOLD) {
+        if (!x->control) {
+            int64_t until = x->latency_until;
+            int64_t hang = ts_faults_hang_until(&srv->faults, &x->client, now, !x->hang_counted);
             if (hang) {
-                r->hang_counted = true;
+                x->hang_counted = true;
                 if (hang > until)
                     until = hang;
             }
-            if (srv->draining)
-                return reset(srv, conn, r);
-            if (now < until && ts_sched_suspend(&srv->sched, &r->sl, until)) {
+            if (srv->draining) { /* dropped with its connection */
+                count_request(srv, x, "reset");
                 pthread_mutex_unlock(&srv->mu);
-                return MHD_YES; /* called again when resumed */
+                return TS_X_DROP;
             }
-            if (r->d.reset)
-                return reset(srv, conn, r);
+            if (now < until && ts_sched_suspend(&srv->sched, &x->sl, until)) {
+                pthread_mutex_unlock(&srv->mu);
+                return TS_X_WAIT; /* run again when resumed */
+            }
+            if (x->d.reset)
+                return reset(srv, x);
         }
-        r->phase = PH_RUN;
+        x->phase = PH_RUN;
     }
 
-    if (!r->control && r->d.canned)
-        return respond(srv, conn, r); /* unlocks */
-    if (!r->control && r->d.status) {
-        rs.code = r->d.status;
-        rs.body = ts_status_for_code(r->d.status, r->d.retry_after);
-        rs.retry_after = r->d.retry_after;
-    } else if (!authenticated(srv, conn, r->client.token)) {
+    if (!x->control && x->d.canned)
+        return respond(srv, x, a); /* unlocks */
+    if (!x->control && x->d.status) {
+        rs.code = x->d.status;
+        rs.body = ts_status_for_code(x->d.status, x->d.retry_after);
+        rs.retry_after = x->d.retry_after;
+    } else if (!authenticated(srv, c, x->client.token)) {
         rs.code = 401;
         rs.body = ts_status_failure(401, "Unauthorized", "Unauthorized", NULL);
-    } else if (r->too_large) {
+    } else if (x->too_large) {
         rs.code = 413;
         rs.body =
             ts_status_failure(413, "RequestEntityTooLarge", "the request body is too large", NULL);
     } else {
-        ts_request rq = {conn, method, url, r->body.data, r->body.len, &r->client};
-        if (r->control)
+        ts_request rq = {c, method, path, x->body.data, x->body.len, &x->client};
+        if (x->control)
             ts_control_handle(srv, &rq, &rs);
         else
             ts_api_handle(srv, &rq, &rs);
     }
-    return queue(srv, conn, r, &rs); /* unlocks */
+    return answer(srv, x, &rs, a); /* unlocks */
+}
+
+/* ---- HTTP/1.1: libmicrohttpd ------------------------------------------------ */
+
+/* One per libmicrohttpd connection (its socket context). */
+typedef struct h1_conn {
+    ts_conn c; /* first: ts_conn * -> h1_conn * */
+    ts_server *srv;
+    struct MHD_Connection *mhd;
+} h1_conn;
+
+static const char *h1_query(ts_conn *c, const char *key)
+{
+    return MHD_lookup_connection_value(((h1_conn *)c)->mhd, MHD_GET_ARGUMENT_KIND, key);
+}
+
+static const char *h1_header(ts_conn *c, const char *key)
+{
+    return MHD_lookup_connection_value(((h1_conn *)c)->mhd, MHD_HEADER_KIND, key);
+}
+
+/* From the connection's own access handler or content reader, as MHD requires. */
+static void h1_suspend(ts_conn *c)
+{
+    MHD_suspend_connection(((h1_conn *)c)->mhd);
+}
+
+static void h1_resume(ts_conn *c)
+{
+    MHD_resume_connection(((h1_conn *)c)->mhd);
+}
+
+static void h1_set_reset(ts_conn *c)
+{
+    h1_conn *h = (h1_conn *)c;
+    ts_transport_h1_reset(h->srv->transport, c->reap_fd);
+}
+
+static const ts_conn_ops h1_ops = {h1_query, h1_header, h1_suspend, h1_resume, h1_set_reset};
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    ts_server *srv = cls;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        h1_conn *h = calloc(1, sizeof(*h));
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!h)
+            return; /* on_request refuses the connection */
+        h->srv = srv;
+        h->mhd = conn;
+        h->c.ops = &h1_ops;
+        h->c.proto = "http/1.1";
+        h->c.reap_fd = ci ? ci->connect_fd : -1;
+        h->c.cert_ok = ts_transport_h1_cert_ok(srv->transport, h->c.reap_fd);
+        *socket_context = h;
+    } else {
+        free(*socket_context);
+        *socket_context = NULL;
+    }
+}
+
+static h1_conn *h1_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* A streamed body as libmicrohttpd's content reader. */
+typedef struct h1_body {
+    ts_body b;
+} h1_body;
+
+static ssize_t h1_body_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    h1_body *hb = cls;
+    (void)pos;
+    long n = hb->b.read(hb->b.ctx, buf, max);
+    if (n >= 0)
+        return n; /* 0: parked (suspended), called again once resumed */
+    return n == TS_BODY_END ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
+}
+
+static void h1_body_free(void *cls)
+{
+    h1_body *hb = cls;
+    hb->b.free(hb->b.ctx);
+    free(hb);
+}
+
+static enum MHD_Result queue(struct MHD_Connection *conn, ts_answer *a)
+{
+    struct MHD_Response *resp;
+    if (a->body.read) {
+        h1_body *hb = malloc(sizeof(*hb));
+        if (!hb) {
+            ts_answer_free(a);
+            return MHD_NO;
+        }
+        hb->b = a->body;
+        memset(&a->body, 0, sizeof(a->body));
+        bool known = hb->b.size != UINT64_MAX;
+        resp = MHD_create_response_from_callback(known ? hb->b.size : MHD_SIZE_UNKNOWN,
+                                                 known ? 64 * 1024 : 16 * 1024, h1_body_read, hb,
+                                                 h1_body_free);
+        if (!resp) {
+            h1_body_free(hb);
+            return MHD_NO;
+        }
+    } else {
+        resp = MHD_create_response_from_buffer(a->len, a->data, MHD_RESPMEM_MUST_FREE);
+        if (!resp) {
+            ts_answer_free(a);
+            return MHD_NO;
+        }
+        a->data = NULL;
+    }
+    if (a->content_type)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a->content_type);
+    if (a->location)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, a->location);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache, private");
+    MHD_add_response_header(resp, "Audit-Id", a->audit_id);
+    if (a->retry_after) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%u", a->retry_after);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
+    enum MHD_Result ok = MHD_queue_response(conn, a->code, resp);
+    MHD_destroy_response(resp);
+    return ok;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -402,53 +547,61 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
                                   size_t *upload_data_size, void **req_cls)
 {
     ts_server *srv = cls;
-    ts_req *r = *req_cls;
+    ts_exchange *x = *req_cls;
+    ts_answer a;
     (void)version;
 
-    if (!r) {
+    if (!x) {
         /* First call: headers only. */
-        if (!(r = calloc(1, sizeof(*r))))
+        h1_conn *h = h1_of(conn);
+        if (!h || !(x = malloc(sizeof(*x))))
             return MHD_NO;
-        ts_sleeper_init(&r->sl, conn);
-        *req_cls = r;
+        ts_exchange_init(x, &h->c);
+        *req_cls = x;
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (r->body.len + *upload_data_size > MAX_BODY)
-            r->too_large = true;
-        else if (ts_buf_append(&r->body, upload_data, *upload_data_size) < 0)
+        if (ts_exchange_add_body(x, upload_data, *upload_data_size) < 0)
             return MHD_NO;
         *upload_data_size = 0;
         return MHD_YES;
     }
-    return process(srv, conn, r, url, method);
+    switch (ts_exchange_run(srv, x, method, url, &a)) {
+    case TS_X_WAIT:
+        return MHD_YES; /* suspended: called again when resumed */
+    case TS_X_ANSWER:
+        return queue(conn, &a);
+    default: /* TS_X_RESET (the relay sends RST once MHD closes), TS_X_DROP, out of memory */
+        return MHD_NO;
+    }
 }
 
 static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
                          enum MHD_RequestTerminationCode toe)
 {
     ts_server *srv = cls;
-    ts_req *r = *req_cls;
+    ts_exchange *x = *req_cls;
     (void)conn;
-    if (!r)
+    if (!x)
         return;
-    if (r->after && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        ts_server_notify_main(srv, r->after);
-    if (r->sl.suspended) {
-        /* Cannot happen (suspended connections do not complete); be safe. */
-        pthread_mutex_lock(&srv->mu);
-        ts_sched_wake(&srv->sched, &r->sl);
-        pthread_mutex_unlock(&srv->mu);
-    }
-    ts_canned_unref(r->d.canned);
-    ts_buf_free(&r->body);
-    free(r);
+    /* The relay tells the main thread once the answer is on the wire. */
+    if (x->after && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
+        ts_transport_h1_after(srv->transport, x->conn->reap_fd, x->after);
+    ts_exchange_free(srv, x);
+    free(x);
     *req_cls = NULL;
 }
 
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     (void)cls;
+    /*
+     * libmicrohttpd takes the relay's socketpair for TCP and tries TCP_NODELAY
+     * and TCP_CORK on it once per connection; a Unix socket has no Nagle to
+     * switch off, so these complaints are noise.
+     */
+    if (!strncmp(fmt, "Setting TCP_", 12) || !strncmp(fmt, "Failed to push the data", 23))
+        return;
     ts_vlog(fmt, ap);
 }
 
@@ -473,7 +626,6 @@ static int64_t on_tick(void *ctx, int64_t now)
 
 int ts_server_init(ts_server *srv)
 {
-    srv->listen_fd = -1;
     srv->wake_pipe[0] = srv->wake_pipe[1] = -1;
     srv->started_ms = ts_mono_ms();
     if (pthread_mutex_init(&srv->mu, NULL) != 0)
@@ -599,26 +751,36 @@ int ts_server_start(ts_server *srv)
         }
         srv->server_url = url.data;
     }
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_USE_TLS | MHD_ALLOW_SUSPEND_RESUME;
-    if (!ts_log_is_quiet())
-        flags |= MHD_USE_ERROR_LOG;
-    if (strchr(srv->cfg.address, ':'))
-        flags |= MHD_USE_IPv6;
-    srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv,
-        /* The logger first, or MHD logs the options parsed before it itself. */
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_LISTEN_SOCKET, fd,
-        MHD_OPTION_HTTPS_MEM_KEY, srv->pki.server_key, MHD_OPTION_HTTPS_MEM_CERT,
-        srv->pki.server_crt, MHD_OPTION_HTTPS_MEM_TRUST, srv->pki.ca_crt,
-        MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads, MHD_OPTION_CONNECTION_LIMIT,
-        connection_limit(), MHD_OPTION_CONNECTION_TIMEOUT, 600u, MHD_OPTION_CONNECTION_MEMORY_LIMIT,
-        (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv, MHD_OPTION_END);
-    if (!srv->daemon) {
-        ts_log("cannot start the HTTPS daemon");
+    if (!srv->transport && !(srv->transport = ts_transport_new(srv))) {
         close(fd);
         return -1;
     }
-    srv->listen_fd = fd;
+    /*
+     * HTTP/1.1 only: no TLS (the transport decrypts) and no listening socket
+     * (the transport adds connections), so nothing here can race over a
+     * listen descriptor at restart (see ts_server_stop).
+     */
+    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
+    if (!ts_log_is_quiet())
+        flags |= MHD_USE_ERROR_LOG;
+    srv->daemon = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, srv,
+        /* The logger first, or MHD logs the options parsed before it itself. */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads,
+        MHD_OPTION_CONNECTION_LIMIT, connection_limit(), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_END);
+    if (!srv->daemon) {
+        ts_log("cannot start the HTTP/1.1 daemon");
+        close(fd);
+        return -1;
+    }
+    if (ts_transport_start(srv->transport, fd, srv->daemon) < 0) { /* owns fd now */
+        MHD_stop_daemon(srv->daemon);
+        srv->daemon = NULL;
+        return -1;
+    }
     return 0;
 }
 
@@ -627,9 +789,9 @@ void ts_server_stop(ts_server *srv)
     if (!srv->daemon)
         return;
     /*
-     * MHD_stop_daemon must not find suspended connections: refuse new
-     * suspensions, then resume every parked one. Streams see `draining`
-     * and end; held requests are dropped.
+     * Nothing may stay parked: refuse new suspensions, then resume every
+     * parked request and stream. Streams see `draining` and end; held
+     * requests are dropped.
      */
     pthread_mutex_lock(&srv->mu);
     srv->draining = true;
@@ -637,12 +799,20 @@ void ts_server_stop(ts_server *srv)
     ts_sched_wake_all(&srv->sched);
     pthread_mutex_unlock(&srv->mu);
 
-    MHD_quiesce_daemon(srv->daemon);
+    /*
+     * The transport closes the listening socket and every connection (h2
+     * sessions and the HTTP/1.1 relays, whose libmicrohttpd ends then read
+     * EOF) and joins its threads; then libmicrohttpd stops.
+     *
+     * MHD_quiesce_daemon is not used any more: it removed the listening
+     * socket from each worker's epoll set while the worker, seeing
+     * was_quiesced, could remove it too; the loser got ENOENT and MHD
+     * aborted ("Failed to remove listen FD from epoll set", daemon.c:5531 in
+     * 0.9.75). libmicrohttpd has no listening socket now.
+     */
+    ts_transport_stop(srv->transport);
     MHD_stop_daemon(srv->daemon);
     srv->daemon = NULL;
-    if (srv->listen_fd >= 0)
-        close(srv->listen_fd);
-    srv->listen_fd = -1;
 
     pthread_mutex_lock(&srv->mu);
     srv->draining = false;
@@ -653,6 +823,8 @@ void ts_server_stop(ts_server *srv)
 void ts_server_free(ts_server *srv)
 {
     ts_server_stop(srv);
+    ts_transport_free(srv->transport);
+    srv->transport = NULL;
     ts_sched_stop(&srv->sched);
     ts_sched_free(&srv->sched);
     ts_store_free(&srv->store);

@@ -2,10 +2,13 @@
  * server.h - the server object shared by the HTTP layer, the Kubernetes API
  * handlers, watches and the control API.
  *
- * Threads: libmicrohttpd runs a small pool of epoll threads; the scheduler
- * (sched.h) has one timer thread; the main thread waits for signals and
- * restart requests. All mutable state below `mu` is guarded by it - one lock
- * is plenty for a test server and leaves no ordering questions.
+ * Threads: the transport (transport.c) runs `threads` epoll threads that own
+ * the listening socket, TLS and HTTP/2 sessions; libmicrohttpd runs a pool
+ * of `threads` epoll threads for HTTP/1.1; the scheduler (sched.h) has one
+ * timer thread; the main thread waits for signals and restart requests. All
+ * mutable state below `mu` is guarded by it - one lock is plenty for a test
+ * server and leaves no ordering questions. Transport-private locks are only
+ * ever taken inside `mu`, never the other way round.
  */
 #ifndef TS_SERVER_H
 #define TS_SERVER_H
@@ -21,23 +24,24 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct MHD_Connection;
 struct MHD_Daemon;
-struct MHD_Response;
 typedef struct ts_watch ts_watch;
+typedef struct ts_transport ts_transport;
 
 typedef struct ts_config {
-    char *dir;         /* absolute */
-    bool dir_is_temp;  /* made with mkdtemp: removed at exit */
-    char address[64];  /* "127.0.0.1" or "::1" */
-    unsigned port;     /* requested; 0 = any */
-    const char *token; /* --token (points into argv), or NULL */
-    size_t history;    /* watch history ring size */
-    unsigned bookmark_ms;
-    unsigned threads; /* libmicrohttpd worker threads */
-    uint64_t seed;    /* PRNG for fault probabilities */
-    bool verbose;     /* one log line per request */
-    json_t *faults;   /* --fault rules to install at start (array) */
+    char *dir;            /* absolute */
+    bool dir_is_temp;     /* made with mkdtemp: removed at exit */
+    char address[64];     /* "127.0.0.1" or "::1" */
+    unsigned port;        /* requested; 0 = any */
+    const char *token;    /* --token (points into argv), or NULL */
+    size_t history;       /* watch history ring size */
+    unsigned bookmark_ms; /* BOOKMARK period ... */
+    bool bookmarks_real;  /* ... or the apiserver's: every 60 s and 2 s before timeoutSeconds */
+    bool no_http2;        /* ALPN offers http/1.1 only */
+    unsigned threads;     /* transport threads, and as many libmicrohttpd workers */
+    uint64_t seed;        /* PRNG for fault probabilities */
+    bool verbose;         /* one log line per request */
+    json_t *faults;       /* --fault rules to install at start (array) */
 } ts_config;
 
 /* Counters for GET /testserver/v1/stats. */
@@ -48,6 +52,7 @@ typedef struct ts_stats {
     json_t *by_verb;   /* {"get": {"200": n, "404": n}} */
     json_t *by_status; /* {"200": n, "reset": n} */
     uint64_t watches_total;
+    uint64_t by_proto[2]; /* API requests over h2, over HTTP/1.1 */
 } ts_stats;
 
 typedef struct ts_server {
@@ -69,8 +74,8 @@ typedef struct ts_server {
     uint64_t restarts;
 
     ts_pki pki;
-    struct MHD_Daemon *daemon;
-    int listen_fd;
+    struct MHD_Daemon *daemon; /* HTTP/1.1, fed decrypted connections by the transport */
+    ts_transport *transport;   /* listener, TLS, HTTP/2 (transport.c, h2.c) */
 
     /* Main-thread wakeups: 'T' terminate, 'R' restart (see main.c). */
     int wake_pipe[2];
@@ -92,9 +97,34 @@ void ts_server_free(ts_server *srv);
 /* Wakes the main thread with a command byte ('T' or 'R'). */
 void ts_server_notify_main(ts_server *srv, char cmd);
 
+/*
+ * ts_conn: the transport of one request, whatever the protocol - an
+ * HTTP/1.1 connection (libmicrohttpd) or an HTTP/2 stream (h2.c). Handlers,
+ * watches and the scheduler see only this; parking a request or a stream
+ * (ts_sched_suspend) and waking it go through ops.
+ */
+typedef struct ts_conn ts_conn;
+typedef struct ts_conn_ops {
+    const char *(*query)(ts_conn *c, const char *key);  /* first value, decoded */
+    const char *(*header)(ts_conn *c, const char *key); /* case-insensitive */
+    void (*suspend)(ts_conn *c);   /* lock held; the caller then returns "no data yet" */
+    void (*resume)(ts_conn *c);    /* lock held, any thread */
+    void (*set_reset)(ts_conn *c); /* the next close is a reset, not a clean end */
+} ts_conn_ops;
+
+struct ts_conn {
+    const ts_conn_ops *ops;
+    const char *proto; /* "h2" or "http/1.1" */
+    bool cert_ok;      /* the client presented a certificate our CA signed, for clients */
+    int reap_fd;       /* polled for hang-ups while parked (ts_watch_reap), -1: not needed */
+};
+
+/* Sets up the closing of c as a reset (TCP RST over HTTP/1.1, RST_STREAM over h2). */
+void ts_conn_set_reset(ts_conn *c);
+
 /* Access to one request for the handlers. */
 typedef struct ts_request {
-    struct MHD_Connection *conn;
+    ts_conn *conn;
     const char *method;
     const char *path;
     const char *body;
@@ -108,12 +138,79 @@ const char *ts_request_header(const ts_request *rq, const char *key);
 /* What a handler answers. */
 typedef struct ts_response {
     unsigned code;
-    json_t *body;                /* JSON answer (object or Status) */
-    const char *text;            /* or a static text/plain answer */
-    struct MHD_Response *stream; /* or a watch stream */
-    unsigned retry_after;        /* adds Retry-After when > 0 */
-    char after;                  /* main-thread command after completion, or 0 */
+    json_t *body;         /* JSON answer (object or Status) */
+    const char *text;     /* or a static text/plain answer */
+    ts_watch *stream;     /* or a watch stream */
+    unsigned retry_after; /* adds Retry-After when > 0 */
+    char after;           /* main-thread command after completion, or 0 */
 } ts_response;
+
+/*
+ * A streamed response body (watch streams, trickled canned answers), read by
+ * either protocol. read returns a byte count, 0 after parking the stream
+ * with ts_sched_suspend (the protocol waits for ops->resume), or one of:
+ */
+#define TS_BODY_END   (-1) /* the body is complete */
+#define TS_BODY_ERROR (-2) /* abandon: close (HTTP/1.1) or reset the stream (h2) */
+#define TS_BODY_DROP                                                                               \
+    (-3) /* the server is going down: close (HTTP/1.1), or leave the                               \
+            h2 stream to the connection's close (no RST_STREAM) */
+typedef struct ts_body {
+    long (*read)(void *ctx, char *buf, size_t max); /* takes the lock itself */
+    void (*free)(void *ctx);                        /* takes the lock itself */
+    void *ctx;
+    uint64_t size; /* UINT64_MAX: unknown (chunked over HTTP/1.1) */
+} ts_body;
+
+/* A complete answer, ready for the wire. */
+typedef struct ts_answer {
+    unsigned code;
+    const char *content_type; /* NULL: none (static or owned by the exchange) */
+    const char *location;     /* NULL: none */
+    unsigned retry_after;     /* > 0: Retry-After */
+    char audit_id[37];
+    char *data; /* a complete body (malloc'ed; the protocol frees it) ... */
+    size_t len;
+    ts_body body; /* ... or a streamed one (body.read != NULL) */
+} ts_answer;
+
+/*
+ * ts_exchange: one request's life cycle, shared by both protocols: decide
+ * faults, hold it (latency, hang), reset it, answer it with a canned
+ * response, or authenticate it and run the handlers.
+ */
+typedef struct ts_exchange {
+    ts_conn *conn;
+    ts_sleeper sl;
+    int phase;
+    ts_buf body;
+    bool too_large;
+    bool control;
+    bool hang_counted;
+    int64_t latency_until;
+    ts_decision d;
+    ts_client client; /* strings borrowed from the protocol: valid until ts_exchange_free */
+    char after;       /* main-thread command to send once the answer is out */
+} ts_exchange;
+
+enum { TS_X_WAIT, TS_X_RESET, TS_X_ANSWER, TS_X_DROP /* going down: see TS_BODY_DROP */ };
+
+void ts_exchange_init(ts_exchange *x, ts_conn *c);
+/* Adds body bytes; beyond the apiserver's limit the request gets a 413. */
+int ts_exchange_add_body(ts_exchange *x, const void *p, size_t n);
+/*
+ * Runs the request (call without the lock). TS_X_WAIT: parked, run it again
+ * when x->conn is resumed; TS_X_RESET: close with a reset, no answer;
+ * TS_X_ANSWER: send *a. -1: out of memory (close).
+ */
+int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const char *path,
+                    ts_answer *a);
+/* Forgets the exchange (call without the lock); a parked one is unparked. */
+void ts_exchange_free(ts_server *srv, ts_exchange *x);
+void ts_answer_free(ts_answer *a); /* frees data or the streamed body */
+
+/* Connection counts per protocol for GET /testserver/v1/stats (lock held). */
+json_t *ts_server_connections_json(ts_server *srv);
 
 /* ---- api.c: the Kubernetes API (lock held) --------------------------- */
 
@@ -139,9 +236,17 @@ typedef struct ts_watch_opts {
     ts_include include;
 } ts_watch_opts;
 
-/* Builds the streaming response for a watch. NULL on allocation failure. */
-struct MHD_Response *ts_watch_open(ts_server *srv, struct MHD_Connection *conn,
-                                   const ts_client *client, ts_watch_opts *o);
+/* Opens a watch stream for conn. NULL on allocation failure. */
+ts_watch *ts_watch_open(ts_server *srv, ts_conn *conn, const ts_client *client, ts_watch_opts *o);
+/* Its body, for ts_answer (the body's free ends the stream). */
+ts_body ts_watch_body(ts_watch *w);
+/*
+ * When the next BOOKMARK is due for a stream that sent one (or started) at
+ * now, with its timeoutSeconds deadline (INT64_MAX: none); INT64_MAX: no
+ * more bookmarks. Real cadence (cfg.bookmarks_real): every 60 s and once
+ * 2 s before the deadline, as the apiserver's watch cache does.
+ */
+int64_t ts_watch_next_bookmark(const ts_config *cfg, int64_t now, int64_t deadline);
 /* The store's change hook: wakes the streams that want ev. */
 void ts_watch_on_event(void *srv, const ts_event *ev);
 /* Ends (or aborts, with a TCP reset) matching streams; returns how many. */
@@ -149,8 +254,5 @@ size_t ts_watch_close(ts_server *srv, const ts_match *m, bool abort);
 
 /* Ends parked streams whose client hung up (timer thread, about once a second). */
 void ts_watch_reap(ts_server *srv);
-
-/* Sets SO_LINGER 0 so that closing the socket sends RST, not FIN. */
-void ts_conn_set_reset(struct MHD_Connection *conn);
 
 #endif

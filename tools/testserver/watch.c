@@ -3,11 +3,11 @@
  *
  * A stream owns no queue: it keeps a cursor (the last resourceVersion it has
  * looked at) into the store's history ring and renders what lies after it
- * when libmicrohttpd asks for more data. With nothing to send, the content
- * reader suspends the connection (sched.h) until an event, the next bookmark,
- * the end of timeoutSeconds or of a freeze. A stream that falls behind the
- * ring gets the apiserver's ERROR 410 event and ends, like a client that is
- * too slow for the watch cache.
+ * when the protocol (libmicrohttpd, or an HTTP/2 stream in h2.c) asks for
+ * more data. With nothing to send, the reader parks the stream (sched.h)
+ * until an event, the next bookmark, the end of timeoutSeconds or of a freeze. A stream that falls
+ * behind the ring gets the apiserver's ERROR 410 event and ends, like a client that is too slow for
+ * the watch cache.
  */
 #include "server.h"
 #include "util.h"
@@ -17,9 +17,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-
-#include <microhttpd.h>
 
 /* Render at most this much per wakeup so a slow reader cannot grow memory. */
 #define WATCH_MAX_PENDING (256 * 1024)
@@ -47,7 +44,7 @@ struct ts_watch {
     bool as_table;
     bool table_columns_sent;
     ts_include include;
-    ts_buf out; /* rendered; out.data[out_off..len) not yet handed to MHD */
+    ts_buf out; /* rendered; out.data[out_off..len) not yet handed to the protocol */
     size_t out_off;
     enum watch_state state;
     bool frozen;
@@ -56,14 +53,19 @@ struct ts_watch {
     ts_client client;
 };
 
-void ts_conn_set_reset(struct MHD_Connection *conn)
+int64_t ts_watch_next_bookmark(const ts_config *cfg, int64_t now, int64_t deadline)
 {
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (ci) {
-        struct linger lg = {.l_onoff = 1, .l_linger = 0};
-        setsockopt(ci->connect_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    }
+    if (!cfg->bookmarks_real)
+        return now + cfg->bookmark_ms;
+    /*
+     * The apiserver's cacheWatcher.nextBookmarkTime (v1.27+): a minute from
+     * now, or 2 s before the deadline if that is sooner; none once that
+     * moment has passed (so the pre-timeout bookmark is sent once).
+     */
+    int64_t next = now + 60000;
+    if (deadline != INT64_MAX && deadline - 2000 < next)
+        next = deadline - 2000;
+    return next <= now ? INT64_MAX : next;
 }
 
 /* ---- rendering -------------------------------------------------------- */
@@ -222,67 +224,66 @@ static int render(ts_watch *w, int64_t now)
     if (w->bookmarks && now >= w->next_bookmark) {
         if (append_bookmark(w, w->cursor, false) < 0)
             return -1;
-        w->next_bookmark = now + w->srv->cfg.bookmark_ms;
+        w->next_bookmark = ts_watch_next_bookmark(&w->srv->cfg, now, w->deadline);
     }
     return 0;
 }
 
 /*
- * libmicrohttpd's content reader. Returns bytes, 0 after suspending (never
- * without: with internal polling a 0 would be called again at once), or
- * the end-of-stream markers.
+ * The body reader (ts_body). Returns bytes, 0 after suspending (never
+ * without: libmicrohttpd would call again at once), or TS_BODY_END /
+ * TS_BODY_ERROR.
  */
-static ssize_t fill(ts_watch *w, char *buf, size_t max)
+static long fill(ts_watch *w, char *buf, size_t max)
 {
     ts_server *srv = w->srv;
     for (;;) {
         if (w->state == W_ABORT) {
             ts_conn_set_reset(w->sl.conn);
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return TS_BODY_ERROR;
         }
-        if (w->state == W_GONE || srv->draining) /* restart or exit: a plain close */
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+        if (w->state == W_GONE)
+            return TS_BODY_ERROR;
+        if (srv->draining) /* restart or exit: the connection goes, with the stream */
+            return TS_BODY_DROP;
         if (w->out_off < w->out.len) {
             size_t n = w->out.len - w->out_off < max ? w->out.len - w->out_off : max;
             memcpy(buf, w->out.data + w->out_off, n);
             w->out_off += n;
             if (w->out_off == w->out.len)
                 w->out.len = w->out_off = 0;
-            return (ssize_t)n;
+            return (long)n;
         }
         if (w->state == W_ENDING)
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return TS_BODY_END;
 
         int64_t now = ts_mono_ms();
         int64_t frozen_until = ts_faults_freeze_until(&srv->faults, &w->client, now, !w->frozen);
         if (frozen_until) {
             /* A frozen stream is silent: no events, bookmarks or timeout. */
             w->frozen = true;
-            return ts_sched_suspend(&srv->sched, &w->sl, frozen_until)
-                       ? 0
-                       : MHD_CONTENT_READER_END_WITH_ERROR;
+            return ts_sched_suspend(&srv->sched, &w->sl, frozen_until) ? 0 : TS_BODY_ERROR;
         }
         w->frozen = false;
         if (now >= w->deadline)
-            return MHD_CONTENT_READER_END_OF_STREAM;
+            return TS_BODY_END;
         if (render(w, now) < 0)
-            return MHD_CONTENT_READER_END_WITH_ERROR;
+            return TS_BODY_ERROR;
         if (w->out.len || w->state != W_RUNNING)
             continue;
 
         int64_t wake = w->deadline;
         if (w->bookmarks && w->next_bookmark < wake)
             wake = w->next_bookmark;
-        return ts_sched_suspend(&srv->sched, &w->sl, wake) ? 0 : MHD_CONTENT_READER_END_WITH_ERROR;
+        return ts_sched_suspend(&srv->sched, &w->sl, wake) ? 0 : TS_BODY_ERROR;
     }
 }
 
-static ssize_t watch_reader(void *cls, uint64_t pos, char *buf, size_t max)
+static long watch_reader(void *cls, char *buf, size_t max)
 {
     ts_watch *w = cls;
-    (void)pos;
     pthread_mutex_lock(&w->srv->mu);
-    ssize_t n = fill(w, buf, max);
+    long n = fill(w, buf, max);
     pthread_mutex_unlock(&w->srv->mu);
     return n;
 }
@@ -299,15 +300,14 @@ static void watch_destroy(ts_watch *w)
     free(w);
 }
 
-/* Called by libmicrohttpd when the response is released (stream over). */
+/* Called by the protocol when the response is released (stream over). */
 static void watch_free(void *cls)
 {
     ts_watch *w = cls;
     ts_server *srv = w->srv;
     pthread_mutex_lock(&srv->mu);
-    /* A parked stream cannot end (see ts_server_stop); be safe anyway. */
-    if (w->sl.suspended)
-        ts_sched_wake(&srv->sched, &w->sl);
+    /* An HTTP/2 stream can end while parked (the client reset it). */
+    ts_sched_cancel(&srv->sched, &w->sl);
     if (w->prev)
         w->prev->next = w->next;
     else
@@ -332,8 +332,12 @@ static int snapshot(ts_watch *w)
     return w->initial ? 0 : -1;
 }
 
-struct MHD_Response *ts_watch_open(ts_server *srv, struct MHD_Connection *conn,
-                                   const ts_client *client, ts_watch_opts *o)
+ts_body ts_watch_body(ts_watch *w)
+{
+    return (ts_body){watch_reader, watch_free, w, UINT64_MAX};
+}
+
+ts_watch *ts_watch_open(ts_server *srv, ts_conn *conn, const ts_client *client, ts_watch_opts *o)
 {
     ts_watch *w = calloc(1, sizeof(*w));
     if (!w) {
@@ -341,9 +345,7 @@ struct MHD_Response *ts_watch_open(ts_server *srv, struct MHD_Connection *conn,
         return NULL;
     }
     ts_sleeper_init(&w->sl, conn);
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    w->fd = ci ? ci->connect_fd : -1;
+    w->fd = conn->reap_fd;
     w->srv = srv;
     w->filter = o->filter;
     memset(&o->filter, 0, sizeof(o->filter));
@@ -351,8 +353,8 @@ struct MHD_Response *ts_watch_open(ts_server *srv, struct MHD_Connection *conn,
     w->as_table = o->as_table;
     w->include = o->include;
     int64_t now = ts_mono_ms();
-    w->next_bookmark = now + srv->cfg.bookmark_ms;
     w->deadline = o->timeout_ms > 0 ? now + o->timeout_ms : INT64_MAX;
+    w->next_bookmark = ts_watch_next_bookmark(&srv->cfg, now, w->deadline);
     w->method = ts_strdup(client->method);
     w->path = ts_strdup(client->path);
     w->user_agent = ts_strdup(client->user_agent);
@@ -369,10 +371,6 @@ struct MHD_Response *ts_watch_open(ts_server *srv, struct MHD_Connection *conn,
             goto fail;
     }
 
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 16 * 1024, watch_reader, w, watch_free);
-    if (!resp)
-        goto fail;
     w->next = srv->watches;
     if (srv->watches)
         srv->watches->prev = w;
@@ -380,7 +378,7 @@ struct MHD_Response *ts_watch_open(ts_server *srv, struct MHD_Connection *conn,
     if (srv->nwatches++ == 0)
         ts_sched_kick(&srv->sched); /* start the periodic reaping */
     srv->stats.watches_total++;
-    return resp;
+    return w;
 fail:
     watch_destroy(w);
     return NULL;
@@ -429,7 +427,9 @@ void ts_watch_reap(ts_server *srv)
      * libmicrohttpd does not look at a suspended connection, so a client
      * that hangs up on an idle stream would keep it open forever. Clients
      * send nothing while a response streams (HTTP/1.1, no pipelining), so a
-     * readable socket means a FIN or a TLS close_notify: the client is gone.
+     * readable socket means the transport saw a FIN, a TLS close_notify or
+     * a reset and shut its side of the relay: the client is gone. (HTTP/2
+     * streams need no polling: h2.c sees RST_STREAM and closes at once.)
      */
     size_t n = 0;
     for (ts_watch *w = srv->watches; w; w = w->next)

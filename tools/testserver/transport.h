@@ -1,0 +1,73 @@
+/*
+ * transport.h - the listening socket, TLS (GnuTLS, ALPN h2 / http/1.1,
+ * client certificates) and the split between HTTP/2 (h2.c, nghttp2) and
+ * HTTP/1.1 (libmicrohttpd, fed decrypted bytes through a socketpair).
+ * See the comment at the top of transport.c for why it is built this way.
+ *
+ * Threads: `threads` epoll threads own every accepted connection. The
+ * ts_transport_h1_* functions are for libmicrohttpd's threads and may be
+ * called with the server lock held.
+ */
+#ifndef TS_TRANSPORT_H
+#define TS_TRANSPORT_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct MHD_Daemon;
+typedef struct ts_server ts_server;
+typedef struct ts_transport ts_transport;
+typedef struct ts_tconn ts_tconn;
+
+/* Loads the server's key, certificate and CA into GnuTLS. NULL on failure (logged). */
+ts_transport *ts_transport_new(ts_server *srv);
+/*
+ * Starts the I/O threads on listen_fd (owned from now on: closed by
+ * ts_transport_stop). HTTP/1.1 connections are handed to h1.
+ */
+int ts_transport_start(ts_transport *t, int listen_fd, struct MHD_Daemon *h1);
+/* Closes the listener and every connection, joins the threads (without the lock). */
+void ts_transport_stop(ts_transport *t);
+void ts_transport_free(ts_transport *t);
+
+/* For an HTTP/1.1 connection, by the descriptor libmicrohttpd was given: */
+bool ts_transport_h1_cert_ok(ts_transport *t, int mhd_fd);
+/* the relay ends with a TCP RST once libmicrohttpd closes its side */
+void ts_transport_h1_reset(ts_transport *t, int mhd_fd);
+/* sends cmd to the main thread once what libmicrohttpd wrote is on the wire */
+void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd);
+
+/* {"h2": {"open", "total"}, "http1": {...}, "tls_failures"} (counters survive restarts). */
+json_t *ts_transport_stats_json(ts_transport *t);
+
+/* ---- for h2.c ----------------------------------------------------------- */
+
+/* Encrypts and queues plaintext for the client. -1: out of memory. */
+int ts_tconn_write(ts_tconn *tc, const void *p, size_t n);
+/* Bytes queued for the socket: stop producing above TS_TCONN_HIGH. */
+size_t ts_tconn_pending(const ts_tconn *tc);
+#define TS_TCONN_HIGH (256 * 1024)
+/* The client presented a certificate signed by our CA, for client authentication. */
+bool ts_tconn_cert_ok(const ts_tconn *tc);
+/* Any thread: run ts_h2_wake on the connection's thread soon. */
+void ts_tconn_poke(ts_tconn *tc);
+/* I/O thread: send cmd to the main thread once everything queued is on the wire. */
+void ts_tconn_after(ts_tconn *tc, char cmd);
+
+/* h2.c: one HTTP/2 server session per connection, on its I/O thread. */
+typedef struct ts_h2 ts_h2;
+ts_h2 *ts_h2_new(ts_server *srv, ts_tconn *tc);
+/* Feeds decrypted bytes. -1: the session is broken (close). */
+int ts_h2_recv(ts_h2 *h, const uint8_t *p, size_t n);
+/* Queues frames until nothing is left or the connection is full. -1: close. */
+int ts_h2_send(ts_h2 *h);
+/* Streams woken by other threads: answer held requests, resume bodies. */
+void ts_h2_wake(ts_h2 *h);
+/* Both sides are done (GOAWAY exchanged, or a fatal error). */
+bool ts_h2_finished(ts_h2 *h);
+/* Frees every stream (their watches, held requests) and the session. */
+void ts_h2_free(ts_h2 *h);
+
+#endif
