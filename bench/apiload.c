@@ -139,6 +139,8 @@ void bench_api_load(bench_ctx *ctx)
     if (!srv_counts(ctx)) {
         bench_row_add(ctx, "3 API load", "watch", "", "", -1,
                       "skipped: a shared server counts every client's requests, not ours");
+        bench_cell(ctx, CELL_FOLLOWER, "skipped (shared server)");
+        bench_cell(ctx, CELL_LEADER, "skipped (shared server)");
         goto out;
     }
     /* A real server: watch mode only (poll-only is the test server's

@@ -73,6 +73,7 @@ typedef struct bench_target {
     char url[256], ca_file[1024], token[256], ns[64];
     pid_t apiserver_pid, etcd_pid; /* for their CPU time, 0: unknown */
     double base_watches;           /* Lease watch streams open before our clients came */
+    char etcd_url[64];             /* its etcd's http://127.0.0.1:PORT, "" unknown */
 } bench_target;
 
 typedef struct bench_ctx {
@@ -176,6 +177,9 @@ int srv_stats_get(bench_ctx *ctx, srv_stats *out);
 /* CPU seconds (user + system) used so far by the envtest kube-apiserver
  * and etcd; -1 when unknown. */
 double srv_cpu_s(const bench_ctx *ctx, int etcd);
+/* envtest: etcd's WAL fsyncs so far, their count and total seconds (from
+ * etcd's /metrics). 0 or -1. */
+int srv_etcd_fsyncs(const bench_ctx *ctx, double *count, double *sum_s);
 
 /* ---- etcd.c: the etcd of benchmarks 1-2 --------------------------------- */
 

@@ -219,17 +219,16 @@ static void csv_field(FILE *f, const char *s, int last)
 static void write_summary(const bench_ctx *ctx, int argc, char **argv, double run_s)
 {
     FILE *md = bench_csv_open(ctx, "summary.md", NULL);
-    FILE *csv;
-
-    ((bench_ctx *)ctx)->csv_append = 0;
-    csv = bench_csv_open(ctx, "summary.csv", "server,benchmark,mode,n,result,target,met");
+    FILE *csv = bench_csv_open(ctx, "summary.csv", "server,benchmark,mode,n,result,target,met");
+    char end_load[64];
 
     if (md) {
         print_header(md, ctx, argc, argv);
         print_readme_table(md, ctx);
         fputc('\n', md);
         print_table(md, ctx);
-        fprintf(md, "\nrun time: %.0f s\n", run_s);
+        first_line("/proc/loadavg", end_load, sizeof(end_load));
+        fprintf(md, "\nrun time: %.0f s; /proc/loadavg at the end: %s\n", run_s, end_load);
         fclose(md);
     }
     for (int i = 0; csv && i < ctx->nrows; i++) {
@@ -339,6 +338,7 @@ int main(int argc, char **argv)
     print_table(stdout, &ctx);
     printf("\nrun time: %.0f s; CSV files and summary.md in %s\n",
            (double)(bench_now_ns() - t0) / NS_PER_S, ctx.out_dir);
+    ctx.csv_append = 0; /* the summary files are written whole */
     write_summary(&ctx, argc, argv, (double)(bench_now_ns() - t0) / NS_PER_S);
     for (int i = 0; i < ctx.nrows; i++)
         failed |= !strcmp(ctx.rows[i].met, "failed");

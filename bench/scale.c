@@ -316,8 +316,13 @@ static int held(const scale_result *r, int size)
 }
 
 /* What kept a size from being held, for the table. */
+/* etcd's WAL fsyncs during a worker's run: per second and mean time. */
+typedef struct fsyncs {
+    double per_s, mean_ms; /* -1: unknown */
+} fsyncs;
+
 static void limit_text(const scale_result *r, int size, double api_cores, double etcd_cores,
-                       char *out, size_t len)
+                       const fsyncs *fs, char *out, size_t len)
 {
     size_t n = 0;
 
@@ -338,6 +343,9 @@ static void limit_text(const scale_result *r, int size, double api_cores, double
                  "; CPU: kube-apiserver %.2f, etcd %.2f, worker %.2f of %ld cores", api_cores,
                  etcd_cores, r->window_s > 0 ? r->cpu_s / r->window_s : NAN,
                  sysconf(_SC_NPROCESSORS_ONLN));
+    n = strlen(out);
+    if (fs->per_s >= 0 && n < len)
+        snprintf(out + n, len - n, "; etcd WAL fsync %.0f/s, mean %.1f ms", fs->per_s, fs->mean_ms);
 }
 
 void bench_scale(bench_ctx *ctx)
@@ -356,7 +364,7 @@ void bench_scale(bench_ctx *ctx)
                     : real ? (ctx->quick ? sizeof(real_quick) : sizeof(real_full)) / sizeof(int)
                     : ctx->quick ? sizeof(quick_sizes) / sizeof(int)
                                  : sizeof(full_sizes) / sizeof(int);
-    char limit[300] = "";
+    char limit[400] = "";
     int64_t window_ms = ctx->quick ? 4000 : 16000, elect_ms = ctx->quick ? 15000 : 60000;
     const char *target = "all held, 0 missed, <8 KB/election, <30 us/renewal";
     FILE *csv = bench_csv_open(ctx, "scale.csv",
@@ -368,7 +376,9 @@ void bench_scale(bench_ctx *ctx)
     for (size_t k = 0; k < nsizes; k++) {
         int size = sizes[k], last = k + 1 == nsizes && !real, rc, met;
         double kb_per, us_per, api0 = srv_cpu_s(ctx, 0), etcd0 = srv_cpu_s(ctx, 1);
-        double api_cores = -1, etcd_cores = -1;
+        double api_cores = -1, etcd_cores = -1, fs_n0 = 0, fs_s0 = 0, fs_n1, fs_s1;
+        int have_fs = srv_etcd_fsyncs(ctx, &fs_n0, &fs_s0) == 0;
+        fsyncs fs = {-1, -1};
         int64_t w0 = bench_now_ns();
         scale_result r;
         char n[16], p99[32];
@@ -388,6 +398,10 @@ void bench_scale(bench_ctx *ctx)
 
             api_cores = (srv_cpu_s(ctx, 0) - api0) / wall;
             etcd_cores = (srv_cpu_s(ctx, 1) - etcd0) / wall;
+            if (have_fs && srv_etcd_fsyncs(ctx, &fs_n1, &fs_s1) == 0 && fs_n1 > fs_n0) {
+                fs.per_s = (fs_n1 - fs_n0) / wall;
+                fs.mean_ms = (fs_s1 - fs_s0) * 1000 / (fs_n1 - fs_n0);
+            }
         }
         kb_per = (r.rss_kb - r.rss_client_kb) / size;
         us_per = r.renewals > 0 ? r.cpu_s * 1e6 / r.renewals : NAN;
@@ -404,21 +418,22 @@ void bench_scale(bench_ctx *ctx)
                       r.leading_start, r.leading_end, r.elect_s, r.rss_kb / 1024, kb_per, us_per,
                       r.renew_ms_mean, p99, r.late, r.not_leader, r.lost, r.threads);
         if (api_cores >= 0)
-            bench_log("  kube-apiserver %.2f cores, etcd %.2f cores over the worker's run",
-                      api_cores, etcd_cores);
+            bench_log("  kube-apiserver %.2f cores, etcd %.2f cores over the worker's run; etcd "
+                      "WAL fsync %.0f/s, mean %.1f ms",
+                      api_cores, etcd_cores, fs.per_s, fs.mean_ms);
         if (!held(&r, size)) {
-            char why[260];
+            char why[360];
 
-            limit_text(&r, size, api_cores, etcd_cores, why, sizeof(why));
+            limit_text(&r, size, api_cores, etcd_cores, &fs, why, sizeof(why));
             snprintf(limit, sizeof(limit), "at %d: %s", size, why);
             if (real)
                 break; /* larger sizes only take longer to fail */
         } else {
             best = size > best ? size : best;
             if (real && k + 1 == nsizes) {
-                char why[260];
+                char why[360];
 
-                limit_text(&r, size, api_cores, etcd_cores, why, sizeof(why));
+                limit_text(&r, size, api_cores, etcd_cores, &fs, why, sizeof(why));
                 snprintf(limit, sizeof(limit), "largest size tried; at %d: %s", size, why);
             }
             if (size == sizes[nsizes - 1] || real)

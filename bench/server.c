@@ -105,6 +105,54 @@ static pid_t ctl_pid(const char *what)
     return (pid_t)atol(line);
 }
 
+/* etcd's client URL, from envtest.sh's directory ($K8SLEASE_ENVTEST_DIR/env,
+ * ETCD_PORT=N): benchmark 4 reads etcd's fsync figures. */
+static void etcd_url(bench_target *t)
+{
+    const char *dir = getenv("K8SLEASE_ENVTEST_DIR");
+    char path[4200], line[256];
+    FILE *f;
+
+    t->etcd_url[0] = '\0';
+    if (!dir)
+        return;
+    snprintf(path, sizeof(path), "%s/env", dir);
+    if (!(f = fopen(path, "r")))
+        return;
+    while (fgets(line, sizeof(line), f))
+        if (!strncmp(line, "ETCD_PORT=", 10))
+            snprintf(t->etcd_url, sizeof(t->etcd_url), "http://127.0.0.1:%d", atoi(line + 10));
+    fclose(f);
+}
+
+int srv_etcd_fsyncs(const bench_ctx *ctx, double *count, double *sum_s)
+{
+    const bench_target *t = ctx->tgt;
+    CURL *c;
+    buf b = {0};
+    char url[128];
+    const char *p;
+    int rc = -1;
+
+    if (t->kind != TARGET_ENVTEST || !t->etcd_url[0] || !(c = curl_easy_init()))
+        return -1;
+    snprintf(url, sizeof(url), "%s/metrics", t->etcd_url);
+    curl_easy_setopt(c, CURLOPT_URL, url);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, 10000L);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
+    if (curl_easy_perform(c) == CURLE_OK && b.p &&
+        (p = strstr(b.p, "\netcd_disk_wal_fsync_duration_seconds_sum ")) &&
+        sscanf(p + 44, "%lf", sum_s) == 1 &&
+        (p = strstr(b.p, "\netcd_disk_wal_fsync_duration_seconds_count ")) &&
+        sscanf(p + 46, "%lf", count) == 1)
+        rc = 0;
+    curl_easy_cleanup(c);
+    free(b.p);
+    return rc;
+}
+
 static int envtest_open(bench_target *t)
 {
     FILE *f = fopen(t->kubeconfig, "r");
@@ -138,6 +186,7 @@ static int envtest_open(bench_target *t)
                  : "?");
     json_decref(v);
     free(body);
+    etcd_url(t);
     t->apiserver_pid = ctl_pid("apiserver");
     t->etcd_pid = ctl_pid("etcd");
     /* The server's own Lease watches (none of ours yet). */
