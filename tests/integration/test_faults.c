@@ -1,5 +1,11 @@
-/* The library under injected faults (test server only; skipped on a real
- * API server), and read by a real client (kubectl). */
+/* The library under faults, and read by a real client (kubectl).
+ *
+ * On k8slease-testserver the faults are injected through its control API
+ * (409 storms, token rotation, hangs, restarts with or without state). Under
+ * tests/integration/envtest.sh the same stories run on a real kube-apiserver
+ * with the faults a real server has: its process or its etcd killed and
+ * started again, or stopped (SIGSTOP) past the renew deadline and continued
+ * (e2e_ctl). A test that has no real counterpart skips there, saying why. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -37,10 +43,20 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static void need_testserver(void)
+static void need_testserver(const char *why)
 {
     if (!e2e_is_testserver()) {
-        print_message("skipped: needs k8slease-testserver's fault injection\n");
+        print_message("skipped on a real API server: %s\n", why);
+        skip();
+    }
+}
+
+static void need_ctl(const char *proc)
+{
+    if (!e2e_has_ctl(proc)) {
+        print_message("skipped: no %s process to drive (%s)\n", proc,
+                      e2e_is_testserver() ? "k8slease-testserver has no etcd"
+                                          : "run under tests/integration/envtest.sh");
         skip();
     }
 }
@@ -183,7 +199,7 @@ static void conflict_storm_keeps_one_leader(void **state)
     int leaders = 0;
 
     (void)state;
-    need_testserver();
+    need_testserver("needs injected 409 answers (a real server gives 409 only to a real race)");
     a = start(client, "faults-storm", "a:1", &ca);
     elected(a, "a");
     b = start(client, "faults-storm", "b:1", &cb);
@@ -215,7 +231,7 @@ static void token_rotation_is_followed(void **state)
     char *old_token;
 
     (void)state;
-    need_testserver();
+    need_testserver("kube-apiserver reads --token-auth-file only at start: no token rotation");
     snprintf(kc, sizeof(kc), "%s/kubeconfig-tokenfile", ts_dir(e2e_server()));
     o.kubeconfig = kc;
     assert_int_equal(k8slease_client_new(&tc, &o), 0);
@@ -245,36 +261,68 @@ static void token_rotation_is_followed(void **state)
     assert_int_equal(status, 200);
 }
 
-static void hang_longer_than_renew_deadline(void **state)
+/* Waits (bounded) until b has seen a as leader. */
+static void wait_seen_leader(cand *cb, const char *leader)
+{
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(20)) {
+        pthread_mutex_lock(&cb->mu);
+        int seen = strcmp(cb->leader, leader) == 0;
+        pthread_mutex_unlock(&cb->mu);
+        if (seen)
+            return;
+        if (e2e_mono_ms() > deadline)
+            fail_msg("b did not see %s as leader within %d ms", leader, WAIT_MS);
+    }
+}
+
+/*
+ * a leads, b follows; then the server stops answering for longer than the
+ * renew deadline: `down` is applied to `proc` (NULL: the test server's hang
+ * fault, which holds every request for 4 s). Where the fault lasts until it
+ * is lifted, it is lifted (`up`) once a has stepped down. The old leader
+ * must know it is not leader before the new one starts, and the new term
+ * has a greater epoch.
+ */
+static void leader_steps_down_before_takeover(const char *name, const char *proc, const char *down,
+                                              const char *up)
 {
     k8slease_client *cb_client = NULL;
     cand ca, cb;
     k8slease_elector *a, *b;
-    int64_t hang_at;
+    int64_t fault_at;
 
-    (void)state;
-    need_testserver();
     assert_int_equal(e2e_setup(&cb_client), 0);
-    a = start(client, "faults-hang", "a:1", &ca);
+    a = start(client, name, "a:1", &ca);
     elected(a, "a");
-    b = start(cb_client, "faults-hang", "b:1", &cb);
-    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(20)) {
-        pthread_mutex_lock(&cb.mu);
-        int seen = strcmp(cb.leader, "a:1") == 0;
-        pthread_mutex_unlock(&cb.mu);
-        if (seen)
-            break;
-        if (e2e_mono_ms() > deadline)
-            fail_msg("b did not see a as leader within %d ms", WAIT_MS);
+    b = start(cb_client, name, "b:1", &cb);
+    wait_seen_leader(&cb, "a:1");
+    fault_at = e2e_mono_ms();
+    if (!proc) {
+        add_fault("{\"kind\":\"hang\",\"duration_ms\":4000}");
+    } else {
+        assert_int_equal(e2e_ctl(proc, down), 0);
+        for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(20)) {
+            pthread_mutex_lock(&ca.mu);
+            int64_t stopped = ca.stopped_at;
+            pthread_mutex_unlock(&ca.mu);
+            if (stopped > 0)
+                break;
+            if (e2e_mono_ms() > deadline) {
+                e2e_ctl(proc, up);
+                fail_msg("a still leads %d ms after %s %s", WAIT_MS, proc, down);
+            }
+        }
+        assert_false(k8slease_elector_is_leader(a));
+        assert_int_equal(e2e_ctl(proc, up), 0);
+        print_message("%s %s: a stepped down after %lld ms; %s %s done after %lld ms\n", proc, down,
+                      (long long)(ca.stopped_at - fault_at), proc, up,
+                      (long long)(e2e_mono_ms() - fault_at));
     }
-    /* The server stops answering for longer than the renew deadline. */
-    hang_at = e2e_mono_ms();
-    add_fault("{\"kind\":\"hang\",\"duration_ms\":4000}");
     elected(b, "b");
     pthread_mutex_lock(&ca.mu);
     pthread_mutex_lock(&cb.mu);
-    print_message("a stepped down %lld ms after the hang began; b led after %lld ms\n",
-                  (long long)(ca.stopped_at - hang_at), (long long)(cb.started_at - hang_at));
+    print_message("a stepped down %lld ms after the fault began; b led after %lld ms\n",
+                  (long long)(ca.stopped_at - fault_at), (long long)(cb.started_at - fault_at));
     assert_true(ca.stopped_at > 0);
     /* The old leader knew it was not leader before the new one started. */
     assert_true(ca.stopped_at < cb.started_at);
@@ -287,16 +335,98 @@ static void hang_longer_than_renew_deadline(void **state)
     k8slease_client_free(cb_client);
 }
 
+/* Test server: every request hangs for 4 s. Real server: kube-apiserver
+ * stopped (SIGSTOP) until the leader has stepped down, then continued. */
+static void hang_longer_than_renew_deadline(void **state)
+{
+    (void)state;
+    if (e2e_is_testserver())
+        leader_steps_down_before_takeover("faults-hang", NULL, NULL, NULL);
+    else
+        leader_steps_down_before_takeover("faults-hang", "apiserver", "stop", "cont");
+}
+
+/* A real kube-apiserver killed (SIGKILL), started again on the same etcd
+ * once the leader has stepped down (a restart takes seconds, longer than
+ * this renew deadline). The test server's in-place restart is below. */
+static void apiserver_killed_and_started(void **state)
+{
+    (void)state;
+    if (e2e_is_testserver()) {
+        print_message("skipped: kills a real kube-apiserver (the test server restarts in "
+                      "restart_keeping_state)\n");
+        skip();
+    }
+    need_ctl("apiserver");
+    leader_steps_down_before_takeover("faults-apiserver-kill", "apiserver", "kill", "start");
+}
+
+/* etcd killed, then started again on its data: the apiserver's writes fail
+ * meanwhile. */
+static void etcd_killed_and_started(void **state)
+{
+    (void)state;
+    need_ctl("etcd");
+    leader_steps_down_before_takeover("faults-etcd-kill", "etcd", "kill", "start");
+}
+
+/* etcd stopped (SIGSTOP): the apiserver's writes hang, then continue. */
+static void etcd_stopped_past_renew_deadline(void **state)
+{
+    (void)state;
+    need_ctl("etcd");
+    leader_steps_down_before_takeover("faults-etcd-stop", "etcd", "stop", "cont");
+}
+
+/* Down for a quarter of the renew deadline: the leader rides it out. On a
+ * real server, kube-apiserver killed and started at once with client-go's
+ * default timings (15 s / 10 s / 2 s): a restart takes a few seconds, so
+ * the leader keeps leading, or (on a slow machine) steps down before
+ * anybody else leads. */
 static void restart_keeping_state(void **state)
 {
     k8slease_elector *a;
     uint64_t renewals;
 
     (void)state;
-    need_testserver();
+    if (!e2e_is_testserver()) {
+        k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+        cand ca;
+        int64_t t0;
+
+        need_ctl("apiserver");
+        memset(&ca, 0, sizeof(ca));
+        pthread_mutex_init(&ca.mu, NULL);
+        o.name = "faults-restart";
+        o.identity = "a:1";
+        o.on_started_leading = on_started;
+        o.on_stopped_leading = on_stopped;
+        o.user_data = &ca;
+        assert_int_equal(k8slease_elector_start(&a, client, &o), 0);
+        elected(a, "a");
+        t0 = e2e_mono_ms();
+        assert_int_equal(e2e_ctl("apiserver", "restart"), 0);
+        print_message("kube-apiserver restarted in %lld ms\n", (long long)(e2e_mono_ms() - t0));
+        renewals = stats(a).renewals;
+        for (int64_t deadline = e2e_mono_ms() + 4 * WAIT_MS;
+             k8slease_elector_is_leader(a) && stats(a).renewals < renewals + 2; e2e_pause_ms(50))
+            if (e2e_mono_ms() > deadline)
+                fail_msg("no renewals in %d ms after the restart", 4 * WAIT_MS);
+        pthread_mutex_lock(&ca.mu);
+        if (k8slease_elector_is_leader(a)) {
+            assert_int_equal(ca.stopped_at, 0);
+            assert_true(stats(a).terms == 1);
+            print_message("the leader rode out the restart\n");
+        } else {
+            assert_true(ca.stopped_at > 0);
+            print_message("the restart outlasted the renew deadline: the leader stepped down\n");
+        }
+        pthread_mutex_unlock(&ca.mu);
+        k8slease_elector_free(a);
+        return;
+    }
     a = start(client, "faults-restart", "a:1", NULL);
     elected(a, "a");
-    /* Down for a quarter of the renew deadline: the leader rides it out. */
     assert_int_equal(ts_restart(e2e_server(), true, RD_MS / 4), 0);
     renewals = stats(a).renewals;
     for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(a).renewals < renewals + 2;
@@ -315,7 +445,7 @@ static void restart_losing_state(void **state)
     int leaders;
 
     (void)state;
-    need_testserver();
+    need_testserver("a real server forgets its Leases only with its etcd data");
     a = start(client, "faults-amnesia", "a:1", NULL);
     elected(a, "a");
     b = start(client, "faults-amnesia", "b:1", NULL);
@@ -421,15 +551,16 @@ static void pod_label_seen_by_kubectl(void **state)
     long status = 0;
 
     (void)state;
-    need_testserver();
     if (!kubectl()) {
         print_message("skipped: no /usr/bin/kubectl\n");
         skip();
     }
-    assert_int_equal(ts_control(e2e_server(), "POST", "/api/v1/namespaces/default/pods",
-                                "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
-                                "\"faults-pod\"}}",
-                                &status, NULL),
+    /* A Pod a real server accepts (no scheduler in envtest: it stays Pending). */
+    assert_int_equal(e2e_api("POST", "/api/v1/namespaces/default/pods",
+                             "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":"
+                             "\"faults-pod\"},\"spec\":{\"containers\":[{\"name\":\"c\","
+                             "\"image\":\"k8slease.invalid/none\"}]}}",
+                             &status, NULL),
                      0);
     assert_int_equal(status, 201);
     assert_int_equal(k8slease_pod_label(client, NULL, "faults-pod", "role", "leader"), 0);
@@ -458,6 +589,9 @@ int main(void)
         cmocka_unit_test(hang_longer_than_renew_deadline),
         cmocka_unit_test(restart_keeping_state),
         cmocka_unit_test(restart_losing_state),
+        cmocka_unit_test(apiserver_killed_and_started),
+        cmocka_unit_test(etcd_killed_and_started),
+        cmocka_unit_test(etcd_stopped_past_renew_deadline),
         cmocka_unit_test(kubectl_reads_our_lease),
         cmocka_unit_test(pod_label_seen_by_kubectl),
     };

@@ -47,10 +47,10 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static void need_testserver(void)
+static void need_testserver(const char *why)
 {
     if (!e2e_is_testserver()) {
-        print_message("skipped: needs k8slease-testserver's faults and statistics\n");
+        print_message("skipped on a real API server: %s\n", why);
         skip();
     }
 }
@@ -63,6 +63,8 @@ static k8slease_client *new_client(const char *user_agent)
 
     o.kubeconfig = getenv("KUBECONFIG");
     o.user_agent = user_agent;
+    o.log_cb = e2e_log_to_stderr; /* warnings and errors: the story of a failure */
+    o.log_level = K8SLEASE_LOG_WARN;
     if (k8slease_client_new(&c, &o) != 0)
         fail_msg("client_new(%s): %s", user_agent, k8slease_error_last());
     return c;
@@ -205,8 +207,31 @@ static json_t *server_stats(void)
     return root;
 }
 
+/* A real server's count of open Lease watches, all clients:
+ * apiserver_longrunning_requests{resource="leases",verb="WATCH"} summed. */
+static long real_lease_watches_open(void)
+{
+    char *metrics = NULL, *line, *save = NULL;
+    long status = 0;
+    double n = 0;
+
+    assert_int_equal(e2e_api("GET", "/metrics", NULL, &status, &metrics), 0);
+    assert_int_equal(status, 200);
+    for (line = strtok_r(metrics, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *value = strrchr(line, ' ');
+
+        if (!strncmp(line, "apiserver_longrunning_requests{", 31) &&
+            strstr(line, "resource=\"leases\"") && strstr(line, "verb=\"WATCH\"") && value)
+            n += strtod(value + 1, NULL);
+    }
+    free(metrics);
+    return (long)n;
+}
+
 static long watches_open(void)
 {
+    if (!e2e_is_testserver())
+        return real_lease_watches_open();
     json_t *root = server_stats();
     long n = (long)json_integer_value(json_object_get(json_object_get(root, "watches"), "open"));
 
@@ -404,7 +429,7 @@ static void frozen_watch_falls_back_to_polling(void **state)
     int64_t died;
 
     (void)state;
-    need_testserver();
+    need_testserver("needs a watch frozen on its own (SIGSTOP would freeze the leader too)");
     ca = new_client("wm-frozen-a");
     cb = new_client("wm-frozen-b");
     no_release.release = 0;
@@ -433,6 +458,48 @@ static void frozen_watch_falls_back_to_polling(void **state)
 
 /* The server closes the follower's watch (cleanly, then with a reset): it
  * is resumed, and the next release is still seen at once. */
+/* On a real server: kube-apiserver killed and started again ends every
+ * watch. Timings long enough for the leader to ride out the restart (a few
+ * seconds); the follower's watch is resumed (it reports the leader's next
+ * renewal) and the next release is still seen at once. */
+static void restarted_watch_is_resumed(void)
+{
+    static const timing relaxed = {60000, 40000, 2000, 0, 1};
+    k8slease_client *ca, *cb;
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    uint64_t events;
+    int64_t t0, dt;
+
+    if (!e2e_has_ctl("apiserver")) {
+        print_message("skipped: no kube-apiserver to restart (run under envtest.sh)\n");
+        skip();
+    }
+    ca = new_client("wm-closed-a");
+    cb = new_client("wm-closed-b");
+    a = start_with(ca, NULL, "wm-restarted", "a:1", &a_, &relaxed);
+    elected(a, "a");
+    b = start_with(cb, NULL, "wm-restarted", "b:1", &b_, &relaxed);
+    wait_following(b, &b_, "a:1");
+    events = stats(b).watch_events;
+    assert_int_equal(e2e_ctl("apiserver", "restart"), 0);
+    for (int64_t deadline = e2e_mono_ms() + 2 * WAIT_MS;
+         stats(b).watch_events <= events || !stats(b).watch_healthy; e2e_pause_ms(20))
+        if (e2e_mono_ms() > deadline)
+            fail_msg("no event on a healthy watch within %d ms of the restart", 2 * WAIT_MS);
+    assert_true(k8slease_elector_is_leader(a));
+    t0 = e2e_mono_ms();
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    elected(b, "b");
+    dt = started_at(&b_) - t0;
+    print_message("after a kube-apiserver restart: handover %lld ms\n", (long long)dt);
+    assert_true(dt < relaxed.rp / 2);
+    k8slease_elector_free(a);
+    k8slease_elector_free(b);
+    k8slease_client_free(ca);
+    k8slease_client_free(cb);
+}
+
 static void closed_watch_is_resumed(void **state)
 {
     static const char *const closes[] = {
@@ -445,7 +512,10 @@ static void closed_watch_is_resumed(void **state)
     int64_t t0, dt;
 
     (void)state;
-    need_testserver();
+    if (!e2e_is_testserver()) {
+        restarted_watch_is_resumed();
+        return;
+    }
     ca = new_client("wm-closed-a");
     cb = new_client("wm-closed-b");
     a = start(ca, "wm-closed", "a:1", &a_);
@@ -485,7 +555,7 @@ static void gone_resume_relists(void **state)
     int64_t t0, dt;
 
     (void)state;
-    need_testserver();
+    need_testserver("needs one watch held back while its history is compacted");
     ca = new_client("wm-gone-a");
     cb = new_client("wm-gone-b");
     a = start(ca, "wm-gone", "a:1", &a_);
@@ -539,13 +609,15 @@ static void holder_watch_shares_the_stream(void **state)
     k8slease_client *c;
     k8slease_watch *w = NULL;
     k8slease_elector *e;
-    long before;
+    long before = 0, open;
 
     (void)state;
-    need_testserver();
     c = new_client("wm-shared");
-    wait_watches_open(0); /* the other tests' streams are gone */
-    before = watches_total();
+    if (e2e_is_testserver()) {
+        wait_watches_open(0); /* the other tests' streams are gone */
+        before = watches_total();
+    }
+    open = watches_open(); /* a real server's own watches included */
     e = start(c, "wm-shared", "e:1", NULL);
     assert_int_equal(k8slease_watch_start(&w, c, NULL, "wm-shared", on_holder, &l), 0);
     elected(e, "e");
@@ -560,11 +632,21 @@ static void holder_watch_shares_the_stream(void **state)
         if (e2e_mono_ms() > deadline)
             fail_msg("holder watch did not report e:1 within %d ms", WAIT_MS);
     }
-    assert_int_equal(watches_open(), 1);
-    assert_int_equal(watches_total(), before + 1);
+    assert_int_equal(watches_open(), open + 1);
+    if (e2e_is_testserver())
+        assert_int_equal(watches_total(), before + 1);
     k8slease_watch_free(w);
     k8slease_elector_free(e);
-    wait_watches_open(0);
+    /* Over HTTP/2 the stream's RST_STREAM leaves with the connection's next
+     * frame (libcurl 7.88 queues it; docs/semantics.md): one more request
+     * on this client, then the server has let the stream go. */
+    {
+        k8slease_holder *h = NULL;
+
+        assert_int_equal(k8slease_holder_get(c, NULL, "wm-shared", 5000, &h), 0);
+        k8slease_holder_free(h);
+    }
+    wait_watches_open(open);
     k8slease_client_free(c);
 }
 
@@ -579,7 +661,8 @@ static void namespace_watch_forbidden_goes_back(void **state)
     long open;
 
     (void)state;
-    need_testserver();
+    need_testserver("needs a 403 on the namespace-wide list for one client (the envtest token "
+                    "is system:masters)");
     c = new_client("wm-narrow");
     open = watches_open();
     for (int k = 0; k < N - 1; k++) {
@@ -660,8 +743,11 @@ static void many_elections_one_thread(void **state)
     json_t *root;
     size_t i;
     json_t *item;
+    const char *ns = e2e_namespace("wm-many");
+    char path[256];
 
     (void)state;
+    assert_non_null(ns);
     if (e2e_is_testserver())
         wait_watches_open(open); /* the other tests' streams are gone */
     th0 = threads();
@@ -671,15 +757,25 @@ static void many_elections_one_thread(void **state)
         char name[32];
 
         snprintf(name, sizeof(name), "lease-%03d", k);
-        e[k] = start_with(c, "wm-many", name, "many:1", NULL, &relaxed);
+        e[k] = start_with(c, ns, name, "many:1", NULL, &relaxed);
     }
     for (int k = 0; k < N; k++)
         elected(e[k], "many");
     all_at = e2e_mono_ms();
     for (int k = 0; k < N; k++)
         for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(e[k]).renewals < 2; e2e_pause_ms(50))
-            if (e2e_mono_ms() > deadline)
-                fail_msg("election %d: fewer than 2 renewals within %d ms", k, WAIT_MS);
+            if (e2e_mono_ms() > deadline) {
+                k8slease_elector_stats st = stats(e[k]);
+
+                fail_msg("election %d: fewer than 2 renewals within %d ms (leader %d, "
+                         "requests %llu, renewals %llu, updates %llu, gets %llu, 409 %llu, "
+                         "4xx %llu, 5xx %llu, transport errors %llu)",
+                         k, WAIT_MS, k8slease_elector_is_leader(e[k]),
+                         (unsigned long long)st.requests, (unsigned long long)st.renewals,
+                         (unsigned long long)st.updates, (unsigned long long)st.gets,
+                         (unsigned long long)st.conflicts, (unsigned long long)st.http_4xx,
+                         (unsigned long long)st.http_5xx, (unsigned long long)st.transport_errors);
+            }
     rss1 = rss_kb();
     print_message("%d elections in one client: all elected in %lld ms; %d threads before, %d "
                   "after; RSS +%ld kB (%.1f kB per election, connections included)\n",
@@ -694,14 +790,9 @@ static void many_elections_one_thread(void **state)
         assert_int_equal(watches_open(), open + 1); /* one namespace-wide stream */
     for (int k = 0; k < N; k++)
         k8slease_elector_free(e[k]);
-    if (!e2e_is_testserver()) {
-        k8slease_client_free(c);
-        return;
-    }
-    assert_int_equal(ts_request(e2e_server(), "GET",
-                                "/apis/coordination.k8s.io/v1/namespaces/wm-many/leases", NULL,
-                                NULL, &status, &body),
-                     0);
+    /* Every Lease released, on either server. */
+    snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns);
+    assert_int_equal(e2e_api("GET", path, NULL, &status, &body), 0);
     assert_int_equal(status, 200);
     root = json_loads(body, 0, NULL);
     free(body);
