@@ -700,7 +700,7 @@ json_t *ts_list_item(const json_t *obj)
 
 bool ts_table_supported(ts_res res)
 {
-    return res == TS_LEASE || res == TS_POD;
+    return res == TS_LEASE || res == TS_POD || res == TS_NS;
 }
 
 static const char *const meta_name_doc =
@@ -747,6 +747,8 @@ json_t *ts_table_new(ts_res res, bool with_columns)
                        "If Coordinated Leader Election is used, the holder identity must be "
                        "equal to the elected LeaseCandidate.metadata.name field.",
                        0);
+        } else if (res == TS_NS) {
+            add_column(cols, "Status", "", "The status of the namespace", 0);
         } else {
             add_column(cols, "Ready", "",
                        "The aggregate readiness state of this pod for accepting traffic.", 0);
@@ -847,6 +849,12 @@ int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include in
         json_array_append_new(
             cells,
             json_string(str_or(json_string_value(json_object_get(spec, "holderIdentity")), "")));
+        json_array_append_new(cells, json_string(age));
+    } else if (res == TS_NS) {
+        json_array_append_new(
+            cells,
+            json_string(str_or(
+                json_string_value(json_object_get(json_object_get(obj, "status"), "phase")), "")));
         json_array_append_new(cells, json_string(age));
     } else {
         const json_t *status = json_object_get(obj, "status");
