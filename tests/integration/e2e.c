@@ -342,3 +342,14 @@ char *e2e_token(void)
     kl__restconfig_free(cfg);
     return token;
 }
+
+const char *e2e_envtest_file(const char *name)
+{
+    static char path[4096];
+    const char *dir = getenv("K8SLEASE_ENVTEST_DIR");
+
+    if (server || !dir || !dir[0] || !getenv("K8SLEASE_TEST_KUBECONFIG"))
+        return NULL;
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    return access(path, R_OK) == 0 ? path : NULL;
+}

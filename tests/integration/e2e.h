@@ -52,6 +52,11 @@ const char *e2e_namespace(const char *prefix);
 bool e2e_has_ctl(const char *proc);
 int e2e_ctl(const char *proc, const char *action);
 
+/* Under envtest.sh: the path of a file of its directory (e.g.
+ * "kubeconfig-user", "kubeconfig-tokenfile"; see envtest.sh), NULL
+ * elsewhere or when it does not exist. Valid until the next call. */
+const char *e2e_envtest_file(const char *name);
+
 /* CLOCK_MONOTONIC in ms; a pause for polling loops (never synchronisation). */
 int64_t e2e_mono_ms(void);
 void e2e_pause_ms(int ms);

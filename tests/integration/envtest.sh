@@ -19,6 +19,12 @@
 #   $K8SLEASE_ENVTEST_CTL apiserver stop|cont SIGSTOP / SIGCONT
 #   $K8SLEASE_ENVTEST_CTL etcd kill|start|stop|cont   the same for etcd (same data)
 #   ... restart = kill + start; ready = wait until it answers; pid = print it
+#   $K8SLEASE_ENVTEST_CTL apiserver rotate-token   a new token for the user of
+#                                  kubeconfig-tokenfile, then restart
+#
+# Kubeconfigs in $K8SLEASE_ENVTEST_DIR: kubeconfig (system:masters token),
+# kubeconfig-user (envtest-user: no groups, only what RBAC grants it),
+# kubeconfig-tokenfile (system:masters, tokenFile: token-rotating).
 #
 # Every wait is bounded (start: 60 s, exit after SIGKILL: 10 s); the script
 # exits non-zero with the process's last log lines when one is exceeded.
@@ -139,7 +145,19 @@ ctl() { # NAME ACTION
         "start_$1"
         ready "$1" ;;
     restart) ctl "$1" kill; ctl "$1" start ;;
-    *) echo "envtest.sh --ctl: unknown action '$2' (kill term stop cont start restart ready pid)" >&2; exit 2 ;;
+    rotate-token)
+        [ "$1" = apiserver ] || { echo "envtest.sh --ctl: rotate-token is for the apiserver" >&2; exit 2; }
+        # A new token for envtest-rotating: the file first (as kubelet
+        # rewrites a projected token), then the server, which reads its
+        # token file only at start.
+        old=$(cat "$dir/token-rotating")
+        new=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+        printf '%s' "$new" > "$dir/token-rotating.tmp"
+        mv "$dir/token-rotating.tmp" "$dir/token-rotating"
+        sed "s/^$old,/$new,/" "$dir/tokens.csv" > "$dir/tokens.csv.tmp"
+        mv "$dir/tokens.csv.tmp" "$dir/tokens.csv"
+        ctl apiserver restart ;;
+    *) echo "envtest.sh --ctl: unknown action '$2' (kill term stop cont start restart ready pid rotate-token)" >&2; exit 2 ;;
     esac
 }
 
@@ -188,8 +206,19 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$dir/san.ext"
 openssl x509 -req -in "$dir/apiserver.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
     -CAcreateserial -days 2 -extfile "$dir/san.ext" -out "$dir/apiserver.crt" 2>/dev/null
 openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
-token=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
-printf '%s,envtest-admin,envtest-admin,system:masters\n' "$token" > "$dir/tokens.csv"
+new_token() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
+token=$(new_token)
+user_token=$(new_token)
+rotating_token=$(new_token)
+# The admin (system:masters); a user without groups, for RBAC tests
+# (kubeconfig-user); an admin whose token rotates (kubeconfig-tokenfile
+# reads it from the file token-rotating; `ctl apiserver rotate-token`).
+cat > "$dir/tokens.csv" <<EOF
+$token,envtest-admin,envtest-admin,system:masters
+$user_token,envtest-user,envtest-user
+$rotating_token,envtest-rotating,envtest-rotating,system:masters
+EOF
+printf '%s' "$rotating_token" > "$dir/token-rotating"
 
 cat > "$dir/env" <<EOF
 APISERVER_BIN='$apiserver'
@@ -206,7 +235,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 printf '#!/bin/sh\nexec "%s/envtest.sh" --ctl "%s" "$@"\n' "$here" "$dir" > "$dir/ctl"
 chmod +x "$dir/ctl"
 
-cat > "$dir/kubeconfig" <<EOF
+kubeconfig() { # FILE USER-YAML
+    cat > "$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
@@ -217,12 +247,16 @@ clusters:
 users:
 - name: envtest
   user:
-    token: $token
+    $2
 contexts:
 - name: envtest
   context: {cluster: envtest, user: envtest, namespace: default}
 current-context: envtest
 EOF
+}
+kubeconfig "$dir/kubeconfig" "token: $token"
+kubeconfig "$dir/kubeconfig-user" "token: $user_token"
+kubeconfig "$dir/kubeconfig-tokenfile" "tokenFile: $dir/token-rotating"
 
 start_etcd
 ready etcd

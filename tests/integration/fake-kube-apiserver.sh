@@ -15,4 +15,4 @@ dir=$(dirname "$ca")/fake-apiserver
 mkdir -p "$dir"
 cp "$ca" "$dir/ca.crt"
 cp "$(dirname "$ca")/ca.key" "$dir/ca.key"
-exec "$K8SLEASE_TESTSERVER" --dir "$dir" --port "$port" --token "$(cut -d, -f1 "$tokens")" --quiet
+exec "$K8SLEASE_TESTSERVER" --dir "$dir" --port "$port" --token "$(head -n 1 "$tokens" | cut -d, -f1)" --quiet
