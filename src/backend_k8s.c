@@ -40,10 +40,11 @@ typedef struct k8s_elector {
      * Text (re-parsed for each UPDATE) costs about a tenth of a parsed
      * jansson tree, which matters at thousands of elections. */
     char *base;
-    int absent;        /* the newest state seen is "no Lease" */
-    kl__rv_gate gate;  /* resourceVersion of the newest state fed in */
-    kl__sub *sub;      /* the shared watch; NULL with poll_only */
-    kl__http_req *req; /* request in flight, if any */
+    int absent;                /* the newest state seen is "no Lease" */
+    kl__rv_gate gate;          /* resourceVersion of the newest state fed in */
+    kl__rv_gate gate_at_start; /* gate when the request in flight started */
+    kl__sub *sub;              /* the shared watch; NULL with poll_only */
+    kl__http_req *req;         /* request in flight, if any */
     kl__elector_req req_kind;
     int64_t req_started; /* monotonic ns */
     int req_renewal;     /* the UPDATE in flight renews our term */
@@ -124,6 +125,25 @@ static int newer_than_get(k8s_elector *e, kl__lease *got, kl__lease **newer, kl_
     return 1;
 }
 
+/* An answer older than what was seen before the request even started is
+ * impossible while resourceVersions grow: a read or a write that succeeds
+ * reflects at least every change seen before it was sent. The server's
+ * storage was restored or replaced (etcd from a backup, or wiped), and its
+ * resourceVersions started again lower. Take the answer as the newest
+ * state from now on, and have the watch list again: resumed from the old
+ * resourceVersion it would stay silent until the new ones caught up. */
+static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
+{
+    if (!kl__rv_gate_older(&e->gate_at_start, got->rv))
+        return;
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN,
+                   "%s: resourceVersion went back from %llu to %s (the server's storage was "
+                   "restored or replaced): starting over from the server's answer",
+                   e->pub.what, (unsigned long long)e->gate_at_start.last, got->rv);
+    kl__rv_gate_set(&e->gate, got->rv);
+    kl__sub_relist(e->sub);
+}
+
 static void on_result(const kl__http_result *res, void *arg)
 {
     k8s_elector *e = arg;
@@ -138,6 +158,8 @@ static void on_result(const kl__http_result *res, void *arg)
     snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
     ev.status = kl__lease_result(res, what, &lease);
     count(e, res, ev.status);
+    if (ev.status == 0)
+        check_rv_went_back(e, lease);
     if (ev.status == 0 && newer_than_get(e, lease, &newer, &ev)) {
         /* ev now carries the newer state */
     } else if (ev.status == 0) {
@@ -298,6 +320,7 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
         req.body = body;
         req.body_len = strlen(body);
     }
+    e->gate_at_start = e->gate;
     e->req = kl__http_start(e->pub.client->loop, &req, on_result, e);
     kl__free(body);
     if (e->req)

@@ -964,6 +964,20 @@ void kl__sub_stop(kl__sub *s)
         sweep(inf);
 }
 
+void kl__sub_relist(kl__sub *s)
+{
+    stream *st;
+
+    if (!s || s->dead || s->inf->busy)
+        return;
+    st = s->en->st;
+    enter(s->inf);
+    set_rv(&st->rv, NULL);
+    set_rv(&st->cont, NULL);
+    restart(st);
+    leave(s->inf);
+}
+
 int kl__sub_healthy(const kl__sub *s)
 {
     return s && !s->dead && s->en->healthy;

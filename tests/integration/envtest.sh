@@ -21,6 +21,8 @@
 #   ... restart = kill + start; ready = wait until it answers; pid = print it
 #   $K8SLEASE_ENVTEST_CTL apiserver rotate-token   a new token for the user of
 #                                  kubeconfig-tokenfile, then restart
+#   $K8SLEASE_ENVTEST_CTL etcd wipe   both killed, etcd's data removed, both
+#                                  started: a server that lost its state
 #
 # Kubeconfigs in $K8SLEASE_ENVTEST_DIR: kubeconfig (system:masters token),
 # kubeconfig-user (envtest-user: no groups, only what RBAC grants it),
@@ -145,6 +147,15 @@ ctl() { # NAME ACTION
         "start_$1"
         ready "$1" ;;
     restart) ctl "$1" kill; ctl "$1" start ;;
+    wipe)
+        [ "$1" = etcd ] || { echo "envtest.sh --ctl: wipe is for etcd" >&2; exit 2; }
+        # A server that lost its state: both killed, etcd's data removed,
+        # both started again (the apiserver makes its namespaces anew).
+        ctl apiserver kill
+        ctl etcd kill
+        rm -rf "$dir/etcd"
+        ctl etcd start
+        ctl apiserver start ;;
     rotate-token)
         [ "$1" = apiserver ] || { echo "envtest.sh --ctl: rotate-token is for the apiserver" >&2; exit 2; }
         # A new token for envtest-rotating: the file first (as kubelet
@@ -157,7 +168,7 @@ ctl() { # NAME ACTION
         sed "s/^$old,/$new,/" "$dir/tokens.csv" > "$dir/tokens.csv.tmp"
         mv "$dir/tokens.csv.tmp" "$dir/tokens.csv"
         ctl apiserver restart ;;
-    *) echo "envtest.sh --ctl: unknown action '$2' (kill term stop cont start restart ready pid rotate-token)" >&2; exit 2 ;;
+    *) echo "envtest.sh --ctl: unknown action '$2' (kill term stop cont start restart ready pid rotate-token wipe)" >&2; exit 2 ;;
     esac
 }
 

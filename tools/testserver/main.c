@@ -277,7 +277,7 @@ static int restart(ts_server *srv)
     ts_server_stop(srv);
     pthread_mutex_lock(&srv->mu);
     if (!keep)
-        ts_store_clear(&srv->store);
+        ts_store_wipe(&srv->store);
     srv->restarts++;
     ts_faults_count(&srv->faults, TS_F_RESTART, 1);
     pthread_mutex_unlock(&srv->mu);

@@ -142,6 +142,17 @@ void ts_store_clear(ts_store *s)
     seed_namespaces(s);
 }
 
+void ts_store_wipe(ts_store *s)
+{
+    free_objects(s);
+    while (s->ring_len)
+        drop_oldest(s);
+    s->rv = 1000; /* as ts_store_init: a fresh etcd starts its revisions again */
+    s->floor = s->rv;
+    s->compacted = 0;
+    seed_namespaces(s);
+}
+
 void ts_store_compact(ts_store *s, uint64_t rv)
 {
     if (rv == 0 || rv > s->rv)

@@ -82,6 +82,9 @@ void ts_store_free(ts_store *s);
  * The default namespaces are created again (with new uids and versions).
  */
 void ts_store_clear(ts_store *s);
+/* A wiped etcd: no objects, no history, and resourceVersions start again
+ * from where a new store starts (lower than before). */
+void ts_store_wipe(ts_store *s);
 
 /* "default", "kube-node-lease", "kube-public", "kube-system"; NULL-terminated. */
 extern const char *const ts_default_namespaces[];
