@@ -284,7 +284,8 @@ out:
 
 void bench_failover(bench_ctx *ctx)
 {
-    int count = ctx->quick ? 4 : 25;
+    /* A real server: 15 (2 x lease duration each), to stay near 10 minutes. */
+    int count = ctx->quick ? 4 : ctx->tgt->kind == TARGET_TESTSERVER ? 25 : 15;
     int64_t budget_ms = ctx->quick ? 20000 : 100000;
     FILE *csv =
         bench_csv_open(ctx, "failover.csv", "mode,seq,overhead_ms,kill_to_leader_ms,to,epoch");

@@ -421,6 +421,14 @@ void bench_scale(bench_ctx *ctx)
             bench_log("  kube-apiserver %.2f cores, etcd %.2f cores over the worker's run; etcd "
                       "WAL fsync %.0f/s, mean %.1f ms",
                       api_cores, etcd_cores, fs.per_s, fs.mean_ms);
+        if (csv)
+            fprintf(csv,
+                    "%s,%d,%.0f,%.0f,%.0f,%.2f,%.2f,%.0f,%.0f,%.3f,%.0f,%.0f,%.2f,%.2f,%.0f,%.0f,"
+                    "%.0f,%.0f,%.0f\n",
+                    bench_csv_mode(ctx, "watch"), size, r.elected, r.leading_start, r.leading_end,
+                    r.elect_s, r.window_s, r.rss_client_kb, r.rss_kb, kb_per, r.threads, r.renewals,
+                    us_per, r.renew_ms_mean, r.renew_ms_p99_bucket, r.late, r.not_leader, r.lost,
+                    r.errors);
         if (!held(&r, size)) {
             char why[360];
 
@@ -444,14 +452,6 @@ void bench_scale(bench_ctx *ctx)
             if (real)
                 bench_log("  %d held", size);
         }
-        if (csv)
-            fprintf(csv,
-                    "%s,%d,%.0f,%.0f,%.0f,%.2f,%.2f,%.0f,%.0f,%.3f,%.0f,%.0f,%.2f,%.2f,%.0f,%.0f,"
-                    "%.0f,%.0f,%.0f\n",
-                    bench_csv_mode(ctx, "watch"), size, r.elected, r.leading_start, r.leading_end,
-                    r.elect_s, r.window_s, r.rss_client_kb, r.rss_kb, kb_per, r.threads, r.renewals,
-                    us_per, r.renew_ms_mean, r.renew_ms_p99_bucket, r.late, r.not_leader, r.lost,
-                    r.errors);
     }
     if (real) {
         bench_row_add(ctx, "4 scale, largest held", "watch", "", "", -1,

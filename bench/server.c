@@ -125,6 +125,8 @@ static void etcd_url(bench_target *t)
     fclose(f);
 }
 
+#define FSYNC_METRIC "etcd_disk_wal_fsync_duration_seconds"
+
 int srv_etcd_fsyncs(const bench_ctx *ctx, double *count, double *sum_s)
 {
     const bench_target *t = ctx->tgt;
@@ -142,11 +144,10 @@ int srv_etcd_fsyncs(const bench_ctx *ctx, double *count, double *sum_s)
     curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &b);
-    if (curl_easy_perform(c) == CURLE_OK && b.p &&
-        (p = strstr(b.p, "\netcd_disk_wal_fsync_duration_seconds_sum ")) &&
-        sscanf(p + 44, "%lf", sum_s) == 1 &&
-        (p = strstr(b.p, "\netcd_disk_wal_fsync_duration_seconds_count ")) &&
-        sscanf(p + 46, "%lf", count) == 1)
+    if (curl_easy_perform(c) == CURLE_OK && b.p && (p = strstr(b.p, "\n" FSYNC_METRIC "_sum ")) &&
+        sscanf(p + strlen("\n" FSYNC_METRIC "_sum "), "%lf", sum_s) == 1 &&
+        (p = strstr(b.p, "\n" FSYNC_METRIC "_count ")) &&
+        sscanf(p + strlen("\n" FSYNC_METRIC "_count "), "%lf", count) == 1)
         rc = 0;
     curl_easy_cleanup(c);
     free(b.p);
