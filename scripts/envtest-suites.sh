@@ -13,13 +13,11 @@ set -eu
 build=$1 assets=$2
 shift 2
 here=$(cd "$(dirname "$0")/.." && pwd)
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
-
 status=0
 KUBEBUILDER_ASSETS=$assets "$here/tests/integration/envtest.sh" \
-    ctest --test-dir "$build" -L envtest --output-on-failure --output-log "$log" "$@" ||
-    status=$?
+    ctest --test-dir "$build" -L envtest --output-on-failure "$@" || status=$?
+# ctest keeps every test's whole output there, passed or not.
+log=$build/Testing/Temporary/LastTest.log
 
 # cmocka prints the reason ("skipped ...: why") just before "[  SKIPPED ] name".
 echo "== skipped on the real server ($(basename "$assets")):"

@@ -189,6 +189,10 @@ etcd=${TEST_ASSET_ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}
 [ -n "$etcd" ] && [ -x "$etcd" ] ||
     { echo "envtest.sh: no etcd: set KUBEBUILDER_ASSETS or TEST_ASSET_ETCD" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: envtest.sh COMMAND [ARGS...]" >&2; exit 2; }
+# Absolute: the ctl script runs from wherever a test runs.
+abs() { (cd "$(dirname "$1")" && echo "$PWD/$(basename "$1")"); }
+apiserver=$(abs "$apiserver")
+etcd=$(abs "$etcd")
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/envtest.XXXXXX")
 cleanup() {
