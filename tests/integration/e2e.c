@@ -353,3 +353,16 @@ const char *e2e_envtest_file(const char *name)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     return access(path, R_OK) == 0 ? path : NULL;
 }
+
+int e2e_create(const char *path, const char *body)
+{
+    char *resp = NULL;
+    long status = 0;
+
+    if (e2e_api("POST", path, body, &status, &resp) != 0)
+        return -1;
+    if (status != 201)
+        fprintf(stderr, "e2e_create: POST %s: HTTP %ld %s\n", path, status, resp ? resp : "");
+    free(resp);
+    return status == 201 ? 0 : -1;
+}

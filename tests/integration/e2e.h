@@ -28,6 +28,10 @@ struct ts_server *e2e_server(void);
  * body. Returns 0, or -1 on a transport error (message printed). */
 int e2e_api(const char *method, const char *path, const char *body, long *status, char **response);
 
+/* e2e_api POST of body to path; 0 on 201 Created, else -1 with the status
+ * and the server's answer on stderr. */
+int e2e_create(const char *path, const char *body);
+
 /* The server under test, from $KUBECONFIG: its URL ("https://127.0.0.1:N",
  * malloc'ed), port, and bearer token (malloc'ed; NULL when it uses none). */
 char *e2e_url(void);

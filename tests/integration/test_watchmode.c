@@ -659,8 +659,7 @@ static k8slease_client *narrow_client_on_real_server(const char **ns)
 {
     k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
     k8slease_client *c = NULL;
-    char path[256], *resp = NULL;
-    long status = 0;
+    char path[256];
 
     o.kubeconfig = e2e_envtest_file("kubeconfig-user");
     if (!o.kubeconfig) {
@@ -670,33 +669,25 @@ static k8slease_client *narrow_client_on_real_server(const char **ns)
     assert_non_null(*ns = e2e_namespace("wm-narrow"));
     snprintf(path, sizeof(path), "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles", *ns);
     assert_int_equal(
-        e2e_api("POST", path,
-                "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"Role\","
-                "\"metadata\":{\"name\":\"wm-narrow\"},\"rules\":[{\"apiGroups\":["
-                "\"coordination.k8s.io\"],\"resources\":[\"leases\"],\"resourceNames\":["
-                "\"lease-0\",\"lease-1\",\"lease-2\",\"lease-3\",\"lease-4\",\"lease-5\","
-                "\"lease-6\",\"lease-7\",\"lease-8\"],\"verbs\":[\"get\",\"update\",\"list\","
-                "\"watch\"]},{\"apiGroups\":[\"coordination.k8s.io\"],\"resources\":["
-                "\"leases\"],\"verbs\":[\"create\"]}]}",
-                &status, &resp),
+        e2e_create(path,
+                   "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"Role\","
+                   "\"metadata\":{\"name\":\"wm-narrow\"},\"rules\":[{\"apiGroups\":["
+                   "\"coordination.k8s.io\"],\"resources\":[\"leases\"],\"resourceNames\":["
+                   "\"lease-0\",\"lease-1\",\"lease-2\",\"lease-3\",\"lease-4\",\"lease-5\","
+                   "\"lease-6\",\"lease-7\",\"lease-8\"],\"verbs\":[\"get\",\"update\",\"list\","
+                   "\"watch\"]},{\"apiGroups\":[\"coordination.k8s.io\"],\"resources\":["
+                   "\"leases\"],\"verbs\":[\"create\"]}]}"),
         0);
-    if (status != 201)
-        fail_msg("POST %s: HTTP %ld %s", path, status, resp ? resp : "");
-    free(resp);
     snprintf(path, sizeof(path), "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings",
              *ns);
     assert_int_equal(
-        e2e_api("POST", path,
-                "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\","
-                "\"metadata\":{\"name\":\"wm-narrow\"},\"roleRef\":{\"apiGroup\":"
-                "\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"wm-narrow\"},"
-                "\"subjects\":[{\"kind\":\"User\",\"apiGroup\":\"rbac.authorization.k8s.io\","
-                "\"name\":\"envtest-user\"}]}",
-                &status, &resp),
+        e2e_create(path,
+                   "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"RoleBinding\","
+                   "\"metadata\":{\"name\":\"wm-narrow\"},\"roleRef\":{\"apiGroup\":"
+                   "\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":\"wm-narrow\"},"
+                   "\"subjects\":[{\"kind\":\"User\",\"apiGroup\":\"rbac.authorization.k8s.io\","
+                   "\"name\":\"envtest-user\"}]}"),
         0);
-    if (status != 201)
-        fail_msg("POST %s: HTTP %ld %s", path, status, resp ? resp : "");
-    free(resp);
     o.user_agent = "wm-narrow";
     o.log_cb = e2e_log_to_stderr;
     o.log_level = K8SLEASE_LOG_WARN;
