@@ -102,8 +102,8 @@ static int append_bookmark(ts_watch *w, uint64_t rv, bool initial_end)
     json_t *obj = json_object(), *meta = json_object();
     json_object_set_new(obj, "kind", json_string(rd->kind));
     json_object_set_new(obj, "apiVersion", json_string(rd->api_version));
+    /* v1.36 omits creationTimestamp here (v1.24 wrote null). */
     json_object_set_new(meta, "resourceVersion", json_string(rvs));
-    json_object_set_new(meta, "creationTimestamp", json_null());
     if (initial_end) {
         json_t *ann = json_object();
         json_object_set_new(ann, "k8s.io/initial-events-end", json_string("true"));
@@ -118,6 +118,8 @@ static int append_bookmark(ts_watch *w, uint64_t rv, bool initial_end)
         json_object_set_new(obj, "status", json_object());
     } else {
         json_object_set_new(obj, "spec", json_object());
+        if (w->filter.res == TS_NS)
+            json_object_set_new(obj, "status", json_object());
     }
     int rc = append_event(w, "BOOKMARK", obj, w->filter.res);
     json_decref(obj);
