@@ -353,7 +353,7 @@ void bench_scale(bench_ctx *ctx)
     static const int full_sizes[] = {1, 100, 1000, 10000}, quick_sizes[] = {1, 1000, 10000};
     /* A real server of our own: up the sizes until one is not held. A
      * shared cluster: 100 elections at most. */
-    static const int real_full[] = {100, 500, 1000, 2000, 5000, 10000}, real_quick[] = {100, 1000};
+    static const int real_full[] = {100, 1000, 2000, 5000, 10000}, real_quick[] = {100, 1000};
     static const int cluster[] = {100};
     int real = ctx->tgt->kind != TARGET_TESTSERVER, best = 0;
     const int *sizes = ctx->tgt->kind == TARGET_CLUSTER ? cluster
