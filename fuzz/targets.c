@@ -18,9 +18,9 @@
 
 #include <jansson.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "etcd_codec.h"
-#include "http.h"
+#include "core/http.h"
 #include "kubeconfig.h"
 #include "lease.h"
 

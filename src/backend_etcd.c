@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client.h"
-#include "clock.h"
+#include "core/client.h"
+#include "core/clock.h"
 #include "elector.h"
-#include "elector_impl.h"
+#include "core/elector.h"
 #include "etcd_client.h"
 #include "etcd_election.h"
 

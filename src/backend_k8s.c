@@ -20,10 +20,10 @@
 
 #include <jansson.h>
 
-#include "client.h"
-#include "clock.h"
+#include "core/client.h"
+#include "core/clock.h"
 #include "elector.h"
-#include "elector_impl.h"
+#include "core/elector.h"
 #include "informer.h"
 #include "lease.h"
 

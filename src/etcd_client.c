@@ -14,8 +14,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client.h"
-#include "clock.h"
+#include "core/client.h"
+#include "core/clock.h"
 #include "etcd_codec.h"
 #include "lease.h"
 

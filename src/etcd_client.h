@@ -16,9 +16,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "etcd_codec.h"
-#include "http.h"
+#include "core/http.h"
 
 typedef struct kl__etcd_conn kl__etcd_conn;
 typedef struct kl__etcd_watch kl__etcd_watch;

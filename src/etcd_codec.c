@@ -9,7 +9,7 @@
 
 #include <jansson.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "kubeconfig.h" /* kl__base64_decode */
 
 /* Field paths in messages ("responses[0].response_range.kvs[12].key"). */

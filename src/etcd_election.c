@@ -6,8 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "clock.h" /* KL_NS_PER_* only: the machine never reads a clock */
-#include "common.h"
+#include "core/clock.h" /* KL_NS_PER_* only: the machine never reads a clock */
+#include "core/common.h"
 
 /* Hook to watch every state change (e.g. printf in a debugging build). */
 #ifndef KL_ETCD_ELECTION_TRACE

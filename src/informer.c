@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "clock.h"
+#include "core/clock.h"
 
 #define LIST_PAGE       500 /* items per list page: bounds a relist's memory */
 #define RETRY_NS        (1 * KL_NS_PER_S)

@@ -35,7 +35,7 @@
 
 #include <stdint.h>
 
-#include "http.h"
+#include "core/http.h"
 #include "lease.h"
 
 #define KL_INFORMER_NS_THRESHOLD 8

@@ -19,8 +19,8 @@
 #include <jansson.h>
 #include <yaml.h>
 
-#include "clock.h"
-#include "common.h"
+#include "core/clock.h"
+#include "core/common.h"
 
 /* POSIX leaves declaring environ to the application. */
 extern char **environ;

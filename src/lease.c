@@ -3,7 +3,7 @@
 
 #include <string.h>
 
-#include "common.h"
+#include "core/common.h"
 
 #define US_PER_S   INT64_C(1000000)
 #define US_PER_DAY (US_PER_S * 86400)

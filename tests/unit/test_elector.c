@@ -12,7 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "elector.h"
 #include "informer.h"
 

@@ -24,9 +24,9 @@
 
 #include <microhttpd.h>
 
-#include "client.h"
-#include "clock.h"
-#include "common.h"
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/common.h"
 #include "etcd_client.h"
 #include "etcd_codec.h"
 

@@ -15,7 +15,7 @@
 
 #include <jansson.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "etcd_codec.h"
 #include "kubeconfig.h"
 #include "lease.h"

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "etcd_election.h"
 
 #define MS INT64_C(1000000)

@@ -29,9 +29,9 @@
 
 #include <jansson.h>
 
-#include "client.h"
-#include "common.h"
-#include "http.h"
+#include "core/client.h"
+#include "core/common.h"
+#include "core/http.h"
 #include "kubeconfig.h"
 #include "lease.h"
 #include "libk8s_lease_wrapper.h"

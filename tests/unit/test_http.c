@@ -29,8 +29,8 @@
 #include <gnutls/x509.h>
 #include <microhttpd.h>
 
-#include "clock.h"
-#include "http.h"
+#include "core/clock.h"
+#include "core/http.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"

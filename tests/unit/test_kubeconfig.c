@@ -16,8 +16,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "common.h"
+#include "core/clock.h"
+#include "core/common.h"
 #include "kubeconfig.h"
 
 #define API_V1      "client.authentication.k8s.io/v1"

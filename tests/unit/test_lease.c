@@ -15,7 +15,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "lease.h"
 
 #define T_2026_11_30_10_02_59 INT64_C(1796032979000000)

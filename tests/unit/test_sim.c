@@ -32,7 +32,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "elector.h"
 
 #define N_NODES  3

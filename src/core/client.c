@@ -1,5 +1,5 @@
 /* The client: configuration + loop thread; one-shot calls (holder, labels). */
-#include "client.h"
+#include "core/client.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 
 #include <jansson.h>
 
-#include "clock.h"
+#include "core/clock.h"
 #include "lease.h"
 
 #define DEFAULT_SYNC_TIMEOUT_MS 10000

@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "client.h"
-#include "clock.h"
+#include "core/client.h"
+#include "core/clock.h"
 #include "lease.h"
 
 #define WATCH_RETRY_MS 1000

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "kubeconfig.h"
 
 typedef struct kl__loop kl__loop;

@@ -7,9 +7,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "client.h"
-#include "clock.h"
-#include "elector_impl.h"
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/elector.h"
 
 void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
                            const kl__elector_backend *backend, const k8slease_elector_options *opts,

@@ -16,7 +16,7 @@
 /* TCP_KEEPIDLE, TCP_USER_TIMEOUT & co. are not POSIX: glibc shows them with
  * _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1
-#include "http.h"
+#include "core/http.h"
 #include "lease.h"
 
 #include <dirent.h>
@@ -34,7 +34,7 @@
 #include <curl/curl.h>
 #include <jansson.h>
 
-#include "clock.h"
+#include "core/clock.h"
 
 #if LIBCURL_VERSION_NUM < 0x074d00
 #error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"

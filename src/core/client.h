@@ -3,9 +3,9 @@
 #ifndef KL_CLIENT_H
 #define KL_CLIENT_H
 
-#include "common.h"
+#include "core/common.h"
 #include "etcd_client.h"
-#include "http.h"
+#include "core/http.h"
 #include "informer.h"
 #include "kubeconfig.h"
 #include "lease.h"

@@ -1,5 +1,5 @@
 /* Errors, allocation and logging shared by every subsystem. */
-#include "common.h"
+#include "core/common.h"
 
 #include <errno.h>
 #include <stdatomic.h>

@@ -15,7 +15,7 @@
 #include <stdatomic.h>
 #include <stdint.h>
 
-#include "common.h"
+#include "core/common.h"
 
 #define KL_DEFAULT_LEASE_DURATION_MS 15000
 #define KL_DEFAULT_RENEW_DEADLINE_MS 10000
