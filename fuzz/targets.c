@@ -21,8 +21,8 @@
 #include "core/common.h"
 #include "etcd_codec.h"
 #include "core/http.h"
-#include "kubeconfig.h"
-#include "lease.h"
+#include "k8s/kubeconfig.h"
+#include "k8s/codec.h"
 
 #define API_V1      "client.authentication.k8s.io/v1"
 #define API_V1BETA1 "client.authentication.k8s.io/v1beta1"

@@ -14,7 +14,7 @@
 
 #include "core/client.h"
 #include "core/clock.h"
-#include "elector.h"
+#include "k8s/election.h"
 #include "core/elector.h"
 #include "etcd_client.h"
 #include "etcd_election.h"

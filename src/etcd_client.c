@@ -17,7 +17,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "etcd_codec.h"
-#include "lease.h"
+#include "k8s/codec.h"
 
 #define AUTH_TIMEOUT_MS      10000
 #define SYNC_TIMEOUT_MS      10000

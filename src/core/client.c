@@ -9,7 +9,7 @@
 #include <jansson.h>
 
 #include "core/clock.h"
-#include "lease.h"
+#include "k8s/codec.h"
 
 #define DEFAULT_SYNC_TIMEOUT_MS 10000
 

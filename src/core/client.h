@@ -6,9 +6,9 @@
 #include "core/common.h"
 #include "etcd_client.h"
 #include "core/http.h"
-#include "informer.h"
-#include "kubeconfig.h"
-#include "lease.h"
+#include "k8s/informer.h"
+#include "k8s/kubeconfig.h"
+#include "k8s/codec.h"
 
 struct k8slease_client {
     k8slease_backend backend;

@@ -17,7 +17,7 @@
  * _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1
 #include "core/http.h"
-#include "lease.h"
+#include "k8s/codec.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "core/common.h"
-#include "kubeconfig.h"
+#include "k8s/kubeconfig.h"
 
 typedef struct kl__loop kl__loop;
 typedef struct kl__http_req kl__http_req;

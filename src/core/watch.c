@@ -7,7 +7,7 @@
 
 #include "core/client.h"
 #include "core/clock.h"
-#include "lease.h"
+#include "k8s/codec.h"
 
 #define WATCH_RETRY_MS 1000
 #define GET_TIMEOUT_MS 10000

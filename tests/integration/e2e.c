@@ -10,7 +10,7 @@
 #include <curl/curl.h>
 
 #include "harness.h"
-#include "kubeconfig.h"
+#include "k8s/kubeconfig.h"
 
 static ts_server *server;
 

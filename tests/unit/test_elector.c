@@ -13,8 +13,8 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "elector.h"
-#include "informer.h"
+#include "k8s/election.h"
+#include "k8s/informer.h"
 
 #define MS       INT64_C(1000000)
 #define T0       (INT64_C(1000) * 1000 * MS) /* any monotonic origin but 0 */

@@ -17,8 +17,8 @@
 
 #include "core/common.h"
 #include "etcd_codec.h"
-#include "kubeconfig.h"
-#include "lease.h"
+#include "k8s/kubeconfig.h"
+#include "k8s/codec.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"

@@ -32,8 +32,8 @@
 #include "core/client.h"
 #include "core/common.h"
 #include "core/http.h"
-#include "kubeconfig.h"
-#include "lease.h"
+#include "k8s/kubeconfig.h"
+#include "k8s/codec.h"
 #include "libk8s_lease_wrapper.h"
 
 #ifndef K8SLEASE_TEST_DATA

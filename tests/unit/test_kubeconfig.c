@@ -18,7 +18,7 @@
 
 #include "core/clock.h"
 #include "core/common.h"
-#include "kubeconfig.h"
+#include "k8s/kubeconfig.h"
 
 #define API_V1      "client.authentication.k8s.io/v1"
 #define API_V1BETA1 "client.authentication.k8s.io/v1beta1"

@@ -16,7 +16,7 @@
 #include <time.h>
 
 #include "core/common.h"
-#include "lease.h"
+#include "k8s/codec.h"
 
 #define T_2026_11_30_10_02_59 INT64_C(1796032979000000)
 #define T_CLIENTGO_ACQUIRE    INT64_C(1796033270411031)

@@ -33,7 +33,7 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "elector.h"
+#include "k8s/election.h"
 
 #define N_NODES  3
 #define MS       INT64_C(1000000)

@@ -22,10 +22,10 @@
 
 #include "core/client.h"
 #include "core/clock.h"
-#include "elector.h"
+#include "k8s/election.h"
 #include "core/elector.h"
-#include "informer.h"
-#include "lease.h"
+#include "k8s/informer.h"
+#include "k8s/codec.h"
 
 typedef struct k8s_elector {
     k8slease_elector pub; /* first: the handle the caller holds */

@@ -1,6 +1,6 @@
 /* The election state machine. The rules are listed in elector.h; this file
  * only adds the reasons behind the less obvious choices. */
-#include "elector.h"
+#include "k8s/election.h"
 
 #include <assert.h>
 #include <stdio.h>

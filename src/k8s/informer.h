@@ -36,7 +36,7 @@
 #include <stdint.h>
 
 #include "core/http.h"
-#include "lease.h"
+#include "k8s/codec.h"
 
 #define KL_INFORMER_NS_THRESHOLD 8
 

@@ -1,5 +1,5 @@
 /* Lease JSON codec, MicroTime and Status decoding, watch-stream framing. */
-#include "lease.h"
+#include "k8s/codec.h"
 
 #include <string.h>
 

@@ -9,7 +9,7 @@
  *    the stream that serves it, gone with its last subscriber;
  *  - stream: per Lease or per namespace, gone with its last entry;
  *  - nsinfo: per namespace, counts its entries to pick the kind of stream. */
-#include "informer.h"
+#include "k8s/informer.h"
 
 #include <stdio.h>
 #include <string.h>

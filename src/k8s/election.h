@@ -79,7 +79,7 @@
 
 #include <stdint.h>
 
-#include "lease.h"
+#include "k8s/codec.h"
 
 #define KL_IDENTITY_MAX        512
 #define KL_ELECTOR_MAX_ACTIONS 8

@@ -1,6 +1,6 @@
 /* Rest configuration from a kubeconfig chain or the in-cluster service
  * account, and exec credential plugins. */
-#include "kubeconfig.h"
+#include "k8s/kubeconfig.h"
 
 #include <errno.h>
 #include <fcntl.h>
