@@ -19,7 +19,7 @@
 #include <jansson.h>
 
 #include "core/common.h"
-#include "etcd_codec.h"
+#include "etcd/codec.h"
 #include "core/http.h"
 #include "k8s/kubeconfig.h"
 #include "k8s/codec.h"

@@ -4,7 +4,7 @@
 #define KL_CLIENT_H
 
 #include "core/common.h"
-#include "etcd_client.h"
+#include "etcd/client.h"
 #include "core/http.h"
 #include "k8s/informer.h"
 #include "k8s/kubeconfig.h"

@@ -27,8 +27,8 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/common.h"
-#include "etcd_client.h"
-#include "etcd_codec.h"
+#include "etcd/client.h"
+#include "etcd/codec.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"

@@ -16,7 +16,7 @@
 #include <jansson.h>
 
 #include "core/common.h"
-#include "etcd_codec.h"
+#include "etcd/codec.h"
 #include "k8s/kubeconfig.h"
 #include "k8s/codec.h"
 

@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "core/common.h"
-#include "etcd_election.h"
+#include "etcd/election.h"
 
 #define MS INT64_C(1000000)
 #define T0 (INT64_C(1000) * 1000 * MS) /* any monotonic origin but 0 */

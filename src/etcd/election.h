@@ -110,7 +110,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "etcd_codec.h"
+#include "etcd/codec.h"
 
 /* Buffers. A key is "<prefix>/<up to 16 hex digits>"; keys of others (the
  * predecessor, the leader) longer than KL_EE_KEY_MAX - 1 cannot be watched

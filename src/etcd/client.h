@@ -17,7 +17,7 @@
 #include <stdint.h>
 
 #include "core/common.h"
-#include "etcd_codec.h"
+#include "etcd/codec.h"
 #include "core/http.h"
 
 typedef struct kl__etcd_conn kl__etcd_conn;

@@ -1,7 +1,7 @@
 /* etcd v3 JSON gateway codec. The shapes are described in etcd_codec.h and
  * tests/data/etcd-samples/README.md; this file adds the reasons behind the
  * less obvious choices. */
-#include "etcd_codec.h"
+#include "etcd/codec.h"
 
 #include <stdarg.h>
 #include <stdio.h>

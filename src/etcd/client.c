@@ -7,7 +7,7 @@
  * (a refused connection is tried once on each other endpoint) and one
  * re-authentication: their owners (the election, the holder watch) already
  * retry on their own schedule, and only they know what is safe to repeat. */
-#include "etcd_client.h"
+#include "etcd/client.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -16,7 +16,7 @@
 
 #include "core/client.h"
 #include "core/clock.h"
-#include "etcd_codec.h"
+#include "etcd/codec.h"
 #include "k8s/codec.h"
 
 #define AUTH_TIMEOUT_MS      10000

@@ -16,8 +16,8 @@
 #include "core/clock.h"
 #include "k8s/election.h"
 #include "core/elector.h"
-#include "etcd_client.h"
-#include "etcd_election.h"
+#include "etcd/client.h"
+#include "etcd/election.h"
 
 typedef struct etcd_elector etcd_elector;
 

@@ -1,6 +1,6 @@
 /* The etcd election state machine. The rules are listed in etcd_election.h;
  * this file adds the reasons behind the less obvious choices. */
-#include "etcd_election.h"
+#include "etcd/election.h"
 
 #include <assert.h>
 #include <stdio.h>
