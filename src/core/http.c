@@ -1,6 +1,7 @@
-/* The event loop: one thread running libcurl multi, a binary min-heap of
- * timers and a FIFO of closures posted by other threads; HTTPS requests to
- * the API server with the rest config's TLS and credentials.
+/* HTTPS requests to the API server (or etcd's gateway) with the rest
+ * config's TLS and credentials, over libcurl multi; the I/O of the event loop
+ * (core/loop.c), plugged in through kl__loop_io: kl__loop_new builds a loop
+ * whose waits are curl_multi_poll and whose wake-up is curl_multi_wakeup.
  *
  * User code (closures, timers, on_data, done) never runs inside a libcurl
  * callback: the write callback only buffers, and stream bytes are handed to
@@ -25,7 +26,6 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -63,19 +63,12 @@
 /* Until an elector asks for less: half of client-go's default renew
  * deadline. */
 #define DEFAULT_DEAD_MS 5000
-/* Longest sleep: every wake-up source (curl, timers, posts) shortens it. */
-#define POLL_MAX_MS  60000
-#define HEAP_INITIAL 64
-#define USER_AGENT   "k8slease/" K8SLEASE_VERSION_STRING
+#define USER_AGENT      "k8slease/" K8SLEASE_VERSION_STRING
 
-typedef struct closure {
-    struct closure *next;
-    void (*fn)(void *arg);
-    void *arg;
-    int borrowed; /* kl__loop_call's, on its caller's stack: not freed */
-} closure;
-
-struct kl__loop {
+/* The HTTP side of a loop: kl__loop_io_data() of a loop made by kl__loop_new.
+ * Named "loop" in this file, as it was when it held the loop too. */
+typedef struct http {
+    kl__loop *loop;
     /* Set by kl__loop_new, read-only afterwards. */
     const kl__log *log;
     char *server;                  /* as configured, for messages */
@@ -90,12 +83,8 @@ struct kl__loop {
     kl__exec_config *exec;
     char *user_agent;
     CURLM *multi;
-    pthread_t thread;
 
     /* Loop thread only (and the freeing thread once the loop has stopped). */
-    int64_t now;
-    kl__timer **heap;
-    size_t heap_len, heap_cap;
     kl__http_req *reqs;  /* every live request */
     kl__http_req *ready; /* streams with an opening or bytes waiting for on_open/on_data */
     long streams;        /* live requests with on_data */
@@ -109,16 +98,10 @@ struct kl__loop {
     int have_cred;
     unsigned auth_gen; /* bumped whenever the credentials change */
     int auth_stale;    /* a 401 came back: refresh before the next request */
-
-    /* Shared with other threads, under mu. */
-    pthread_mutex_t mu;
-    pthread_cond_t cond; /* a kl__loop_call or kl__http_sync finished */
-    closure *head, *tail;
-    int stop;
-};
+} http;
 
 struct kl__http_req {
-    kl__loop *loop;
+    http *loop;
     kl__http_req *prev, *next; /* loop->reqs */
     kl__http_req *ready_next;  /* loop->ready */
     kl__http_req *wait_next;   /* loop->wait_head */
@@ -152,118 +135,6 @@ struct kl__http_req {
     char errmsg[1024];
     char errbuf[CURL_ERROR_SIZE];
 };
-
-static _Thread_local const kl__loop *current_loop;
-
-/* ------------------------------------------------------------------------ */
-/* Timers                                                                   */
-/* ------------------------------------------------------------------------ */
-
-static void heap_set(kl__loop *loop, size_t i, kl__timer *t)
-{
-    loop->heap[i] = t;
-    t->slot = i + 1;
-}
-
-static void sift_up(kl__loop *loop, size_t i)
-{
-    kl__timer *t = loop->heap[i];
-
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
-
-        if (loop->heap[parent]->at <= t->at)
-            break;
-        heap_set(loop, i, loop->heap[parent]);
-        i = parent;
-    }
-    heap_set(loop, i, t);
-}
-
-static void sift_down(kl__loop *loop, size_t i)
-{
-    kl__timer *t = loop->heap[i];
-
-    for (;;) {
-        size_t child = 2 * i + 1;
-
-        if (child >= loop->heap_len)
-            break;
-        if (child + 1 < loop->heap_len && loop->heap[child + 1]->at < loop->heap[child]->at)
-            child++;
-        if (t->at <= loop->heap[child]->at)
-            break;
-        heap_set(loop, i, loop->heap[child]);
-        i = child;
-    }
-    heap_set(loop, i, t);
-}
-
-void kl__timer_init(kl__timer *t, kl__timer_cb cb, void *arg)
-{
-    t->at = 0;
-    t->slot = 0;
-    t->cb = cb;
-    t->arg = arg;
-}
-
-void kl__timer_arm(kl__loop *loop, kl__timer *t, int64_t at)
-{
-    t->at = at;
-    if (t->slot) {
-        sift_up(loop, t->slot - 1);
-        sift_down(loop, t->slot - 1);
-        return;
-    }
-    if (loop->heap_len == loop->heap_cap) {
-        size_t cap = loop->heap_cap * 2;
-        kl__timer **heap = kl__realloc(loop->heap, cap * sizeof(*heap));
-
-        if (!heap) {
-            /* The interface cannot fail (callers arm timers from callbacks
-             * with no way out); the heap starts with room for many timers,
-             * so this takes a process that is out of memory anyway. */
-            kl__log_printf(loop->log, K8SLEASE_LOG_ERROR,
-                           "timer heap: out of memory; a timer was dropped");
-            return;
-        }
-        loop->heap = heap;
-        loop->heap_cap = cap;
-    }
-    loop->heap[loop->heap_len++] = t;
-    sift_up(loop, loop->heap_len - 1);
-}
-
-void kl__timer_cancel(kl__loop *loop, kl__timer *t)
-{
-    size_t i;
-    kl__timer *last;
-
-    if (!t->slot)
-        return;
-    i = t->slot - 1;
-    last = loop->heap[--loop->heap_len];
-    t->slot = 0;
-    if (last != t) {
-        heap_set(loop, i, last);
-        sift_up(loop, i);
-        sift_down(loop, last->slot - 1);
-    }
-}
-
-static void run_timers(kl__loop *loop)
-{
-    /* Bounded, so a timer re-armed for "now" by its own callback runs in
-     * the next iteration instead of spinning here. */
-    size_t budget = loop->heap_len;
-
-    while (budget-- > 0 && loop->heap_len > 0 && loop->heap[0]->at <= loop->now) {
-        kl__timer *t = loop->heap[0];
-
-        kl__timer_cancel(loop, t);
-        t->cb(t, t->arg);
-    }
-}
 
 /* ------------------------------------------------------------------------ */
 /* Credentials                                                              */
@@ -320,15 +191,16 @@ out:
     return err;
 }
 
-static int refresh_token_file(kl__loop *loop)
+static int refresh_token_file(http *loop)
 {
     char *token = NULL;
     int err;
 
-    if (loop->token && !loop->auth_stale && loop->now - loop->token_read_at < TOKEN_REREAD_NS)
+    if (loop->token && !loop->auth_stale &&
+        kl__loop_now(loop->loop) - loop->token_read_at < TOKEN_REREAD_NS)
         return 0;
     loop->auth_stale = 0;
-    loop->token_read_at = loop->now;
+    loop->token_read_at = kl__loop_now(loop->loop);
     if ((err = read_token_file(loop->token_file, &token)) < 0) {
         if (!loop->token)
             return err;
@@ -346,7 +218,7 @@ static int refresh_token_file(kl__loop *loop)
     return 0;
 }
 
-static int refresh_exec(kl__loop *loop)
+static int refresh_exec(http *loop)
 {
     kl__exec_credential cred = {0};
     int64_t wall = kl__clock_wall_us();
@@ -375,7 +247,7 @@ static int refresh_exec(kl__loop *loop)
     return 0;
 }
 
-static int refresh_credentials(kl__loop *loop)
+static int refresh_credentials(http *loop)
 {
     if (loop->exec)
         return refresh_exec(loop);
@@ -384,13 +256,13 @@ static int refresh_credentials(kl__loop *loop)
     return 0;
 }
 
-static const char *bearer_token(const kl__loop *loop)
+static const char *bearer_token(const http *loop)
 {
     return loop->exec ? loop->cred.token : loop->token;
 }
 
 /* The server of a request, for URLs and messages. */
-static const char *req_server(const kl__loop *loop, const kl__http_req *req)
+static const char *req_server(const http *loop, const kl__http_req *req)
 {
     return req->server ? req->server : loop->server;
 }
@@ -411,7 +283,7 @@ static void set_req_error(kl__http_req *req, int err, const char *fmt, ...)
     req->err = err;
 }
 
-static void map_curl_error(kl__loop *loop, kl__http_req *req, CURLcode rc)
+static void map_curl_error(http *loop, kl__http_req *req, CURLcode rc)
 {
     const char *detail = req->errbuf[0] ? req->errbuf : curl_easy_strerror(rc);
     const char *kind = "transport";
@@ -486,7 +358,7 @@ static void map_curl_error(kl__loop *loop, kl__http_req *req, CURLcode rc)
                   kind, detail);
 }
 
-static void make_ready(kl__loop *loop, kl__http_req *req)
+static void make_ready(http *loop, kl__http_req *req)
 {
     if (req->on_ready)
         return;
@@ -510,7 +382,7 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
         if (status == 200) {
             req->opened = 1;
             req->open_pending = 1;
-            req->last_byte = req->loop->now;
+            req->last_byte = kl__loop_now(req->loop->loop);
             make_ready(req->loop, req);
         }
     }
@@ -529,7 +401,7 @@ static curl_socket_t on_opensocket(void *arg, curlsocktype purpose, struct curl_
 
 static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
-    kl__loop *loop = arg;
+    http *loop = arg;
     int on = 1;
     int idle = (int)(loop->dead_ms / 2000), intvl = (int)(loop->dead_ms / 4000), cnt = 3;
     unsigned int timeout = (unsigned int)loop->dead_ms;
@@ -625,7 +497,7 @@ static CURLM *multi_init_cloexec(void)
 }
 #endif
 
-static void set_limits(kl__loop *loop)
+static void set_limits(http *loop)
 {
     long n = REQUEST_CONNECTIONS + loop->streams;
 
@@ -636,11 +508,11 @@ static void set_limits(kl__loop *loop)
 static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
 {
     kl__http_req *req = arg;
-    kl__loop *loop = req->loop;
+    http *loop = req->loop;
     size_t len = size * nmemb;
     long status = 0;
 
-    req->last_byte = loop->now;
+    req->last_byte = kl__loop_now(loop->loop);
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
     req->streaming = req->on_data && status == 200;
     if (req->resp.len + len > BODY_MAX) {
@@ -659,7 +531,7 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
 }
 
 /* Client certificate: the exec plugin's, else the config's (data, else file). */
-static int set_client_cert(kl__loop *loop, CURL *e)
+static int set_client_cert(http *loop, CURL *e)
 {
     struct curl_blob cert = {NULL, 0, CURL_BLOB_COPY}, key = {NULL, 0, CURL_BLOB_COPY};
     const char *cert_file = NULL, *key_file = NULL;
@@ -704,7 +576,7 @@ static int add_header(struct curl_slist **list, const char *line)
     return 0;
 }
 
-static int build_headers(const kl__loop *loop, const kl__http_req *req, struct curl_slist **out)
+static int build_headers(const http *loop, const kl__http_req *req, struct curl_slist **out)
 {
     struct curl_slist *h = NULL;
     const char *token = bearer_token(loop);
@@ -736,7 +608,7 @@ out:
 
 /* (Re)send a request with the current credentials. On failure req->err and
  * req->errmsg say why; the caller delivers it. */
-static int req_launch(kl__loop *loop, kl__http_req *req)
+static int req_launch(http *loop, kl__http_req *req)
 {
     struct curl_slist *h = NULL;
     int64_t timeout_ms = 0;
@@ -758,7 +630,7 @@ static int req_launch(kl__loop *loop, kl__http_req *req)
     h = NULL;
     if (req->timeout_ms > 0) {
         /* A retry gets what is left of the caller's deadline. */
-        timeout_ms = req->timeout_ms - (loop->now - req->started_at) / KL_NS_PER_MS;
+        timeout_ms = req->timeout_ms - (kl__loop_now(loop->loop) - req->started_at) / KL_NS_PER_MS;
         if (timeout_ms < 1)
             timeout_ms = 1;
     }
@@ -768,7 +640,7 @@ static int req_launch(kl__loop *loop, kl__http_req *req)
     req->resp.len = 0;
     req->streaming = 0;
     req->opened = req->open_pending = 0;
-    req->last_byte = loop->now;
+    req->last_byte = kl__loop_now(loop->loop);
     if (curl_multi_add_handle(loop->multi, req->easy) != CURLM_OK) {
         set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request",
                       req_server(loop, req), req->path);
@@ -777,16 +649,16 @@ static int req_launch(kl__loop *loop, kl__http_req *req)
     }
     req->in_multi = 1;
     if (req->idle_ns > 0)
-        kl__timer_arm(loop, &req->timer, loop->now + req->idle_ns);
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->idle_ns);
 out:
     curl_slist_free_all(h);
     return err;
 }
 
-static int dispatch(kl__loop *loop, kl__http_req *req);
+static int dispatch(http *loop, kl__http_req *req);
 
 /* Hand waiting requests to libcurl as slots free up. */
-static void pump(kl__loop *loop)
+static void pump(http *loop)
 {
     while (!loop->destroying && loop->wait_head && loop->active < MAX_ACTIVE) {
         kl__http_req *req = loop->wait_head;
@@ -800,12 +672,12 @@ static void pump(kl__loop *loop)
         if (dispatch(loop, req) < 0) {
             set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", req_server(loop, req), req->path,
                           kl__error_get());
-            kl__timer_arm(loop, &req->timer, loop->now);
+            kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop));
         }
     }
 }
 
-static void req_free(kl__loop *loop, kl__http_req *req)
+static void req_free(http *loop, kl__http_req *req)
 {
     if (req->waiting) {
         kl__http_req **p = &loop->wait_head, *prev = NULL;
@@ -825,7 +697,7 @@ static void req_free(kl__loop *loop, kl__http_req *req)
             p = &(*p)->ready_next;
         *p = req->ready_next;
     }
-    kl__timer_cancel(loop, &req->timer);
+    kl__timer_cancel(loop->loop, &req->timer);
     if (req->in_multi)
         curl_multi_remove_handle(loop->multi, req->easy);
     if (req->easy)
@@ -860,7 +732,7 @@ static void req_free(kl__loop *loop, kl__http_req *req)
 }
 
 /* Call done with the outcome and free the request. */
-static void req_complete(kl__loop *loop, kl__http_req *req)
+static void req_complete(http *loop, kl__http_req *req)
 {
     kl__http_result res = {0};
     char *content_type = NULL;
@@ -870,7 +742,7 @@ static void req_complete(kl__loop *loop, kl__http_req *req)
         curl_multi_remove_handle(loop->multi, req->easy);
         req->in_multi = 0;
     }
-    kl__timer_cancel(loop, &req->timer);
+    kl__timer_cancel(loop->loop, &req->timer);
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
     res.err = req->err;
@@ -890,7 +762,7 @@ static void req_complete(kl__loop *loop, kl__http_req *req)
     req_free(loop, req);
 }
 
-static void req_fail(kl__loop *loop, kl__http_req *req, int err, const char *msg)
+static void req_fail(http *loop, kl__http_req *req, int err, const char *msg)
 {
     set_req_error(req, err, "%s", msg);
     req_complete(loop, req);
@@ -899,7 +771,7 @@ static void req_fail(kl__loop *loop, kl__http_req *req, int err, const char *msg
 static void on_req_timer(kl__timer *t, void *arg)
 {
     kl__http_req *req = arg;
-    kl__loop *loop = req->loop;
+    http *loop = req->loop;
     char msg[1024];
 
     if (!req->in_multi) {
@@ -907,8 +779,8 @@ static void on_req_timer(kl__timer *t, void *arg)
         req_complete(loop, req);
         return;
     }
-    if (loop->now - req->last_byte < req->idle_ns) {
-        kl__timer_arm(loop, t, req->last_byte + req->idle_ns);
+    if (kl__loop_now(loop->loop) - req->last_byte < req->idle_ns) {
+        kl__timer_arm(loop->loop, t, req->last_byte + req->idle_ns);
         return;
     }
     snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", req_server(loop, req),
@@ -918,13 +790,13 @@ static void on_req_timer(kl__timer *t, void *arg)
 
 /* A transfer ended: retry once after a 401 with fresh credentials, else
  * report. */
-static void req_finish(kl__loop *loop, kl__http_req *req, CURLcode rc)
+static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
 {
     long status = 0;
 
     curl_multi_remove_handle(loop->multi, req->easy);
     req->in_multi = 0;
-    kl__timer_cancel(loop, &req->timer);
+    kl__timer_cancel(loop->loop, &req->timer);
     if (rc != CURLE_OK) {
         if (!req->err)
             map_curl_error(loop, req, rc);
@@ -946,7 +818,7 @@ static void req_finish(kl__loop *loop, kl__http_req *req, CURLcode rc)
     req_complete(loop, req);
 }
 
-static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const char *url)
+static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
 {
     CURL *e = req->easy;
     struct curl_blob ca = {loop->ca_pem, loop->ca_pem_len, CURL_BLOB_COPY};
@@ -1022,7 +894,7 @@ static CURLcode req_setup(kl__loop *loop, kl__http_req *req, const char *url)
 
 /* Give a request its easy handle and launch it. -1 (error set, nothing to
  * undo but the request itself) when it cannot be set up. */
-static int dispatch(kl__loop *loop, kl__http_req *req)
+static int dispatch(http *loop, kl__http_req *req)
 {
     char *url = kl__sprintf("%s%s", req->server ? req->server : loop->base, req->path);
     CURLcode rc;
@@ -1045,13 +917,14 @@ static int dispatch(kl__loop *loop, kl__http_req *req)
     /* done must not run inside kl__http_start: a failed launch is reported
      * from the request's timer, in the next iteration. */
     if (req_launch(loop, req) < 0)
-        kl__timer_arm(loop, &req->timer, loop->now);
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop));
     return 0;
 }
 
-kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http_done_cb done,
+kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_done_cb done,
                              void *arg)
 {
+    http *loop = kl__loop_io_data(l);
     kl__http_req *req = kl__calloc(1, sizeof(*req));
     const char *method = opts->method ? opts->method : "GET";
 
@@ -1075,7 +948,7 @@ kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http
     }
     req->timeout_ms = opts->timeout_ms;
     req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;
-    req->started_at = loop->now;
+    req->started_at = kl__loop_now(loop->loop);
     req->has_body = opts->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
                     strcmp(method, "PATCH") == 0;
     req->method = kl__strdup(method);
@@ -1114,8 +987,10 @@ fail:
     return NULL;
 }
 
-void kl__http_cancel(kl__loop *loop, kl__http_req *req)
+void kl__http_cancel(kl__loop *l, kl__http_req *req)
 {
+    http *loop = kl__loop_io_data(l);
+
     if (!req)
         return;
     if (req->busy) {
@@ -1126,7 +1001,7 @@ void kl__http_cancel(kl__loop *loop, kl__http_req *req)
 }
 
 /* Hand buffered stream bytes to on_data, outside libcurl's callbacks. */
-static void deliver_streams(kl__loop *loop)
+static void deliver_streams(http *loop)
 {
     kl__http_req *req;
 
@@ -1162,7 +1037,7 @@ static void deliver_streams(kl__loop *loop)
     }
 }
 
-static void finish_transfers(kl__loop *loop)
+static void finish_transfers(http *loop)
 {
     CURLMsg *msg;
     int left;
@@ -1179,75 +1054,40 @@ static void finish_transfers(kl__loop *loop)
 }
 
 /* ------------------------------------------------------------------------ */
-/* Loop thread                                                              */
+/* The loop's I/O                                                           */
 /* ------------------------------------------------------------------------ */
 
-/* Run the closures queued so far; *stop tells whether kl__loop_free asked
- * the loop to end. Returns how many ran. */
-static size_t run_posted(kl__loop *loop, int *stop)
+static void io_run(void *data)
 {
-    closure *c, *next;
-    size_t n = 0;
+    http *loop = data;
+    int running;
 
-    pthread_mutex_lock(&loop->mu);
-    c = loop->head;
-    loop->head = loop->tail = NULL;
-    *stop = loop->stop;
-    pthread_mutex_unlock(&loop->mu);
-    for (; c; c = next) {
-        /* A borrowed closure is gone once its function has returned. */
-        int borrowed = c->borrowed;
-
-        next = c->next;
-        c->fn(c->arg);
-        if (!borrowed)
-            kl__free(c);
-        n++;
-    }
-    return n;
+    curl_multi_perform(loop->multi, &running);
+    deliver_streams(loop);
+    finish_transfers(loop);
 }
 
-static int poll_timeout(kl__loop *loop)
+static long io_timeout_ms(void *data)
 {
+    http *loop = data;
     long curl_ms = -1;
-    int64_t ms = POLL_MAX_MS;
 
     curl_multi_timeout(loop->multi, &curl_ms);
-    if (curl_ms >= 0 && curl_ms < ms)
-        ms = curl_ms;
-    if (loop->heap_len > 0) {
-        int64_t wait = loop->heap[0]->at - loop->now;
-
-        wait = wait <= 0 ? 0 : (wait + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
-        if (wait < ms)
-            ms = wait;
-    }
-    return (int)ms;
+    return curl_ms;
 }
 
-static void *loop_main(void *arg)
+static void io_wait(void *data, int timeout_ms)
 {
-    kl__loop *loop = arg;
-    int running, stop = 0;
+    http *loop = data;
 
-    current_loop = loop;
-    for (;;) {
-        loop->now = kl__clock_mono_ns();
-        curl_multi_perform(loop->multi, &running);
-        deliver_streams(loop);
-        finish_transfers(loop);
-        run_timers(loop);
-        run_posted(loop, &stop);
-        if (stop)
-            break;
-        curl_multi_poll(loop->multi, NULL, 0, poll_timeout(loop), NULL);
-    }
-    /* Closures posted before the stop still run: they may own memory that
-     * only they free. */
-    while (run_posted(loop, &stop) > 0)
-        ;
-    current_loop = NULL;
-    return NULL;
+    curl_multi_poll(loop->multi, NULL, 0, timeout_ms, NULL);
+}
+
+static void io_wakeup(void *data)
+{
+    http *loop = data;
+
+    curl_multi_wakeup(loop->multi);
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -1343,7 +1183,7 @@ static int dup_blob(char **dst, size_t *dst_len, const char *src, size_t len)
 /* Parse the server URL into the request base and, with tls_server_name, a
  * CONNECT_TO rule: the URL carries that name (so SNI and verification use
  * it) while the connection goes to the configured host. */
-static int parse_server(kl__loop *loop, const kl__restconfig *cfg)
+static int parse_server(http *loop, const kl__restconfig *cfg)
 {
     CURLU *u = curl_url();
     char *scheme = NULL, *host = NULL, *port = NULL, *url = NULL, *name = NULL;
@@ -1410,7 +1250,7 @@ out:
     return err;
 }
 
-static int copy_config(kl__loop *loop, const kl__restconfig *cfg)
+static int copy_config(http *loop, const kl__restconfig *cfg)
 {
     size_t len;
     int err;
@@ -1437,22 +1277,16 @@ static int copy_config(kl__loop *loop, const kl__restconfig *cfg)
     return parse_server(loop, cfg);
 }
 
-static void loop_destroy(kl__loop *loop)
+static void io_destroy(void *data)
 {
-    closure *c;
+    http *loop = data;
 
     loop->destroying = 1;
     while (loop->reqs)
         req_free(loop, loop->reqs);
-    while ((c = loop->head)) {
-        loop->head = c->next;
-        if (!c->borrowed)
-            kl__free(c);
-    }
     if (loop->multi)
         curl_multi_cleanup(loop->multi);
     curl_slist_free_all(loop->connect_to);
-    kl__free(loop->heap);
     kl__free(loop->server);
     kl__free(loop->base);
     kl__free(loop->ca_file);
@@ -1466,17 +1300,16 @@ static void loop_destroy(kl__loop *loop)
     kl__free(loop->token_file);
     exec_free(loop->exec);
     kl__exec_credential_clear(&loop->cred);
-    pthread_cond_destroy(&loop->cond);
-    pthread_mutex_destroy(&loop->mu);
     kl__free(loop);
 }
+
+static const kl__loop_io http_io = {io_run, io_timeout_ms, io_wait, io_wakeup, io_destroy};
 
 int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
                  const char *user_agent)
 {
-    kl__loop *loop = NULL;
-    sigset_t all, old;
-    int err = 0, rc;
+    http *loop = NULL;
+    int err = 0;
 
     *out = NULL;
     pthread_once(&curl_once, curl_init);
@@ -1485,17 +1318,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
                              curl_easy_strerror(curl_init_rc));
     if (!(loop = kl__calloc(1, sizeof(*loop))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    if (pthread_mutex_init(&loop->mu, NULL) != 0) {
-        kl__free(loop);
-        return kl__error_set(K8SLEASE_ENOMEM, "pthread_mutex_init failed");
-    }
-    if (pthread_cond_init(&loop->cond, NULL) != 0) {
-        pthread_mutex_destroy(&loop->mu);
-        kl__free(loop);
-        return kl__error_set(K8SLEASE_ENOMEM, "pthread_cond_init failed");
-    }
     loop->log = log;
-    loop->now = kl__clock_mono_ns();
     if ((err = copy_config(loop, cfg)) < 0)
         goto out;
     loop->user_agent = user_agent && user_agent[0] ? kl__sprintf("%s %s", USER_AGENT, user_agent)
@@ -1504,128 +1327,27 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
-    loop->heap_cap = HEAP_INITIAL;
-    if (!(loop->heap = kl__calloc(loop->heap_cap, sizeof(*loop->heap))) ||
-        !(loop->multi = multi_init_cloexec())) {
+    if (!(loop->multi = multi_init_cloexec())) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
     curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     loop->dead_ms = DEFAULT_DEAD_MS;
     set_limits(loop);
-    /* The host process's signal handlers stay on its own threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&loop->thread, NULL, loop_main, loop);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "cannot start the loop thread: error %d", rc);
+    if ((err = kl__loop_start(&loop->loop, &http_io, loop, log)) < 0)
         goto out;
-    }
-    *out = loop;
+    *out = loop->loop;
     loop = NULL;
 out:
     if (loop)
-        loop_destroy(loop);
+        io_destroy(loop);
     return err;
 }
 
-void kl__loop_free(kl__loop *loop)
+void kl__loop_set_dead_timeout(kl__loop *l, int64_t ms)
 {
-    if (!loop)
-        return;
-    if (kl__loop_on_thread(loop)) {
-        kl__log_printf(loop->log, K8SLEASE_LOG_ERROR,
-                       "kl__loop_free called on the loop thread; not freed");
-        return;
-    }
-    pthread_mutex_lock(&loop->mu);
-    loop->stop = 1;
-    pthread_mutex_unlock(&loop->mu);
-    curl_multi_wakeup(loop->multi);
-    pthread_join(loop->thread, NULL);
-    loop_destroy(loop);
-}
+    http *loop = kl__loop_io_data(l);
 
-static void enqueue(kl__loop *loop, closure *c)
-{
-    pthread_mutex_lock(&loop->mu);
-    if (loop->tail)
-        loop->tail->next = c;
-    else
-        loop->head = c;
-    loop->tail = c;
-    pthread_mutex_unlock(&loop->mu);
-    curl_multi_wakeup(loop->multi);
-}
-
-int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg)
-{
-    closure *c = kl__malloc(sizeof(*c));
-
-    if (!c)
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    c->next = NULL;
-    c->fn = fn;
-    c->arg = arg;
-    c->borrowed = 0;
-    enqueue(loop, c);
-    return 0;
-}
-
-typedef struct call {
-    kl__loop *loop;
-    void (*fn)(void *arg);
-    void *arg;
-    int done;
-    closure c;
-} call;
-
-static void call_run(void *arg)
-{
-    call *c = arg;
-
-    c->fn(c->arg);
-    pthread_mutex_lock(&c->loop->mu);
-    c->done = 1;
-    pthread_cond_broadcast(&c->loop->cond);
-    pthread_mutex_unlock(&c->loop->mu);
-}
-
-/* Needs no allocation (the closure lives in this frame until it has run),
- * so the free functions that rely on it cannot fail. */
-int kl__loop_call(kl__loop *loop, void (*fn)(void *arg), void *arg)
-{
-    call c = {loop, fn, arg, 0, {NULL, call_run, NULL, 1}};
-
-    if (kl__loop_on_thread(loop))
-        return kl__error_set(K8SLEASE_ESTATE, "blocking call from the loop thread");
-    c.c.arg = &c;
-    enqueue(loop, &c.c);
-    pthread_mutex_lock(&loop->mu);
-    while (!c.done)
-        pthread_cond_wait(&loop->cond, &loop->mu);
-    pthread_mutex_unlock(&loop->mu);
-    return 0;
-}
-
-int kl__loop_on_thread(const kl__loop *loop)
-{
-    return current_loop == loop;
-}
-
-int64_t kl__loop_now(const kl__loop *loop)
-{
-    return loop->now;
-}
-
-const kl__log *kl__loop_log(const kl__loop *loop)
-{
-    return loop->log;
-}
-
-void kl__loop_set_dead_timeout(kl__loop *loop, int64_t ms)
-{
     if (ms > 0 && ms < loop->dead_ms)
         loop->dead_ms = ms < 100 ? 100 : ms;
 }
@@ -1647,10 +1369,7 @@ typedef struct sync_req {
 
 static void sync_finish(sync_req *s)
 {
-    pthread_mutex_lock(&s->loop->mu);
-    s->finished = 1;
-    pthread_cond_broadcast(&s->loop->cond);
-    pthread_mutex_unlock(&s->loop->mu);
+    kl__loop_set_flag(s->loop, &s->finished);
 }
 
 static void sync_done(const kl__http_result *res, void *arg)
@@ -1697,10 +1416,7 @@ int kl__http_sync(kl__loop *loop, const kl__http_opts *opts, long *status, char 
         return kl__error_set(K8SLEASE_ESTATE, "blocking request from the loop thread");
     if ((err = kl__loop_post(loop, sync_start, &s)) < 0)
         return err;
-    pthread_mutex_lock(&loop->mu);
-    while (!s.finished)
-        pthread_cond_wait(&loop->cond, &loop->mu);
-    pthread_mutex_unlock(&loop->mu);
+    kl__loop_wait_flag(loop, &s.finished);
     if (s.err)
         return kl__error_set(s.err, "%s", s.errmsg);
     if (status)

@@ -1,10 +1,9 @@
-/* The client's event loop: one thread running libcurl multi, a timer heap
- * and a queue of posted closures; HTTPS requests to the API server with the
- * rest config's TLS and auth.
+/* HTTPS requests to the API server with the rest config's TLS and auth, on
+ * an event loop (core/loop.h) whose I/O is libcurl multi.
  *
- * Threads: kl__loop_new/free and kl__loop_post/kl__loop_call may be called
- * from any thread (free not from the loop thread). Everything else only on
- * the loop thread (from a posted closure, a timer or an HTTP callback). */
+ * Threads: kl__loop_new may be called from any thread. Everything else here
+ * only on the loop thread (from a posted closure, a timer or an HTTP
+ * callback), except kl__http_sync (any thread but the loop's). */
 #ifndef KL_HTTP_H
 #define KL_HTTP_H
 
@@ -12,52 +11,24 @@
 #include <stdint.h>
 
 #include "core/common.h"
+#include "core/loop.h"
 #include "k8s/kubeconfig.h"
 
-typedef struct kl__loop kl__loop;
 typedef struct kl__http_req kl__http_req;
 
-/* Start the loop thread. cfg is copied (what is needed of it). log may be
- * NULL; it is borrowed and must outlive the loop. user_agent (may be NULL)
- * is appended to "k8slease/VERSION" in the User-Agent header. */
+/* Start a loop thread whose I/O is HTTP (kl__loop_free stops it). cfg is
+ * copied (what is needed of it). log may be NULL; it is borrowed and must
+ * outlive the loop. user_agent (may be NULL) is appended to
+ * "k8slease/VERSION" in the User-Agent header. */
 int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
                  const char *user_agent);
-/* Stop the thread; requests still in flight are cancelled without their
- * callbacks; posted closures not yet run are run first. */
-void kl__loop_free(kl__loop *loop);
-
-/* Run fn(arg) on the loop thread soon (FIFO). 0 or K8SLEASE_ENOMEM. */
-int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg);
-/* Run fn(arg) on the loop thread and wait until it returned. Allocates
- * nothing, so it cannot run out of memory. Returns K8SLEASE_ESTATE when
- * called on the loop thread itself. */
-int kl__loop_call(kl__loop *loop, void (*fn)(void *arg), void *arg);
-int kl__loop_on_thread(const kl__loop *loop);
-
-/* Monotonic ns read once per loop iteration (loop thread). */
-int64_t kl__loop_now(const kl__loop *loop);
-const kl__log *kl__loop_log(const kl__loop *loop);
 /* Lower (never raise) the time after which a connection whose peer stopped
  * acknowledging data or keepalive probes is dropped by the kernel
  * (TCP_USER_TIMEOUT; keepalive probes after half of it). Applies to
  * connections opened from then on; requests on older ones are still bounded
  * by their own timeouts, after which libcurl closes the connection. Default
- * 5000 ms, floor 100 ms. Loop thread. */
+ * 5000 ms, floor 100 ms. Loop thread. A loop made by kl__loop_new only. */
 void kl__loop_set_dead_timeout(kl__loop *loop, int64_t ms);
-
-/* Timers (loop thread only). A timer is embedded in its owner's struct. */
-typedef struct kl__timer kl__timer;
-typedef void (*kl__timer_cb)(kl__timer *t, void *arg);
-struct kl__timer {
-    int64_t at;  /* monotonic ns */
-    size_t slot; /* index in the heap + 1; 0 when not armed */
-    kl__timer_cb cb;
-    void *arg;
-};
-void kl__timer_init(kl__timer *t, kl__timer_cb cb, void *arg);
-/* (Re)arm at the monotonic time at (ns). */
-void kl__timer_arm(kl__loop *loop, kl__timer *t, int64_t at);
-void kl__timer_cancel(kl__loop *loop, kl__timer *t);
 
 /* A completed request. Valid during the callback only. */
 typedef struct kl__http_result {
