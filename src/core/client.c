@@ -1,4 +1,5 @@
-/* The client: configuration + loop thread; one-shot calls (holder, labels). */
+/* The client: options, the backend (core/backend.h) and its loop thread; the
+ * public calls that every backend serves go through client->be. */
 #include "core/client.h"
 
 #include <stddef.h>
@@ -6,94 +7,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "core/clock.h"
-#include "k8s/codec.h"
-
-#define DEFAULT_SYNC_TIMEOUT_MS 10000
 
 /* The options of a version 1 caller end before the backend field. */
 #define CLIENT_OPTIONS_V1_SIZE offsetof(k8slease_client_options, backend)
-
-/* Kubernetes: the kubeconfig chain; the loop; the shared watches. */
-static int k8s_client_init(k8slease_client *c, const k8slease_client_options *opts)
-{
-    int err;
-
-    if (opts->context && !opts->context[0])
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.context is empty");
-    if (opts->kubeconfig)
-        err = kl__restconfig_from_kubeconfig(&c->cfg, opts->kubeconfig, opts->context);
-    else
-        err = kl__restconfig_load(&c->cfg, NULL, opts->context);
-    if (err < 0)
-        return err;
-    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
-                   c->cfg->server, c->cfg->ns);
-    if (strncmp(c->cfg->server, "http://", 7) == 0 &&
-        (c->cfg->token || c->cfg->token_file || c->cfg->exec))
-        kl__log_printf(&c->log, K8SLEASE_LOG_WARN,
-                       "%s: server %s is plain http://: its bearer token goes unencrypted",
-                       c->cfg->source, c->cfg->server);
-    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
-        return err;
-    return kl__informer_new(&c->informer, c->loop, &c->log);
-}
-
-static int check_etcd_file(const char *field, const char *path)
-{
-    if (path && !path[0])
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.%s is empty", field);
-    return 0;
-}
-
-/* etcd: a rest config for the loop (first endpoint, TLS files), the conn. */
-static int etcd_client_init(k8slease_client *c, const k8slease_client_options *opts)
-{
-    char **endpoints = NULL;
-    size_t n = 0;
-    int err;
-
-    if (opts->kubeconfig || opts->context)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: kubeconfig and context "
-                                              "must be NULL with the etcd backend");
-    if (!opts->etcd_endpoints)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.etcd_endpoints is NULL "
-                                              "(required with the etcd backend)");
-    if ((err = check_etcd_file("etcd_ca_file", opts->etcd_ca_file)) < 0 ||
-        (err = check_etcd_file("etcd_cert_file", opts->etcd_cert_file)) < 0 ||
-        (err = check_etcd_file("etcd_key_file", opts->etcd_key_file)) < 0)
-        return err;
-    if (!opts->etcd_cert_file != !opts->etcd_key_file)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_cert_file and "
-                                              "etcd_key_file go together (one is NULL)");
-    if (opts->etcd_username && !opts->etcd_username[0])
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.etcd_username is empty");
-    if (!opts->etcd_username != !opts->etcd_password)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_username and "
-                                              "etcd_password go together (one is NULL)");
-    if ((err = kl__etcd_endpoints_parse(opts->etcd_endpoints, &endpoints, &n)) < 0)
-        return err;
-    if (!(c->cfg = kl__calloc(1, sizeof(*c->cfg))) ||
-        !(c->cfg->server = kl__strdup(endpoints[0])) ||
-        !(c->cfg->source = kl__strdup("etcd_endpoints")) || !(c->cfg->ns = kl__strdup("")) ||
-        (opts->etcd_ca_file && !(c->cfg->ca_file = kl__strdup(opts->etcd_ca_file))) ||
-        (opts->etcd_cert_file && !(c->cfg->cert_file = kl__strdup(opts->etcd_cert_file))) ||
-        (opts->etcd_key_file && !(c->cfg->key_file = kl__strdup(opts->etcd_key_file)))) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using etcd (%zu endpoint%s, first %s)", n,
-                   n == 1 ? "" : "s", endpoints[0]);
-    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
-        goto out;
-    err = kl__etcd_conn_new(&c->etcd, c->loop, &c->log, endpoints, n, opts->etcd_username,
-                            opts->etcd_password);
-out:
-    kl__etcd_endpoints_free(endpoints);
-    return err;
-}
 
 K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts)
 {
@@ -132,7 +49,8 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
     c->log.cb = o.log_cb;
     c->log.user_data = o.log_user_data;
     c->log.level = o.log_level;
-    err = c->backend == K8SLEASE_BACKEND_ETCD ? etcd_client_init(c, &o) : k8s_client_init(c, &o);
+    c->be = kl__backend_get(o.backend);
+    err = c->be->client_init(c, &o);
     if (err < 0)
         goto out;
     *out = c;
@@ -142,21 +60,15 @@ out:
     return err;
 }
 
-static void shutdown_informer(void *arg)
-{
-    kl__informer_shutdown(arg);
-}
-
 K8SLEASE_API void k8slease_client_free(k8slease_client *client)
 {
     if (!client)
         return;
     /* Streams are loop objects: stopped on the loop, before it goes. */
-    if (client->loop && client->informer)
-        kl__loop_call(client->loop, shutdown_informer, client->informer);
+    if (client->loop && client->be->client_shutdown)
+        client->be->client_shutdown(client);
     kl__loop_free(client->loop);
-    kl__informer_free(client->informer);
-    kl__etcd_conn_free(client->etcd);
+    client->be->client_free(client);
     kl__restconfig_free(client->cfg);
     kl__free(client);
 }
@@ -164,14 +76,6 @@ K8SLEASE_API void k8slease_client_free(k8slease_client *client)
 K8SLEASE_API k8slease_backend k8slease_client_backend(const k8slease_client *client)
 {
     return client ? client->backend : K8SLEASE_BACKEND_K8S;
-}
-
-int kl__etcd_check_ns(const char *fn, const char *ns)
-{
-    if (ns)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "%s: ns must be NULL with the etcd backend (got \"%s\")", fn, ns);
-    return 0;
 }
 
 K8SLEASE_API const char *k8slease_client_namespace(const k8slease_client *client)
@@ -184,156 +88,6 @@ K8SLEASE_API const char *k8slease_client_server(const k8slease_client *client)
     return client ? client->cfg->server : NULL;
 }
 
-static int is_alnum_lower(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-/* RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most max bytes. */
-static int is_dns_label(const char *s, size_t len)
-{
-    if (len == 0 || len > 63 || !is_alnum_lower(s[0]) || !is_alnum_lower(s[len - 1]))
-        return 0;
-    for (size_t i = 0; i < len; i++)
-        if (!is_alnum_lower(s[i]) && s[i] != '-')
-            return 0;
-    return 1;
-}
-
-int kl__check_namespace(const char *ns)
-{
-    if (!ns)
-        return kl__error_set(K8SLEASE_EINVAL, "namespace is NULL");
-    if (!is_dns_label(ns, strlen(ns)))
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "namespace \"%.80s\": must be a lowercase RFC 1123 label "
-                             "(a-z, 0-9, '-', at most 63 characters)",
-                             ns);
-    return 0;
-}
-
-int kl__check_name(const char *what, const char *name)
-{
-    size_t len;
-    const char *p;
-
-    if (!name)
-        return kl__error_set(K8SLEASE_EINVAL, "%s is NULL", what);
-    len = strlen(name);
-    if (len == 0 || len > 253)
-        goto bad;
-    /* A subdomain is dot-separated labels. */
-    for (p = name; p <= name + len;) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-
-        if (!is_dns_label(p, n))
-            goto bad;
-        if (!dot)
-            break;
-        p = dot + 1;
-    }
-    return 0;
-bad:
-    return kl__error_set(K8SLEASE_EINVAL,
-                         "%s \"%.80s\": must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', "
-                         "'.', at most 253 characters)",
-                         what, name);
-}
-
-char *kl__lease_path(const char *ns, const char *name)
-{
-    /* Checked names need no escaping. */
-    if (name)
-        return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s", ns, name);
-    return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns);
-}
-
-int kl__lease_result(const kl__http_result *res, const char *what, kl__lease **lease)
-{
-    *lease = NULL;
-    if (res->err)
-        return kl__error_set(res->err, "%s: %s", what, res->errmsg);
-    if (res->status != 200 && res->status != 201)
-        return kl__http_status_error(res->status, res->body, res->body_len, what);
-    if (kl__lease_parse(lease, res->body, res->body_len) < 0)
-        return kl__error_wrap(K8SLEASE_EPROTOCOL, "%s", what);
-    return 0;
-}
-
-static const char *client_ns(const k8slease_client *client, const char *ns)
-{
-    return ns ? ns : client->cfg->ns;
-}
-
-K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, const char *name,
-                                     int64_t timeout_ms, k8slease_holder **out)
-{
-    kl__http_opts req = {0};
-    kl__http_result res = {0};
-    kl__lease *lease = NULL;
-    k8slease_holder *h = NULL;
-    char *path = NULL, *body = NULL;
-    char what[400];
-    size_t body_len = 0;
-    long status = 0;
-    int err;
-
-    if (!client || !out)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_holder_get: client or out is NULL");
-    *out = NULL;
-    if (client->backend == K8SLEASE_BACKEND_ETCD)
-        return (err = kl__etcd_check_ns("k8slease_holder_get", ns)) < 0
-                   ? err
-                   : kl__etcd_holder_get(client, name, timeout_ms, out);
-    ns = client_ns(client, ns);
-    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
-        return err;
-    snprintf(what, sizeof(what), "get lease %s/%s", ns, name);
-    if (!(path = kl__lease_path(ns, name))) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    req.method = "GET";
-    req.path = path;
-    req.timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS;
-    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    res.status = status;
-    res.body = body;
-    res.body_len = body_len;
-    if ((err = kl__lease_result(&res, what, &lease)) < 0)
-        goto out;
-
-    if (!(h = kl__calloc(1, sizeof(*h)))) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    h->identity = kl__strdup(lease->spec.holder ? lease->spec.holder : "");
-    h->resource_version = kl__strdup(lease->rv);
-    if (!h->identity || !h->resource_version) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    h->epoch = lease->spec.transitions;
-    h->renew_time_us = lease->spec.renew_us;
-    h->acquire_time_us = lease->spec.acquire_us;
-    h->lease_duration_s = lease->spec.duration_s;
-    /* As the seed: expired by renewTime + duration against our wall clock. */
-    h->expired = h->identity[0] && h->renew_time_us &&
-                 h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
-    *out = h;
-    h = NULL;
-out:
-    k8slease_holder_free(h);
-    kl__lease_free(lease);
-    kl__free(body);
-    kl__free(path);
-    return err;
-}
-
 K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder)
 {
     if (!holder)
@@ -343,204 +97,19 @@ K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder)
     kl__free(holder);
 }
 
-/* A label value, also the name part of a key: at most 63 characters of
- * [A-Za-z0-9._-], starting and ending alphanumeric (or empty). */
-static int is_label_value(const char *s)
+K8SLEASE_API int k8slease_holder_get(k8slease_client *client, const char *ns, const char *name,
+                                     int64_t timeout_ms, k8slease_holder **out)
 {
-    size_t n = strlen(s);
-
-    if (n > 63)
-        return 0;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-
-        if (!alnum && (i == 0 || i == n - 1 || (c != '-' && c != '_' && c != '.')))
-            return 0;
-    }
-    return 1;
-}
-
-static int check_label_key(const char *key)
-{
-    const char *slash;
-    const char *name;
-
-    if (!key || !key[0])
-        return kl__error_set(K8SLEASE_EINVAL, "label key is empty");
-    slash = strchr(key, '/');
-    name = slash ? slash + 1 : key;
-    if (slash) {
-        char prefix[254];
-        size_t n = (size_t)(slash - key);
-
-        if (n == 0 || n >= sizeof(prefix))
-            goto bad;
-        memcpy(prefix, key, n);
-        prefix[n] = '\0';
-        if (kl__check_name("label key prefix", prefix) < 0)
-            goto bad;
-    }
-    if (!name[0] || !is_label_value(name))
-        goto bad;
-    return 0;
-bad:
-    return kl__error_set(K8SLEASE_EINVAL,
-                         "label key \"%.80s\": must be [prefix/]name with name at most 63 "
-                         "characters of [A-Za-z0-9._-] starting and ending alphanumeric",
-                         key);
-}
-
-static int check_label_value(const char *value)
-{
-    if (is_label_value(value))
-        return 0;
-    return kl__error_set(K8SLEASE_EINVAL,
-                         "label value \"%.80s\": must be at most 63 characters of [A-Za-z0-9._-] "
-                         "starting and ending alphanumeric",
-                         value);
-}
-
-K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
-                                    const char *key, const char *value)
-{
-    kl__http_opts req = {0};
-    json_t *patch = NULL;
-    char *path = NULL, *body = NULL, *resp = NULL;
-    char what[400];
-    size_t resp_len = 0;
-    long status = 0;
-    int err;
-
-    if (!client)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_pod_label: client is NULL");
-    if (client->backend == K8SLEASE_BACKEND_ETCD)
-        return kl__error_set(K8SLEASE_ESTATE,
-                             "k8slease_pod_label: pod labels need the Kubernetes backend");
-    ns = client_ns(client, ns);
-    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("pod name", pod)) < 0 ||
-        (err = check_label_key(key)) < 0 || (value && (err = check_label_value(value)) < 0))
-        return err;
-    snprintf(what, sizeof(what), "%s label %s on pod %s/%s", value ? "set" : "remove", key, ns,
-             pod);
-
-    patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
-                      value ? json_string(value) : json_null());
-    path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod);
-    body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
-    if (!patch || !path || !body) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    req.method = "PATCH";
-    req.path = path;
-    req.content_type = "application/merge-patch+json";
-    req.body = body;
-    req.body_len = strlen(body);
-    req.timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
-    if ((err = kl__http_sync(client->loop, &req, &status, &resp, &resp_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    if (status != 200)
-        err = kl__http_status_error(status, resp, resp_len, what);
-out:
-    kl__free(resp);
-    free(body); /* from jansson's allocator */
-    kl__free(path);
-    json_decref(patch);
-    return err;
-}
-
-/* One GET + PUT round of k8slease_lease_release: 0 done, K8SLEASE_ECONFLICT
- * on a 409 of the PUT (*retry set), or another error. */
-static int release_once(k8slease_client *client, const char *path, const char *what,
-                        const char *identity, int force, int64_t timeout_ms, int *retry)
-{
-    kl__http_opts req = {0};
-    kl__http_result res = {0};
-    kl__lease *lease = NULL;
-    kl__lease_spec spec;
-    char *body = NULL, *put = NULL;
-    size_t body_len = 0;
-    long status = 0;
-    int err;
-
-    *retry = 0;
-    req.method = "GET";
-    req.path = path;
-    req.timeout_ms = timeout_ms;
-    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    res.status = status;
-    res.body = body;
-    res.body_len = body_len;
-    if ((err = kl__lease_result(&res, what, &lease)) < 0)
-        goto out;
-    if (!lease->spec.holder || !lease->spec.holder[0])
-        goto out; /* nobody holds it */
-    if (strcmp(lease->spec.holder, identity) != 0 && !force) {
-        err = kl__error_set(K8SLEASE_ECONFLICT,
-                            "%s: held by \"%s\", not \"%s\" (force to release anyway)", what,
-                            lease->spec.holder, identity);
-        goto out;
-    }
-    spec = lease->spec;
-    spec.holder = "";
-    spec.duration_s = 1;
-    spec.acquire_us = spec.renew_us = kl__clock_wall_us();
-    if (!(put = kl__lease_encode_update(lease, &spec))) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "%s: out of memory", what);
-        goto out;
-    }
-    kl__free(body);
-    body = NULL;
-    req.method = "PUT";
-    req.content_type = "application/json";
-    req.body = put;
-    req.body_len = strlen(put);
-    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    if (status != 200 && status != 201) {
-        err = kl__http_status_error(status, body, body_len, what);
-        *retry = err == K8SLEASE_ECONFLICT;
-    }
-out:
-    kl__free(put);
-    kl__free(body);
-    kl__lease_free(lease);
-    return err;
+    if (!client || !out)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_holder_get: client or out is NULL");
+    *out = NULL;
+    return client->be->holder_get(client, ns, name, timeout_ms, out);
 }
 
 K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns, const char *name,
                                         const char *identity, int force, int64_t timeout_ms)
 {
-    char what[400];
-    char *path = NULL;
-    int err, retry = 1;
-
     if (!client || !identity)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_lease_release: client or identity is NULL");
-    if (client->backend == K8SLEASE_BACKEND_ETCD)
-        return (err = kl__etcd_check_ns("k8slease_lease_release", ns)) < 0
-                   ? err
-                   : kl__etcd_lease_release(client, name, identity, force, timeout_ms);
-    ns = client_ns(client, ns);
-    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
-        return err;
-    if (!identity[0] && !force)
-        return kl__error_set(K8SLEASE_EINVAL, "identity is empty");
-    snprintf(what, sizeof(what), "release lease %s/%s", ns, name);
-    if (!(path = kl__lease_path(ns, name)))
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    /* A 409 means the Lease changed between our GET and PUT: look again. */
-    for (int i = 0; i < 5 && retry; i++)
-        err = release_once(client, path, what, identity, force,
-                           timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS, &retry);
-    kl__free(path);
-    return err;
+    return client->be->lease_release(client, ns, name, identity, force, timeout_ms);
 }

@@ -1,6 +1,6 @@
 /* The public elector calls, whatever the backend: argument checks, start
  * and stop posted to the loop, waiting, and the reports of the backends
- * (elector_impl.h). */
+ * (core/elector.h). */
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -134,8 +134,7 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
                              "k8slease_elector_options.version is %u, expected %u (use "
                              "K8SLEASE_ELECTOR_OPTIONS_INIT)",
                              opts->version, K8SLEASE_ELECTOR_OPTIONS_VERSION);
-    backend = client->backend == K8SLEASE_BACKEND_ETCD ? &kl__etcd_elector_backend
-                                                       : &kl__k8s_elector_backend;
+    backend = client->be->elector;
     if ((err = backend->create(&e, client, opts)) < 0)
         return err;
     if (kl__loop_post(client->loop, start_on_loop, e) < 0) {

@@ -2,14 +2,14 @@
  *
  * A backend's elector starts with a struct k8slease_elector (its first
  * member, so a k8slease_elector * converts to the backend's struct). The
- * generic part (elector_api.c) checks the arguments of the public calls,
+ * generic part (core/elector.c) checks the arguments of the public calls,
  * posts start and stop to the loop, waits, and reads the atomics; the
  * backend campaigns on the loop thread and reports through the
  * kl__elector_report_* functions below, which keep the order the public
  * API promises (on_started_leading returns before wait_elected does; DONE
  * wakes every waiter). */
-#ifndef KL_ELECTOR_IMPL_H
-#define KL_ELECTOR_IMPL_H
+#ifndef KL_CORE_ELECTOR_H
+#define KL_CORE_ELECTOR_H
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -59,9 +59,6 @@ struct kl__elector_backend {
      * after detach or when start never ran. Accepts NULL. */
     void (*destroy)(k8slease_elector *e);
 };
-
-extern const kl__elector_backend kl__k8s_elector_backend;
-extern const kl__elector_backend kl__etcd_elector_backend;
 
 /* Set up the head: copies opts (without its strings), mutex, condition,
  * atomics (epoch -1), stats version. what: printf-style description. */

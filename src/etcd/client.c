@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/backend.h"
 #include "core/client.h"
 #include "core/clock.h"
 #include "etcd/codec.h"
@@ -1355,3 +1356,122 @@ void kl__etcd_watch_free(kl__etcd_watch *w)
 {
     kl__free(w);
 }
+
+/* ---- The backend (core/backend.h) ---- */
+
+int kl__etcd_check_ns(const char *fn, const char *ns)
+{
+    if (ns)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "%s: ns must be NULL with the etcd backend (got \"%s\")", fn, ns);
+    return 0;
+}
+
+static int check_etcd_file(const char *field, const char *path)
+{
+    if (path && !path[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.%s is empty", field);
+    return 0;
+}
+
+/* etcd: a rest config for the loop (first endpoint, TLS files), the conn. */
+static int client_init(k8slease_client *c, const k8slease_client_options *opts)
+{
+    char **endpoints = NULL;
+    size_t n = 0;
+    int err;
+
+    if (opts->kubeconfig || opts->context)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: kubeconfig and context "
+                                              "must be NULL with the etcd backend");
+    if (!opts->etcd_endpoints)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.etcd_endpoints is NULL "
+                                              "(required with the etcd backend)");
+    if ((err = check_etcd_file("etcd_ca_file", opts->etcd_ca_file)) < 0 ||
+        (err = check_etcd_file("etcd_cert_file", opts->etcd_cert_file)) < 0 ||
+        (err = check_etcd_file("etcd_key_file", opts->etcd_key_file)) < 0)
+        return err;
+    if (!opts->etcd_cert_file != !opts->etcd_key_file)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_cert_file and "
+                                              "etcd_key_file go together (one is NULL)");
+    if (opts->etcd_username && !opts->etcd_username[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.etcd_username is empty");
+    if (!opts->etcd_username != !opts->etcd_password)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_username and "
+                                              "etcd_password go together (one is NULL)");
+    if ((err = kl__etcd_endpoints_parse(opts->etcd_endpoints, &endpoints, &n)) < 0)
+        return err;
+    if (!(c->cfg = kl__calloc(1, sizeof(*c->cfg))) ||
+        !(c->cfg->server = kl__strdup(endpoints[0])) ||
+        !(c->cfg->source = kl__strdup("etcd_endpoints")) || !(c->cfg->ns = kl__strdup("")) ||
+        (opts->etcd_ca_file && !(c->cfg->ca_file = kl__strdup(opts->etcd_ca_file))) ||
+        (opts->etcd_cert_file && !(c->cfg->cert_file = kl__strdup(opts->etcd_cert_file))) ||
+        (opts->etcd_key_file && !(c->cfg->key_file = kl__strdup(opts->etcd_key_file)))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using etcd (%zu endpoint%s, first %s)", n,
+                   n == 1 ? "" : "s", endpoints[0]);
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
+        goto out;
+    err = kl__etcd_conn_new(&c->etcd, c->loop, &c->log, endpoints, n, opts->etcd_username,
+                            opts->etcd_password);
+out:
+    kl__etcd_endpoints_free(endpoints);
+    return err;
+}
+
+static void client_free(k8slease_client *c)
+{
+    kl__etcd_conn_free(c->etcd);
+}
+
+static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,
+                      k8slease_holder **out)
+{
+    int err;
+
+    return (err = kl__etcd_check_ns("k8slease_holder_get", ns)) < 0
+               ? err
+               : kl__etcd_holder_get(client, name, timeout_ms, out);
+}
+
+static int lease_release(k8slease_client *client, const char *ns, const char *name,
+                         const char *identity, int force, int64_t timeout_ms)
+{
+    int err;
+
+    return (err = kl__etcd_check_ns("k8slease_lease_release", ns)) < 0
+               ? err
+               : kl__etcd_lease_release(client, name, identity, force, timeout_ms);
+}
+
+static int watch_start(void **out, k8slease_watch *w, k8slease_client *client, const char *ns,
+                       const char *name, char *what, size_t what_size, kl__holder_report_cb report)
+{
+    kl__etcd_watch *ew = NULL;
+    int err;
+
+    if ((err = kl__etcd_check_ns("k8slease_watch_start", ns)) < 0)
+        return err;
+    /* the etcd watch checks the election name and reports through w */
+    snprintf(what, what_size, "etcd election %s", name ? name : "(null)");
+    if ((err = kl__etcd_watch_new(&ew, client, name, report, w)) < 0)
+        return err;
+    *out = ew;
+    return 0;
+}
+
+static void watch_cancel(void *w)
+{
+    kl__etcd_watch_cancel(w);
+}
+
+static void watch_free(void *w)
+{
+    kl__etcd_watch_free(w);
+}
+
+const kl__backend kl__etcd_backend = {
+    K8SLEASE_BACKEND_ETCD, client_init, NULL,         client_free, holder_get,
+    lease_release,         watch_start, watch_cancel, watch_free,  &kl__etcd_elector_backend};

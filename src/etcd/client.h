@@ -16,12 +16,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/backend.h"
 #include "core/common.h"
 #include "etcd/codec.h"
 #include "core/http.h"
 
 typedef struct kl__etcd_conn kl__etcd_conn;
 typedef struct kl__etcd_watch kl__etcd_watch;
+
+/* The backend (core/backend.h) and its elector (etcd/driver.c). */
+extern const kl__backend kl__etcd_backend;
+extern const kl__elector_backend kl__etcd_elector_backend;
 
 /* Split and check k8slease_client_options.etcd_endpoints: comma-separated
  * URLs "http(s)://host:port" (optional trailing '/', no other path, no
@@ -62,6 +67,10 @@ int kl__etcd_watch_new(kl__etcd_watch **out, k8slease_client *client, const char
                        kl__etcd_report_cb report, void *arg);
 void kl__etcd_watch_cancel(kl__etcd_watch *w);
 void kl__etcd_watch_free(kl__etcd_watch *w);
+
+/* With etcd, ns must be NULL: "<fn>: ns must be NULL with the etcd
+ * backend". 0 or K8SLEASE_EINVAL. */
+int kl__etcd_check_ns(const char *fn, const char *ns);
 
 /* Check an election name: non-empty, no NUL (by construction), at most
  * 400 bytes (k8slease.h; KL_EE_PREFIX_MAX leaves more room). what names
