@@ -1,7 +1,6 @@
 /* The Kubernetes side of a client (kl__k8s_backend): the kubeconfig chain,
  * the shared Lease watches (informer.c), and the one-shot calls of the
- * public API (holder, release, pod labels), plus the name checks and Lease
- * paths the driver uses too. */
+ * public API (holder, release, pod labels). */
 #include "k8s/client.h"
 
 #include <stddef.h>
@@ -12,8 +11,10 @@
 #include <jansson.h>
 
 #include "core/backend.h"
+#include "core/client.h"
 #include "core/clock.h"
 #include "core/elector.h"
+#include "k8s/api.h"
 #include "k8s/codec.h"
 #include "k8s/informer.h"
 #include "k8s/watch.h"
@@ -59,83 +60,6 @@ static void client_shutdown(k8slease_client *c)
 static void client_free(k8slease_client *c)
 {
     kl__informer_free(c->informer);
-}
-
-static int is_alnum_lower(char c)
-{
-    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9');
-}
-
-/* RFC 1123 label: [a-z0-9]([-a-z0-9]*[a-z0-9])?, at most max bytes. */
-static int is_dns_label(const char *s, size_t len)
-{
-    if (len == 0 || len > 63 || !is_alnum_lower(s[0]) || !is_alnum_lower(s[len - 1]))
-        return 0;
-    for (size_t i = 0; i < len; i++)
-        if (!is_alnum_lower(s[i]) && s[i] != '-')
-            return 0;
-    return 1;
-}
-
-int kl__check_namespace(const char *ns)
-{
-    if (!ns)
-        return kl__error_set(K8SLEASE_EINVAL, "namespace is NULL");
-    if (!is_dns_label(ns, strlen(ns)))
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "namespace \"%.80s\": must be a lowercase RFC 1123 label "
-                             "(a-z, 0-9, '-', at most 63 characters)",
-                             ns);
-    return 0;
-}
-
-int kl__check_name(const char *what, const char *name)
-{
-    size_t len;
-    const char *p;
-
-    if (!name)
-        return kl__error_set(K8SLEASE_EINVAL, "%s is NULL", what);
-    len = strlen(name);
-    if (len == 0 || len > 253)
-        goto bad;
-    /* A subdomain is dot-separated labels. */
-    for (p = name; p <= name + len;) {
-        const char *dot = strchr(p, '.');
-        size_t n = dot ? (size_t)(dot - p) : strlen(p);
-
-        if (!is_dns_label(p, n))
-            goto bad;
-        if (!dot)
-            break;
-        p = dot + 1;
-    }
-    return 0;
-bad:
-    return kl__error_set(K8SLEASE_EINVAL,
-                         "%s \"%.80s\": must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-', "
-                         "'.', at most 253 characters)",
-                         what, name);
-}
-
-char *kl__lease_path(const char *ns, const char *name)
-{
-    /* Checked names need no escaping. */
-    if (name)
-        return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s", ns, name);
-    return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases", ns);
-}
-
-int kl__lease_result(const kl__http_result *res, const char *what, kl__lease **lease)
-{
-    *lease = NULL;
-    if (res->err)
-        return kl__error_set(res->err, "%s: %s", what, res->errmsg);
-    if (res->status != 200 && res->status != 201)
-        return kl__http_status_error(res->status, res->body, res->body_len, what);
-    if (kl__lease_parse(lease, res->body, res->body_len) < 0)
-        return kl__error_wrap(K8SLEASE_EPROTOCOL, "%s", what);
-    return 0;
 }
 
 static const char *client_ns(const k8slease_client *client, const char *ns)

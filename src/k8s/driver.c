@@ -21,6 +21,7 @@
 #include <jansson.h>
 
 #include "core/client.h"
+#include "k8s/api.h"
 #include "k8s/client.h"
 #include "core/clock.h"
 #include "k8s/election.h"

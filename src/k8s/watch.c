@@ -7,8 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/client.h"
 #include "core/clock.h"
-#include "k8s/client.h"
+#include "k8s/api.h"
 #include "k8s/codec.h"
 #include "k8s/informer.h"
 

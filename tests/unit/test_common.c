@@ -8,7 +8,7 @@
 #include <cmocka.h>
 
 #include "core/client.h"
-#include "k8s/client.h"
+#include "k8s/api.h"
 #include "core/common.h"
 
 static void error_set_and_wrap(void **state)
