@@ -1,6 +1,6 @@
 /* The etcd backend's side of a client: endpoints, authentication and
  * failover for every etcd request (the conn), and the one-shot calls and
- * holder watches of the public API. The elector is in backend_etcd.c and
+ * holder watches of the public API. The elector is in etcd/driver.c and
  * talks to etcd through the calls and streams of this file.
  *
  * Requests never retry by themselves beyond what cannot have reached etcd
@@ -290,7 +290,7 @@ const char *kl__etcd_conn_endpoint(const kl__etcd_conn *conn)
     return conn->endpoints[atomic_load(&((kl__etcd_conn *)conn)->cur)];
 }
 
-/* The message of an http.c error without its leading "<endpoint>" (it
+/* The message of a core/http.c error without its leading "<endpoint>" (it
  * names the server first), to put in a sentence that names it already. */
 static const char *after_endpoint(const char *msg, const char *ep)
 {
@@ -332,7 +332,7 @@ static int is_conn_failure(int err)
 }
 
 /* The request surely never reached etcd, so sending it elsewhere cannot
- * apply it twice (http.c names the kind of failure in its message). */
+ * apply it twice (core/http.c names the kind of failure in its message). */
 static int never_sent(const kl__http_result *res)
 {
     return res->err == K8SLEASE_ETLS ||
@@ -840,7 +840,7 @@ static int stream_data(const char *data, size_t len, void *arg)
     rc = kl__line_splitter_feed(&s->split, data, len, stream_line, s);
     s->feeding = 0;
     if (s->cancelled) {
-        /* the call is cancelled too: http.c frees the request */
+        /* the call is cancelled too: core/http.c frees the request */
         stream_free(s);
         return 1;
     }

@@ -1,6 +1,6 @@
 /* The etcd backend's side of a client: endpoints, authentication, and the
  * one-shot calls and watches of the public API (the elector is in
- * backend_etcd.c, behind kl__etcd_elector_backend).
+ * etcd/driver.c, behind kl__etcd_elector_backend).
  *
  * Every etcd request of a client goes through its kl__etcd_conn: POST
  * <endpoint>/v3/... with a JSON body, to the current endpoint; on a failure
@@ -49,8 +49,8 @@ void kl__etcd_conn_free(kl__etcd_conn *conn);
  * messages). */
 const char *kl__etcd_conn_endpoint(const kl__etcd_conn *conn);
 
-/* Public calls on an etcd client (k8slease.h documents them; client.c and
- * watch.c dispatch here). name is the election name; ns was checked NULL. */
+/* Public calls on an etcd client (k8slease.h documents them; kl__etcd_backend
+ * dispatches here). name is the election name; ns was checked NULL. */
 int kl__etcd_holder_get(k8slease_client *client, const char *name, int64_t timeout_ms,
                         k8slease_holder **out);
 int kl__etcd_lease_release(k8slease_client *client, const char *name, const char *identity,

@@ -1,4 +1,4 @@
-/* etcd v3 JSON gateway codec. The shapes are described in etcd_codec.h and
+/* etcd v3 JSON gateway codec. The shapes are described in etcd/codec.h and
  * tests/data/etcd-samples/README.md; this file adds the reasons behind the
  * less obvious choices. */
 #include "etcd/codec.h"
@@ -116,7 +116,7 @@ static const char *subpath(char *buf, const char *parent, const char *name, long
 }
 
 /* jansson says nothing when an allocation fails inside the parser, so an
- * empty message is out of memory too (as in lease.c). */
+ * empty message is out of memory too (as in k8s/codec.c). */
 static int load(json_t **root, const char *body, size_t len, const char *what)
 {
     json_error_t jerr;

@@ -1,9 +1,9 @@
 /* The elector over etcd: drives the pure election machine
- * (etcd_election.c) from the client's loop thread. Each of the machine's
+ * (etcd/election.c) from the client's loop thread. Each of the machine's
  * three channels has at most one call or watch stream in flight on the
- * client's etcd conn (etcd_client.c); answers are decoded here and fed back
+ * client's etcd conn (etcd/client.c); answers are decoded here and fed back
  * as RESULT events, watch messages as WATCH events, and the machine's
- * callbacks become the generic elector's reports (elector_api.c).
+ * callbacks become the generic elector's reports (core/elector.c).
  *
  * Watches are one HTTP stream each: etcd 3.4's gateway keeps a watch
  * stream open after the request body ends, so the only way to end one is

@@ -1,4 +1,4 @@
-/* The etcd election state machine. The rules are listed in etcd_election.h;
+/* The etcd election state machine. The rules are listed in etcd/election.h;
  * this file adds the reasons behind the less obvious choices. */
 #include "etcd/election.h"
 

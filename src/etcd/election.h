@@ -1,4 +1,4 @@
-/* The etcd election state machine: PURE, like elector.h. No I/O, no clock
+/* The etcd election state machine: PURE, like k8s/election.h. No I/O, no clock
  * reads, no allocation, no logging. The driver feeds it events with "now"
  * (monotonic ns) read once per loop iteration, executes the actions it
  * returns in order, and arms one timer at kl__etcd_election_timer().

@@ -1,5 +1,5 @@
 /* The Kubernetes side of a client (kl__k8s_backend): the kubeconfig chain,
- * the shared Lease watches (informer.c), and the one-shot calls of the
+ * the shared Lease watches (k8s/informer.c), and the one-shot calls of the
  * public API (holder, release, pod labels). */
 #include "k8s/client.h"
 

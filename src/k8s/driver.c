@@ -1,7 +1,7 @@
 /* The elector over the Kubernetes Lease API: drives the pure state machine
- * (elector.c) from the client's loop thread, executes its actions as HTTP
+ * (k8s/election.c) from the client's loop thread, executes its actions as HTTP
  * requests and callbacks, feeds it what the client's shared watch of the
- * Lease sees (informer.c; not with poll_only), and lets other threads wait
+ * Lease sees (k8s/informer.c; not with poll_only), and lets other threads wait
  * on the outcome.
  *
  * Order of what it feeds in: every result (the machine waits for it) and

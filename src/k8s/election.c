@@ -1,4 +1,4 @@
-/* The election state machine. The rules are listed in elector.h; this file
+/* The election state machine. The rules are listed in k8s/election.h; this file
  * only adds the reasons behind the less obvious choices. */
 #include "k8s/election.h"
 

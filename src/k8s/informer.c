@@ -1,4 +1,4 @@
-/* Shared Lease watches: the rules are in informer.h; this file adds the
+/* Shared Lease watches: the rules are in k8s/informer.h; this file adds the
  * reasons behind the less obvious choices.
  *
  * Life of what it keeps (loop thread only):

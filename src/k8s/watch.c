@@ -1,5 +1,5 @@
 /* Holder watch of a Lease: a subscriber of the client's shared stream for
- * the Lease (informer.c), plus one GET for the state at the start, since the
+ * the Lease (k8s/informer.c), plus one GET for the state at the start, since the
  * stream may already be running and have listed long ago. The public watch
  * (core/watch.c) drops reports that change neither holder nor epoch. */
 #include "k8s/watch.h"

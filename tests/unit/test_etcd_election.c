@@ -1,4 +1,4 @@
-/* The etcd election state machine, one test per rule of etcd_election.h,
+/* The etcd election state machine, one test per rule of src/etcd/election.h,
  * then a simulation of three candidates against an in-memory etcd.
  *
  * The tables are (event, now) -> (actions, state, timer); times are
