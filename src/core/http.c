@@ -13,7 +13,11 @@
  * offers it). Dead connections are found by TCP keepalive with
  * TCP_USER_TIMEOUT (kl__loop_set_dead_timeout), the same for HTTP/1.1 and
  * HTTP/2: libcurl's HTTP/2 PING (curl_easy_upkeep) has no deadline, so it
- * would not notice a peer that stopped answering. */
+ * would not notice a peer that stopped answering.
+ *
+ * Length (about 1,500 lines): a request's whole life (waiting for a slot,
+ * credentials, TLS setup, streaming, completion, retry after a 401) works on
+ * one request struct and one multi handle; the loop is apart (core/loop.c). */
 /* TCP_KEEPIDLE, TCP_USER_TIMEOUT & co. are not POSIX: glibc shows them with
  * _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1

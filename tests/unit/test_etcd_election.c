@@ -5,7 +5,10 @@
  * milliseconds after T0 on the monotonic clock. Unless a test says
  * otherwise: election "e" (keys "e/<hex>"), our value "me", TTL 9 s
  * (keepalives every 3 s), retry period 1 s, release_on_cancel set; etcd
- * grants us lease 42 (0x2a: key "e/2a") and our key gets create revision 5. */
+ * grants us lease 42 (0x2a: key "e/2a") and our key gets create revision 5.
+ *
+ * Length: one table per rule of src/etcd/election.h (as test_elector.c does
+ * for Kubernetes); the tables are the length. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,9 @@
  *
  * Every wait is bounded (WAIT_MS) and fails with a message; no test sleeps
  * to synchronise. The server handlers that block wait on a condition
- * variable the test (or teardown) signals, also bounded. */
+ * variable the test (or teardown) signals, also bounded.
+ *
+ * Length: the tests share the HTTPS server group_setup starts once. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>

@@ -1,5 +1,8 @@
 /* Kubeconfig, in-cluster config and exec credential plugins, against files
- * written into a fresh temporary directory per test. */
+ * written into a fresh temporary directory per test.
+ *
+ * Length: one test per rule of the loader (each field, each source, each
+ * error message); they are independent and need no server. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
