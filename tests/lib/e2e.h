@@ -2,6 +2,7 @@
 #ifndef K8SLEASE_E2E_H
 #define K8SLEASE_E2E_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -60,5 +61,18 @@ const char *e2e_envtest_file(const char *name);
 /* CLOCK_MONOTONIC in ms; a pause for polling loops (never synchronisation). */
 int64_t e2e_mono_ms(void);
 void e2e_pause_ms(int ms);
+
+/* The candidate recorder: what one candidate saw, with CLOCK_MONOTONIC
+ * times in ms (e2e_mono_ms). Give the e2e_cand_on_* callbacks as the
+ * elector's, with the e2e_cand (mu initialised) as user_data. */
+typedef struct e2e_cand {
+    pthread_mutex_t mu;
+    int64_t started_at, stopped_at;
+    int64_t epoch;
+    char leader[64];
+} e2e_cand;
+void e2e_cand_on_started(int64_t epoch, void *ud);
+void e2e_cand_on_stopped(void *ud);
+void e2e_cand_on_new_leader(const char *id, int64_t epoch, void *ud);
 
 #endif

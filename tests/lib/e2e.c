@@ -353,3 +353,32 @@ const char *e2e_envtest_file(const char *name)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     return access(path, R_OK) == 0 ? path : NULL;
 }
+
+void e2e_cand_on_started(int64_t epoch, void *ud)
+{
+    e2e_cand *c = ud;
+
+    pthread_mutex_lock(&c->mu);
+    c->started_at = e2e_mono_ms();
+    c->epoch = epoch;
+    pthread_mutex_unlock(&c->mu);
+}
+
+void e2e_cand_on_stopped(void *ud)
+{
+    e2e_cand *c = ud;
+
+    pthread_mutex_lock(&c->mu);
+    c->stopped_at = e2e_mono_ms();
+    pthread_mutex_unlock(&c->mu);
+}
+
+void e2e_cand_on_new_leader(const char *id, int64_t epoch, void *ud)
+{
+    e2e_cand *c = ud;
+
+    (void)epoch;
+    pthread_mutex_lock(&c->mu);
+    snprintf(c->leader, sizeof(c->leader), "%s", id);
+    pthread_mutex_unlock(&c->mu);
+}
