@@ -18,7 +18,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "etcd/codec.h"
-#include "k8s/codec.h"
+#include "core/text.h"
 
 #define AUTH_TIMEOUT_MS      10000
 #define SYNC_TIMEOUT_MS      10000

@@ -10,7 +10,7 @@
 #include <jansson.h>
 
 #include "core/common.h"
-#include "k8s/kubeconfig.h" /* kl__base64_decode */
+#include "core/text.h" /* kl__base64_decode */
 
 /* Field paths in messages ("responses[0].response_range.kvs[12].key"). */
 #define PATH_MAX_LEN 128

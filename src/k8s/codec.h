@@ -11,6 +11,8 @@
 
 #include <jansson.h>
 
+#include "core/text.h" /* kl__line_splitter frames watch streams */
+
 /* The fields of LeaseSpec an election reads and writes. Times are wall-clock
  * µs since the Unix epoch; 0 means "absent". holder NULL means absent/null. */
 typedef struct kl__lease_spec {
@@ -91,20 +93,5 @@ typedef struct kl__watch_event {
 /* Decode one line of a watch stream. K8SLEASE_EPROTOCOL on anything else. */
 int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len);
 void kl__watch_event_clear(kl__watch_event *ev);
-
-/* Line framing of a watch stream: feed bytes as they come, get complete
- * lines. Lines longer than max_line are an error (K8SLEASE_EPROTOCOL). */
-typedef struct kl__line_splitter {
-    char *buf;
-    size_t len, cap, max_line;
-} kl__line_splitter;
-void kl__line_splitter_init(kl__line_splitter *s, size_t max_line);
-/* Calls on_line for every complete line (without '\n', "\r\n" trimmed,
- * empty lines skipped); stops and returns its nonzero result if any.
- * Returns 0, K8SLEASE_ENOMEM, K8SLEASE_EPROTOCOL (line too long), or what
- * on_line returned. */
-int kl__line_splitter_feed(kl__line_splitter *s, const char *data, size_t len,
-                           int (*on_line)(const char *line, size_t len, void *arg), void *arg);
-void kl__line_splitter_free(kl__line_splitter *s);
 
 #endif

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/text.h" /* kl__base64_decode decodes the *-data fields */
+
 #define KL_SA_DIR_DEFAULT "/var/run/secrets/kubernetes.io/serviceaccount"
 
 /* An exec credential plugin (users[].user.exec). */
@@ -81,10 +83,5 @@ int kl__exec_credential_parse(const char *json, size_t len, const char *expected
 void kl__exec_credential_clear(kl__exec_credential *cred);
 /* Test hook: time limit of kl__exec_credential_run (ms <= 0: the default 30 s). */
 void kl__exec_set_timeout_ms(int64_t ms);
-
-/* Base64 (standard alphabet, padding required, whitespace ignored).
- * Returns a malloc'ed NUL-terminated buffer or NULL with *ok = 0 on a bad
- * input (no error set), NULL with *ok = 1 on ENOMEM. */
-char *kl__base64_decode(const char *in, size_t in_len, size_t *out_len, int *ok);
 
 #endif
