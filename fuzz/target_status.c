@@ -16,6 +16,7 @@
 #include "core/common.h"
 #include "etcd/codec.h"
 #include "core/http.h"
+#include "k8s/api.h"
 #include "k8s/kubeconfig.h"
 #include "k8s/codec.h"
 

@@ -22,7 +22,6 @@
  * _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1
 #include "core/http.h"
-#include "k8s/codec.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -1435,54 +1434,8 @@ int kl__http_sync(kl__loop *loop, const kl__http_opts *opts, long *status, char 
 }
 
 /* ------------------------------------------------------------------------ */
-/* Status errors, escaping                                                  */
+/* Escaping                                                                 */
 /* ------------------------------------------------------------------------ */
-
-int kl__http_status_error(long status, const char *body, size_t body_len, const char *what)
-{
-    kl__status st = {0};
-    const char *message = NULL, *reason = NULL;
-    int code;
-
-    if (!what)
-        what = "request";
-    if (status == 404)
-        code = K8SLEASE_ENOTFOUND;
-    else if (status == 409)
-        code = K8SLEASE_ECONFLICT;
-    else if (status == 401 || status == 403)
-        code = K8SLEASE_EAUTH;
-    else
-        code = K8SLEASE_ESERVER;
-    if (body && body_len && kl__status_parse(&st, body, body_len) == 0) {
-        message = st.message;
-        reason = st.reason;
-    }
-    if (message && message[0]) {
-        if (reason && reason[0])
-            kl__error_set(code, "%s: HTTP %ld %s: %s", what, status, reason, message);
-        else
-            kl__error_set(code, "%s: HTTP %ld: %s", what, status, message);
-    } else if (reason && reason[0]) {
-        kl__error_set(code, "%s: HTTP %ld %s", what, status, reason);
-    } else {
-        /* Not a Status (a proxy's HTML page, plain text): a printable prefix. */
-        char snippet[201];
-        size_t i, n = body && body_len < 200 ? body_len : (body ? 200 : 0);
-
-        for (i = 0; i < n; i++)
-            snippet[i] = (body[i] >= 0x20 && body[i] < 0x7f) ? body[i] : ' ';
-        while (n > 0 && snippet[n - 1] == ' ')
-            n--;
-        snippet[n] = '\0';
-        if (n > 0)
-            kl__error_set(code, "%s: HTTP %ld: %s", what, status, snippet);
-        else
-            kl__error_set(code, "%s: HTTP %ld", what, status);
-    }
-    kl__status_clear(&st);
-    return code;
-}
 
 static int unreserved(unsigned char c)
 {

@@ -89,10 +89,6 @@ void kl__http_cancel(kl__loop *loop, kl__http_req *req);
 int kl__http_sync(kl__loop *loop, const kl__http_opts *opts, long *status, char **body,
                   size_t *body_len);
 
-/* Map an HTTP error response to a K8SLEASE_E* code and set the thread's
- * error message: "<what>: HTTP <status> <reason>: <Status.message>". */
-int kl__http_status_error(long status, const char *body, size_t body_len, const char *what);
-
 /* Percent-encode a path segment or query value into a malloc'ed string. */
 char *kl__url_escape(const char *s);
 

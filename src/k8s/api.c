@@ -1,7 +1,9 @@
 /* Kubernetes API conventions shared by the driver, the watch and the
- * one-shot calls: RFC 1123 names, Lease paths, Lease answers. */
+ * one-shot calls: RFC 1123 names, Lease paths, Lease answers, errors from
+ * Status bodies. */
 #include "k8s/api.h"
 
+#include <stdio.h>
 #include <string.h>
 
 static int is_alnum_lower(char c)
@@ -79,4 +81,52 @@ int kl__lease_result(const kl__http_result *res, const char *what, kl__lease **l
     if (kl__lease_parse(lease, res->body, res->body_len) < 0)
         return kl__error_wrap(K8SLEASE_EPROTOCOL, "%s", what);
     return 0;
+}
+
+/* The Kubernetes API answers errors with a Status body (k8s/codec.h); anything
+ * else (a proxy's page) is quoted as printable text. */
+int kl__http_status_error(long status, const char *body, size_t body_len, const char *what)
+{
+    kl__status st = {0};
+    const char *message = NULL, *reason = NULL;
+    int code;
+
+    if (!what)
+        what = "request";
+    if (status == 404)
+        code = K8SLEASE_ENOTFOUND;
+    else if (status == 409)
+        code = K8SLEASE_ECONFLICT;
+    else if (status == 401 || status == 403)
+        code = K8SLEASE_EAUTH;
+    else
+        code = K8SLEASE_ESERVER;
+    if (body && body_len && kl__status_parse(&st, body, body_len) == 0) {
+        message = st.message;
+        reason = st.reason;
+    }
+    if (message && message[0]) {
+        if (reason && reason[0])
+            kl__error_set(code, "%s: HTTP %ld %s: %s", what, status, reason, message);
+        else
+            kl__error_set(code, "%s: HTTP %ld: %s", what, status, message);
+    } else if (reason && reason[0]) {
+        kl__error_set(code, "%s: HTTP %ld %s", what, status, reason);
+    } else {
+        /* Not a Status (a proxy's HTML page, plain text): a printable prefix. */
+        char snippet[201];
+        size_t i, n = body && body_len < 200 ? body_len : (body ? 200 : 0);
+
+        for (i = 0; i < n; i++)
+            snippet[i] = (body[i] >= 0x20 && body[i] < 0x7f) ? body[i] : ' ';
+        while (n > 0 && snippet[n - 1] == ' ')
+            n--;
+        snippet[n] = '\0';
+        if (n > 0)
+            kl__error_set(code, "%s: HTTP %ld: %s", what, status, snippet);
+        else
+            kl__error_set(code, "%s: HTTP %ld", what, status);
+    }
+    kl__status_clear(&st);
+    return code;
 }

@@ -1,4 +1,5 @@
-/* Kubernetes API conventions: RFC 1123 names, Lease paths, Lease answers. */
+/* Kubernetes API conventions: RFC 1123 names, Lease paths, Lease answers,
+ * errors from Status bodies. */
 #ifndef KL_K8S_API_H
 #define KL_K8S_API_H
 
@@ -17,5 +18,9 @@ char *kl__lease_path(const char *ns, const char *name);
 /* Map a completed request for a Lease to a code and message: 0 when the
  * status is 200/201 and *lease was parsed (caller frees), else the error. */
 int kl__lease_result(const kl__http_result *res, const char *what, kl__lease **lease);
+
+/* Map an HTTP error response to a K8SLEASE_E* code and set the thread's
+ * error message: "<what>: HTTP <status> <reason>: <Status.message>". */
+int kl__http_status_error(long status, const char *body, size_t body_len, const char *what);
 
 #endif

@@ -10,6 +10,7 @@
  *  - stream: per Lease or per namespace, gone with its last entry;
  *  - nsinfo: per namespace, counts its entries to pick the kind of stream. */
 #include "k8s/informer.h"
+#include "k8s/api.h"
 
 #include <stdio.h>
 #include <string.h>

@@ -33,6 +33,7 @@
 
 #include "core/clock.h"
 #include "core/http.h"
+#include "k8s/api.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"
