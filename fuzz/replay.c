@@ -16,7 +16,7 @@
 
 #include <jansson.h>
 
-#include "common.h"
+#include "core/common.h"
 #include "targets.h"
 
 #define FUZZ_DIR K8SLEASE_TEST_DATA "/../../fuzz"

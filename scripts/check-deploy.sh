@@ -30,16 +30,16 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP
 
-"$ts" --quiet --dir "$tmp/ts" >"$tmp/ready" &
-pid=$!
-n=0
-until grep -q '^ready ' "$tmp/ready" 2>/dev/null; do
-    kill -0 "$pid" 2>/dev/null || { echo "check-deploy: $ts exited" >&2; exit 1; }
-    n=$((n + 1))
-    [ $n -lt 150 ] || { echo "check-deploy: no ready line from $ts in 15 s" >&2; exit 1; }
-    sleep 0.1
-done
-kubeconfig=$(sed -n 's/^ready .*kubeconfig=\([^ ]*\).*/\1/p' "$tmp/ready")
+. tests/lib/testserver.sh
+rc=0
+K8SLEASE_TESTSERVER=$ts start_testserver "$tmp/ts" "$tmp/ready" "" 15 || rc=$?
+pid=$TESTSERVER_PID
+case $rc in
+0) ;;
+1) echo "check-deploy: $ts exited" >&2; exit 1 ;;
+*) echo "check-deploy: no ready line from $ts in 15 s" >&2; exit 1 ;;
+esac
+kubeconfig=$TESTSERVER_KUBECONFIG
 
 "$kubectl" apply --dry-run=client -f deploy/ --kubeconfig "$kubeconfig" \
     --cache-dir "$tmp/kube-cache" >"$tmp/out" 2>&1 || {

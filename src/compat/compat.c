@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../client.h"
+#include "core/client.h"
 #include "k8slease.h"
 
 #define GET_HOLDER_TIMEOUT_MS 5000

@@ -122,12 +122,16 @@ gone() {
 # same ACTUAL EXPECTED WHAT
 same() { [ "$1" = "$2" ] || fail "$3: got \"$1\", expected \"$2\""; }
 
+# The test server: tests/lib/testserver.sh.
+. "$(dirname "$0")/../lib/testserver.sh"
+
 start_server() {
-    "$K8SLEASE_TESTSERVER" --quiet --dir "$T/server" >"$T/server.ready" 2>"$T/server.err" &
-    PIDS="$PIDS $!"
-    wait_until 10 "test server ready" grep -q '^ready ' "$T/server.ready"
-    KUBECONFIG=$(sed -n 's/.* kubeconfig=\([^ ]*\).*/\1/p' "$T/server.ready")
-    SERVER_PORT=$(sed -n 's/^ready port=\([0-9]*\).*/\1/p' "$T/server.ready")
+    start_testserver "$T/server" "$T/server.ready" "$T/server.err" 10
+    _rc=$?
+    PIDS="$PIDS $TESTSERVER_PID"
+    [ "$_rc" = 0 ] || fail "test server ready: not within 10 s"
+    KUBECONFIG=$TESTSERVER_KUBECONFIG
+    SERVER_PORT=$TESTSERVER_PORT
     export KUBECONFIG
 }
 

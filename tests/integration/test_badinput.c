@@ -11,7 +11,10 @@
  * properly again. No leak: the suite runs under ASan/LSan too.
  *
  * Every wait is bounded and fails with a message; pauses appear only in
- * polling loops over a condition. */
+ * polling loops over a condition.
+ *
+ * Length: one test per row of the table, in its order, so that each row of
+ * docs/bad-input.md names one test of this one program. */
 #define _GNU_SOURCE /* accept4, pipe2, memmem */
 #include <arpa/inet.h>
 #include <dirent.h>

@@ -8,7 +8,10 @@
  * of all candidates. Run one test: K8SLEASE_TEST_FILTER=keepalive_blocked.
  * On a failure, the teardown prints the library's log (DEBUG, all clients)
  * and the tail of etcd's log; K8SLEASE_TEST_VERBOSE=1 prints the library's
- * log as it happens. */
+ * log as it happens.
+ *
+ * Length: the tests share the etcd that group_setup starts once (eh_start);
+ * more programs would start more etcds. */
 #define _GNU_SOURCE
 #include <stdarg.h>
 #include <stddef.h>

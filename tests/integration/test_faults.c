@@ -61,42 +61,8 @@ static void need_ctl(const char *proc)
     }
 }
 
-/* What one candidate saw, with CLOCK_MONOTONIC times in ms. */
-typedef struct cand {
-    pthread_mutex_t mu;
-    int64_t started_at, stopped_at;
-    int64_t epoch;
-    char leader[64];
-} cand;
-
-static void on_started(int64_t epoch, void *ud)
-{
-    cand *c = ud;
-
-    pthread_mutex_lock(&c->mu);
-    c->started_at = e2e_mono_ms();
-    c->epoch = epoch;
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void on_stopped(void *ud)
-{
-    cand *c = ud;
-
-    pthread_mutex_lock(&c->mu);
-    c->stopped_at = e2e_mono_ms();
-    pthread_mutex_unlock(&c->mu);
-}
-
-static void on_new_leader(const char *id, int64_t epoch, void *ud)
-{
-    cand *c = ud;
-
-    (void)epoch;
-    pthread_mutex_lock(&c->mu);
-    snprintf(c->leader, sizeof(c->leader), "%s", id);
-    pthread_mutex_unlock(&c->mu);
-}
+/* What one candidate saw (the recorder of e2e.h). */
+typedef e2e_cand cand;
 
 static k8slease_elector *start(k8slease_client *cl, const char *name, const char *id, cand *c)
 {
@@ -111,9 +77,9 @@ static k8slease_elector *start(k8slease_client *cl, const char *name, const char
     if (c) {
         memset(c, 0, sizeof(*c));
         pthread_mutex_init(&c->mu, NULL);
-        o.on_started_leading = on_started;
-        o.on_stopped_leading = on_stopped;
-        o.on_new_leader = on_new_leader;
+        o.on_started_leading = e2e_cand_on_started;
+        o.on_stopped_leading = e2e_cand_on_stopped;
+        o.on_new_leader = e2e_cand_on_new_leader;
         o.user_data = c;
     }
     if (k8slease_elector_start(&e, cl, &o) != 0)
@@ -465,8 +431,8 @@ static void restart_keeping_state(void **state)
         pthread_mutex_init(&ca.mu, NULL);
         o.name = "faults-restart";
         o.identity = "a:1";
-        o.on_started_leading = on_started;
-        o.on_stopped_leading = on_stopped;
+        o.on_started_leading = e2e_cand_on_started;
+        o.on_stopped_leading = e2e_cand_on_stopped;
         o.user_data = &ca;
         assert_int_equal(k8slease_elector_start(&a, client, &o), 0);
         elected(a, "a");

@@ -5,6 +5,9 @@
  * Talks HTTP with libcurl only: this suite must pass while the library is
  * still being written. Waits are bounded; nothing sleeps to synchronise
  * (the few bounded waits for an absence of events say so).
+ *
+ * Length: one test per behaviour of the real API server the test server
+ * must match, plus its control API; they need nothing but the test server.
  */
 #include "harness.h"
 

@@ -7,8 +7,9 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "client.h"
-#include "common.h"
+#include "core/client.h"
+#include "k8s/api.h"
+#include "core/common.h"
 
 static void error_set_and_wrap(void **state)
 {

@@ -1,4 +1,4 @@
-/* The election state machine, one test per rule of elector.h. Most tests are
+/* The election state machine, one test per rule of src/k8s/election.h. Most tests are
  * tables of (event, now) -> (actions, state, timer); times are milliseconds
  * after T0 on the monotonic clock, and the wall clock is WALL0 + the same
  * milliseconds, so acquire/renew times in the expected actions read as the
@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
-#include "elector.h"
-#include "informer.h"
+#include "core/common.h"
+#include "k8s/election.h"
+#include "k8s/informer.h"
 
 #define MS       INT64_C(1000000)
 #define T0       (INT64_C(1000) * 1000 * MS) /* any monotonic origin but 0 */
@@ -1405,7 +1405,7 @@ static void test_expiry_jitter_bounded(void **state)
     assert_true(hi > RP_MS * MS / 20 * 49 / 50);
 }
 
-/* The driver's order of states (informer.h): decimal resourceVersions are
+/* The driver's order of states (src/k8s/informer.h): decimal resourceVersions are
  * compared as numbers, anything else is taken as new. */
 static void test_rv_gate(void **state)
 {

@@ -1,4 +1,4 @@
-/* The etcd conn (etcd_client.c) without an etcd: endpoint parsing and
+/* The etcd conn (src/etcd/client.c) without an etcd: endpoint parsing and
  * name checks as tables, then the conn against fake gateways on 127.0.0.1
  * (libmicrohttpd, plain http) that answer with the bodies a real etcd 3.4
  * gave (tests/data/etcd-samples): error mapping, failover, authentication
@@ -24,11 +24,12 @@
 
 #include <microhttpd.h>
 
-#include "client.h"
-#include "clock.h"
-#include "common.h"
-#include "etcd_client.h"
-#include "etcd_codec.h"
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/common.h"
+#include "etcd/client.h"
+#include "etcd/codec.h"
+#include "testlib.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"
@@ -40,24 +41,7 @@
 
 static char *read_sample(const char *name)
 {
-    char path[512];
-    FILE *f;
-    long n;
-    char *buf;
-
-    snprintf(path, sizeof(path), "%s/etcd-samples/%s", K8SLEASE_TEST_DATA, name);
-    if (!(f = fopen(path, "rb")))
-        fail_msg("cannot open %s", path);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
+    return kl_test_read_data("etcd-samples", name, NULL);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -15,10 +15,11 @@
 
 #include <jansson.h>
 
-#include "common.h"
-#include "etcd_codec.h"
-#include "kubeconfig.h"
-#include "lease.h"
+#include "core/common.h"
+#include "etcd/codec.h"
+#include "k8s/kubeconfig.h"
+#include "k8s/codec.h"
+#include "testlib.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"
@@ -37,27 +38,7 @@
 
 static char *read_sample(const char *name, size_t *len)
 {
-    char path[512];
-    FILE *f;
-    long n;
-    char *buf;
-
-    snprintf(path, sizeof(path), "%s/etcd-samples/%s", K8SLEASE_TEST_DATA, name);
-    f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
+    return kl_test_read_data("etcd-samples", name, len);
 }
 
 /* The request body that produced sample `name` (INDEX.tsv, 4th column). */

@@ -1,11 +1,14 @@
-/* The etcd election state machine, one test per rule of etcd_election.h,
+/* The etcd election state machine, one test per rule of src/etcd/election.h,
  * then a simulation of three candidates against an in-memory etcd.
  *
  * The tables are (event, now) -> (actions, state, timer); times are
  * milliseconds after T0 on the monotonic clock. Unless a test says
  * otherwise: election "e" (keys "e/<hex>"), our value "me", TTL 9 s
  * (keepalives every 3 s), retry period 1 s, release_on_cancel set; etcd
- * grants us lease 42 (0x2a: key "e/2a") and our key gets create revision 5. */
+ * grants us lease 42 (0x2a: key "e/2a") and our key gets create revision 5.
+ *
+ * Length: one table per rule of src/etcd/election.h (as test_elector.c does
+ * for Kubernetes); the tables are the length. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,8 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "common.h"
-#include "etcd_election.h"
+#include "core/common.h"
+#include "etcd/election.h"
 
 #define MS INT64_C(1000000)
 #define T0 (INT64_C(1000) * 1000 * MS) /* any monotonic origin but 0 */

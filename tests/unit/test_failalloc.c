@@ -29,12 +29,13 @@
 
 #include <jansson.h>
 
-#include "client.h"
-#include "common.h"
-#include "http.h"
-#include "kubeconfig.h"
-#include "lease.h"
+#include "core/client.h"
+#include "core/common.h"
+#include "core/http.h"
+#include "k8s/kubeconfig.h"
+#include "k8s/codec.h"
 #include "libk8s_lease_wrapper.h"
+#include "testlib.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"
@@ -62,24 +63,7 @@ static struct {
 
 static char *slurp(const char *path, size_t *len)
 {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    if (!f)
-        fail_msg("cannot open %s", path);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
+    return kl_test_read_file(path, len);
 }
 
 static char *b64(const char *data)

@@ -4,7 +4,9 @@
  *
  * Every wait is bounded (WAIT_MS) and fails with a message; no test sleeps
  * to synchronise. The server handlers that block wait on a condition
- * variable the test (or teardown) signals, also bounded. */
+ * variable the test (or teardown) signals, also bounded.
+ *
+ * Length: the tests share the HTTPS server group_setup starts once. */
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
@@ -29,8 +31,9 @@
 #include <gnutls/x509.h>
 #include <microhttpd.h>
 
-#include "clock.h"
-#include "http.h"
+#include "core/clock.h"
+#include "core/http.h"
+#include "k8s/api.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"

@@ -1,5 +1,8 @@
 /* Kubeconfig, in-cluster config and exec credential plugins, against files
- * written into a fresh temporary directory per test. */
+ * written into a fresh temporary directory per test.
+ *
+ * Length: one test per rule of the loader (each field, each source, each
+ * error message); they are independent and need no server. */
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -16,9 +19,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "clock.h"
-#include "common.h"
-#include "kubeconfig.h"
+#include "core/clock.h"
+#include "core/common.h"
+#include "k8s/kubeconfig.h"
 
 #define API_V1      "client.authentication.k8s.io/v1"
 #define API_V1BETA1 "client.authentication.k8s.io/v1beta1"

@@ -15,8 +15,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "common.h"
-#include "lease.h"
+#include "core/common.h"
+#include "k8s/codec.h"
+#include "testlib.h"
 
 #define T_2026_11_30_10_02_59 INT64_C(1796032979000000)
 #define T_CLIENTGO_ACQUIRE    INT64_C(1796033270411031)
@@ -28,27 +29,7 @@
 
 static char *read_sample(const char *name, size_t *len)
 {
-    char path[512];
-    FILE *f;
-    long n;
-    char *buf;
-
-    snprintf(path, sizeof(path), "%s/k8s-api-samples/%s", K8SLEASE_TEST_DATA, name);
-    f = fopen(path, "rb");
-    if (!f)
-        fail_msg("cannot open %s", path);
-    assert_int_equal(fseek(f, 0, SEEK_END), 0);
-    n = ftell(f);
-    assert_true(n >= 0);
-    rewind(f);
-    buf = kl__malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    if (len)
-        *len = (size_t)n;
-    return buf;
+    return kl_test_read_data("k8s-api-samples", name, len);
 }
 
 static void assert_error_contains(const char *needle)

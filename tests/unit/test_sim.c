@@ -16,7 +16,7 @@
  * the health window, 3 RP) or loudly (unhealthy at once), and deliver what
  * they held back when they recover. The node's driver drops events not
  * newer than what it fed in, and answers a GET older than that with the
- * newer state, as backend_k8s.c does.
+ * newer state, as src/k8s/driver.c does.
  *
  * Checked after every event: never two electors with is_leader(now) true at
  * the same simulated instant; while one is, the stored Lease names it with
@@ -32,8 +32,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "common.h"
-#include "elector.h"
+#include "core/common.h"
+#include "k8s/election.h"
 
 #define N_NODES  3
 #define MS       INT64_C(1000000)
@@ -367,7 +367,7 @@ static void start_node(sim *s, int i)
     }
 }
 
-/* The driver's order of states (backend_k8s.c): an event not newer than
+/* The driver's order of states (src/k8s/driver.c): an event not newer than
  * what was fed in is dropped. */
 static void deliver_event(sim *s, wevent *w)
 {

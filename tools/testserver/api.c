@@ -4,6 +4,9 @@
  * Handlers run with the server lock held and answer through ts_response;
  * server.c serialises the body before it lets go of the lock (bodies share
  * values with stored objects).
+ *
+ * Length: one handler per resource and verb of the API it mimics, sharing
+ * the helpers at the top.
  */
 #include "server.h"
 #include "util.h"

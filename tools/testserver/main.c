@@ -1,7 +1,7 @@
 /*
  * main.c - k8slease-testserver: command line, files, signals, restarts.
  *
- * Contract with the integration harness (tests/integration/harness.h):
+ * Contract with the integration harness (tests/lib/harness.h):
  * exactly one line on stdout once listening,
  *     ready port=<port> dir=<DIR> kubeconfig=<DIR>/kubeconfig
  * then nothing more on stdout; SIGTERM/SIGINT exit 0; a bad flag exits 2

@@ -1,0 +1,31 @@
+/* The client object shared by the elector driver, holder reads, watches
+ * and pod labels. */
+#ifndef KL_CLIENT_H
+#define KL_CLIENT_H
+
+#include "core/backend.h"
+#include "core/common.h"
+#include "core/http.h"
+#include "k8s/kubeconfig.h"
+
+/* Backend state, defined by the backends (k8s/informer.h, etcd/client.h). */
+typedef struct kl__informer kl__informer;
+typedef struct kl__etcd_conn kl__etcd_conn;
+
+struct k8slease_client {
+    k8slease_backend backend;
+    const kl__backend *be; /* the calls of that backend */
+    /* Kubernetes: the kubeconfig's. etcd: made from the options (server =
+     * the first endpoint, the TLS files, namespace ""). */
+    kl__restconfig *cfg;
+    kl__log log;
+    kl__loop *loop;
+    kl__informer *informer; /* Kubernetes: shared Lease watches (loop thread) */
+    kl__etcd_conn *etcd;    /* etcd: endpoints and authentication */
+};
+
+/* Ask the loop to stop an election without waiting (release < 0: as the
+ * options say). 0 or K8SLEASE_ENOMEM. Any thread. */
+int kl__elector_stop_async(k8slease_elector *e, int release);
+
+#endif

@@ -1,0 +1,323 @@
+/* The public elector calls, whatever the backend: argument checks, start
+ * and stop posted to the loop, waiting, and the reports of the backends
+ * (core/elector.h). */
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/elector.h"
+
+void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
+                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                           const char *what_fmt, ...)
+{
+    pthread_condattr_t attr;
+    va_list ap;
+
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->cv, &attr);
+    pthread_condattr_destroy(&attr);
+    e->client = client;
+    e->backend = backend;
+    e->stats.version = K8SLEASE_ELECTOR_STATS_VERSION;
+    e->opts = *opts;
+    e->opts.ns = e->opts.name = e->opts.identity = NULL;
+    atomic_init(&e->epoch, -1);
+    atomic_init(&e->leader_deadline, 0);
+    va_start(ap, what_fmt);
+    vsnprintf(e->what, sizeof(e->what), what_fmt, ap);
+    va_end(ap);
+}
+
+void kl__elector_head_destroy(k8slease_elector *e)
+{
+    pthread_cond_destroy(&e->cv);
+    pthread_mutex_destroy(&e->mu);
+}
+
+void kl__elector_report_started(k8slease_elector *e, int64_t epoch, int64_t deadline)
+{
+    kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: elected, epoch %lld", e->what,
+                   (long long)epoch);
+    atomic_store(&e->epoch, epoch);
+    atomic_store(&e->leader_deadline, deadline);
+    /* The callback first: wait_elected returns once it has run. */
+    if (e->opts.on_started_leading)
+        e->opts.on_started_leading(epoch, e->opts.user_data);
+    pthread_mutex_lock(&e->mu);
+    e->elected = 1;
+    e->stats.terms++;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kl__elector_report_deadline(k8slease_elector *e, int64_t deadline)
+{
+    atomic_store(&e->leader_deadline, deadline);
+}
+
+void kl__elector_report_stopped(k8slease_elector *e)
+{
+    kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: stopped leading", e->what);
+    atomic_store(&e->leader_deadline, 0);
+    if (e->opts.on_stopped_leading)
+        e->opts.on_stopped_leading(e->opts.user_data);
+}
+
+void kl__elector_report_new_leader(k8slease_elector *e, const char *identity, int64_t epoch)
+{
+    kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: leader is \"%s\" (epoch %lld)", e->what,
+                   identity, (long long)epoch);
+    if (e->opts.on_new_leader)
+        e->opts.on_new_leader(identity, epoch, e->opts.user_data);
+}
+
+void kl__elector_report_done(k8slease_elector *e)
+{
+    kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: election over", e->what);
+    atomic_store(&e->leader_deadline, 0);
+    pthread_mutex_lock(&e->mu);
+    e->done = 1;
+    e->stats.watch_healthy = 0;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void kl__elector_count_renewal(k8slease_elector_stats *st, int64_t started_ns, int64_t took_ns)
+{
+    static const int64_t bounds_ms[K8SLEASE_LATENCY_BUCKETS] = K8SLEASE_LATENCY_BOUNDS_MS;
+    int b = 0;
+
+    st->last_renew_ns = started_ns;
+    st->renewals++;
+    while (b < K8SLEASE_LATENCY_BUCKETS - 1 && took_ns > bounds_ms[b] * KL_NS_PER_MS)
+        b++;
+    st->renew_latency_bucket[b]++;
+    st->renew_latency_count++;
+    st->renew_latency_sum_s += (double)took_ns / KL_NS_PER_S;
+}
+
+uint64_t kl__elector_seed(const void *p)
+{
+    uint64_t x = (uint64_t)kl__clock_mono_ns() ^ ((uint64_t)getpid() << 32) ^ (uintptr_t)p;
+
+    /* One splitmix64 step spreads the bits of this weak entropy. */
+    return kl__splitmix64(&x);
+}
+
+static void start_on_loop(void *arg)
+{
+    k8slease_elector *e = arg;
+
+    e->backend->start(e);
+}
+
+K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client *client,
+                                        const k8slease_elector_options *opts)
+{
+    const kl__elector_backend *backend;
+    k8slease_elector *e = NULL;
+    int err;
+
+    if (!out || !client || !opts)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_start: out, client or opts is NULL");
+    *out = NULL;
+    if (opts->version != K8SLEASE_ELECTOR_OPTIONS_VERSION)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_options.version is %u, expected %u (use "
+                             "K8SLEASE_ELECTOR_OPTIONS_INIT)",
+                             opts->version, K8SLEASE_ELECTOR_OPTIONS_VERSION);
+    backend = client->be->elector;
+    if ((err = backend->create(&e, client, opts)) < 0)
+        return err;
+    if (kl__loop_post(client->loop, start_on_loop, e) < 0) {
+        backend->destroy(e);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    *out = e;
+    return 0;
+}
+
+/* Absolute CLOCK_MONOTONIC time timeout_ms from now. */
+static struct timespec deadline_in(int64_t timeout_ms)
+{
+    int64_t at = kl__clock_mono_ns() + timeout_ms * KL_NS_PER_MS;
+    struct timespec ts = {.tv_sec = at / KL_NS_PER_S, .tv_nsec = at % KL_NS_PER_S};
+
+    return ts;
+}
+
+/* Wait (mu held) until *flag or done; 0, or K8SLEASE_ETIMEOUT. */
+static int wait_flag(k8slease_elector *e, const int *flag, int64_t timeout_ms)
+{
+    struct timespec until = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+
+    while (!*flag && !e->done) {
+        if (timeout_ms < 0)
+            pthread_cond_wait(&e->cv, &e->mu);
+        else if (pthread_cond_timedwait(&e->cv, &e->mu, &until) != 0 && !*flag && !e->done)
+            return K8SLEASE_ETIMEOUT;
+    }
+    return 0;
+}
+
+K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *e, int64_t timeout_ms,
+                                               int64_t *epoch)
+{
+    int err;
+
+    if (!e)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_wait_elected: elector is NULL");
+    if (kl__loop_on_thread(e->client->loop))
+        return kl__error_set(K8SLEASE_ESTATE,
+                             "k8slease_elector_wait_elected: called from a callback");
+    pthread_mutex_lock(&e->mu);
+    err = wait_flag(e, &e->elected, timeout_ms);
+    if (err == 0 && e->done)
+        err = kl__error_set(K8SLEASE_ESTATE, "%s: election over %s", e->what,
+                            e->elected ? "(leadership already lost)" : "without becoming leader");
+    else if (err == K8SLEASE_ETIMEOUT)
+        kl__error_set(err, "%s: not elected within %lld ms", e->what, (long long)timeout_ms);
+    pthread_mutex_unlock(&e->mu);
+    if (err == 0 && epoch)
+        *epoch = atomic_load(&e->epoch);
+    return err;
+}
+
+K8SLEASE_API int k8slease_elector_is_leader(const k8slease_elector *e)
+{
+    int64_t deadline;
+
+    if (!e)
+        return 0;
+    deadline = atomic_load(&((k8slease_elector *)e)->leader_deadline);
+    return deadline != 0 && kl__clock_mono_ns() < deadline;
+}
+
+K8SLEASE_API int64_t k8slease_elector_leader_deadline(const k8slease_elector *e)
+{
+    int64_t deadline;
+
+    if (!e)
+        return 0;
+    /* Past the deadline we are not leader, even before the loop has seen it. */
+    deadline = atomic_load(&((k8slease_elector *)e)->leader_deadline);
+    return deadline != 0 && kl__clock_mono_ns() < deadline ? deadline : 0;
+}
+
+K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *e)
+{
+    return e ? atomic_load(&((k8slease_elector *)e)->epoch) : -1;
+}
+
+K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *e, int64_t timeout_ms)
+{
+    static const int never = 0;
+    int err;
+
+    if (!e)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_wait_lost: elector is NULL");
+    if (timeout_ms != 0 && kl__loop_on_thread(e->client->loop))
+        return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_wait_lost: called from a callback");
+    pthread_mutex_lock(&e->mu);
+    err = wait_flag(e, &never, timeout_ms);
+    pthread_mutex_unlock(&e->mu);
+    if (err == K8SLEASE_ETIMEOUT)
+        kl__error_set(err, "%s: election still running after %lld ms", e->what,
+                      (long long)timeout_ms);
+    return err;
+}
+
+K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *e,
+                                            k8slease_elector_stats *stats)
+{
+    k8slease_elector *m = (k8slease_elector *)e; /* the mutex, not the counters */
+
+    if (!e || !stats)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_stats_get: elector or stats is NULL");
+    if (stats->version < 1 || stats->version > K8SLEASE_ELECTOR_STATS_VERSION)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_stats.version is %u, expected 1 to %u",
+                             stats->version, K8SLEASE_ELECTOR_STATS_VERSION);
+    pthread_mutex_lock(&m->mu);
+    /* A caller built against version 1 has the shorter struct. */
+    if (stats->version == 1) {
+        memcpy(stats, &e->stats, offsetof(k8slease_elector_stats, gets));
+        stats->version = 1;
+    } else {
+        *stats = e->stats;
+    }
+    pthread_mutex_unlock(&m->mu);
+    return 0;
+}
+
+static void stop_release(void *arg)
+{
+    k8slease_elector *e = arg;
+
+    e->backend->stop(e, 1);
+}
+
+static void stop_keep(void *arg)
+{
+    k8slease_elector *e = arg;
+
+    e->backend->stop(e, 0);
+}
+
+/* Ask the loop to stop the election; does not wait. */
+int kl__elector_stop_async(k8slease_elector *e, int release)
+{
+    int err = 0;
+
+    if (release < 0)
+        release = e->opts.release_on_cancel;
+    pthread_mutex_lock(&e->mu);
+    if (!e->done && !e->stop_posted) {
+        err = kl__loop_post(e->client->loop, release ? stop_release : stop_keep, e);
+        e->stop_posted = err == 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    return err < 0 ? kl__error_set(K8SLEASE_ENOMEM, "out of memory") : 0;
+}
+
+K8SLEASE_API int k8slease_elector_stop(k8slease_elector *e, int release)
+{
+    int err;
+
+    if (!e)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_stop: elector is NULL");
+    if (kl__loop_on_thread(e->client->loop))
+        return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_stop: called from a callback");
+    if ((err = kl__elector_stop_async(e, release)) < 0)
+        return err;
+    return k8slease_elector_wait_lost(e, -1);
+}
+
+static void detach(void *arg)
+{
+    k8slease_elector *e = arg;
+
+    e->backend->detach(e);
+}
+
+K8SLEASE_API void k8slease_elector_free(k8slease_elector *e)
+{
+    if (!e)
+        return;
+    if (k8slease_elector_stop(e, -1) < 0) {
+        /* Out of memory posting the stop: end it without releasing. */
+        kl__loop_call(e->client->loop, detach, e);
+    }
+    /* FIFO: once this returns, no closure of ours is left in the queue. */
+    kl__loop_call(e->client->loop, detach, e);
+    e->backend->destroy(e);
+}

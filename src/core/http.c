@@ -1,0 +1,1470 @@
+/* HTTPS requests to the API server (or etcd's gateway) with the rest
+ * config's TLS and credentials, over libcurl multi; the I/O of the event loop
+ * (core/loop.c), plugged in through kl__loop_io: kl__loop_new builds a loop
+ * whose waits are curl_multi_poll and whose wake-up is curl_multi_wakeup.
+ *
+ * User code (closures, timers, on_data, done) never runs inside a libcurl
+ * callback: the write callback only buffers, and stream bytes are handed to
+ * on_data after curl_multi_perform returns. So every callback may start or
+ * cancel any request, its own included.
+ *
+ * Connections: one libcurl multi handle, so requests for any number of
+ * elections share its connection cache (HTTP/2 multiplexing when the server
+ * offers it). Dead connections are found by TCP keepalive with
+ * TCP_USER_TIMEOUT (kl__loop_set_dead_timeout), the same for HTTP/1.1 and
+ * HTTP/2: libcurl's HTTP/2 PING (curl_easy_upkeep) has no deadline, so it
+ * would not notice a peer that stopped answering.
+ *
+ * Length (about 1,500 lines): a request's whole life (waiting for a slot,
+ * credentials, TLS setup, streaming, completion, retry after a 401) works on
+ * one request struct and one multi handle; the loop is apart (core/loop.c). */
+/* TCP_KEEPIDLE, TCP_USER_TIMEOUT & co. are not POSIX: glibc shows them with
+ * _DEFAULT_SOURCE. */
+#define _DEFAULT_SOURCE 1
+#include "core/http.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
+
+#include "core/clock.h"
+
+#if LIBCURL_VERSION_NUM < 0x074d00
+#error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"
+#endif
+
+#define BODY_MAX       (16 * 1024 * 1024)
+#define TOKEN_FILE_MAX (64 * 1024)
+/* Bound service-account tokens rotate; client-go re-reads them every minute. */
+#define TOKEN_REREAD_NS (60 * KL_NS_PER_S)
+/* Refresh exec credentials this long before they expire, so a request never
+ * leaves with a token that dies on the way. */
+#define EXEC_EARLY_US      INT64_C(30000000)
+#define CONNECT_TIMEOUT_MS 30000L
+/* Connections for plain requests: at a few ms each, enough for thousands of
+ * elections renewing every few seconds; more only cost memory (TLS state)
+ * and handshakes in the burst of a start. Every open stream adds one: over
+ * HTTP/1.1 a watch holds its connection for minutes, and requests must never
+ * queue behind watches. Over HTTP/2 all of them share a few connections. */
+#define REQUEST_CONNECTIONS 64L
+/* Requests (not streams) handed to libcurl at a time; the others wait in
+ * FIFO order without an easy handle. An easy handle costs about 22 KB (its
+ * 16 KB receive buffer), so the burst of ten thousand elections starting at
+ * once would otherwise leave hundreds of MB of fragmented heap behind; and
+ * libcurl could not run more at once anyway (connections, HTTP/2 streams). */
+#define MAX_ACTIVE 256
+/* Until an elector asks for less: half of client-go's default renew
+ * deadline. */
+#define DEFAULT_DEAD_MS 5000
+#define USER_AGENT      "k8slease/" K8SLEASE_VERSION_STRING
+
+/* The HTTP side of a loop: kl__loop_io_data() of a loop made by kl__loop_new.
+ * Named "loop" in this file, as it was when it held the loop too. */
+typedef struct http {
+    kl__loop *loop;
+    /* Set by kl__loop_new, read-only afterwards. */
+    const kl__log *log;
+    char *server;                  /* as configured, for messages */
+    char *base;                    /* prefix of request URLs; host = tls_server_name if set */
+    struct curl_slist *connect_to; /* tls_server_name: connect to the real host */
+    const char *protocols;         /* "https", or "http" for an http:// server */
+    int insecure;
+    char *ca_file, *cert_file, *key_file;
+    char *ca_pem, *cert_pem, *key_pem;
+    size_t ca_pem_len, cert_pem_len, key_pem_len;
+    char *token_file;
+    kl__exec_config *exec;
+    char *user_agent;
+    CURLM *multi;
+
+    /* Loop thread only (and the freeing thread once the loop has stopped). */
+    kl__http_req *reqs;  /* every live request */
+    kl__http_req *ready; /* streams with an opening or bytes waiting for on_open/on_data */
+    long streams;        /* live requests with on_data */
+    long active;         /* requests (not streams) handed to libcurl */
+    kl__http_req *wait_head, *wait_tail; /* requests waiting for a slot, FIFO */
+    int destroying;
+    int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
+    char *token;     /* static or token-file bearer token, NULL: none */
+    int64_t token_read_at;
+    kl__exec_credential cred;
+    int have_cred;
+    unsigned auth_gen; /* bumped whenever the credentials change */
+    int auth_stale;    /* a 401 came back: refresh before the next request */
+} http;
+
+struct kl__http_req {
+    http *loop;
+    kl__http_req *prev, *next; /* loop->reqs */
+    kl__http_req *ready_next;  /* loop->ready */
+    kl__http_req *wait_next;   /* loop->wait_head */
+    int waiting;               /* in the wait queue */
+    int counted;               /* counts in loop->active */
+    int on_ready;
+    CURL *easy;
+    int in_multi;
+    struct curl_slist *headers;
+    char *method, *path, *content_type;
+    char *server;        /* opts->base_url, NULL: the configured server */
+    char *authorization; /* opts->authorization, NULL: the configured credentials */
+    int has_body;
+    char *body; /* a copy: it must outlive kl__http_start while the request waits */
+    size_t body_len;
+    int64_t timeout_ms, idle_ns, started_at, last_byte;
+    kl__http_data_cb on_data;
+    kl__http_open_cb on_open;
+    int opened;       /* the 200 headers arrived */
+    int open_pending; /* on_open not called yet */
+    kl__http_done_cb done;
+    void *arg;
+    kl__timer timer; /* idle timeout, or delivery of a failed launch */
+    kl__buf resp;    /* collected body, or stream bytes not yet given to on_data */
+    int streaming;   /* a 200 with on_data: bytes go to on_data */
+    int retried;     /* the one retry after a 401 is spent */
+    unsigned auth_gen;
+    int busy; /* inside on_data or done: cancel only marks it */
+    int cancelled;
+    int err;
+    char errmsg[1024];
+    char errbuf[CURL_ERROR_SIZE];
+};
+
+/* ------------------------------------------------------------------------ */
+/* Credentials                                                              */
+/* ------------------------------------------------------------------------ */
+
+static void errno_message(int errnum, char *buf, size_t len)
+{
+    if (strerror_r(errnum, buf, len) != 0)
+        snprintf(buf, len, "error %d", errnum);
+}
+
+static int read_token_file(const char *path, char **out)
+{
+    kl__buf b = {0};
+    char chunk[4096], why[128];
+    FILE *f = fopen(path, "re"); /* close-on-exec */
+    size_t n, start = 0, end;
+    int err = 0;
+
+    *out = NULL;
+    if (!f) {
+        errno_message(errno, why, sizeof(why));
+        return kl__error_set(K8SLEASE_ECONFIG, "token file %s: %s", path, why);
+    }
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (b.len + n > TOKEN_FILE_MAX) {
+            err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: larger than %d bytes", path,
+                                TOKEN_FILE_MAX);
+            goto out;
+        }
+        if ((err = kl__buf_append(&b, chunk, n)) < 0) {
+            kl__error_set(err, "out of memory");
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: read error", path);
+        goto out;
+    }
+    end = b.len;
+    while (start < end && strchr(" \t\r\n", b.data[start]))
+        start++;
+    while (end > start && strchr(" \t\r\n", b.data[end - 1]))
+        end--;
+    if (start == end) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: empty", path);
+        goto out;
+    }
+    if (!(*out = kl__strndup(b.data + start, end - start)))
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+out:
+    fclose(f);
+    kl__buf_free(&b);
+    return err;
+}
+
+static int refresh_token_file(http *loop)
+{
+    char *token = NULL;
+    int err;
+
+    if (loop->token && !loop->auth_stale &&
+        kl__loop_now(loop->loop) - loop->token_read_at < TOKEN_REREAD_NS)
+        return 0;
+    loop->auth_stale = 0;
+    loop->token_read_at = kl__loop_now(loop->loop);
+    if ((err = read_token_file(loop->token_file, &token)) < 0) {
+        if (!loop->token)
+            return err;
+        kl__log_printf(loop->log, K8SLEASE_LOG_WARN, "%s; keeping the previous token",
+                       kl__error_get());
+        return 0;
+    }
+    if (loop->token && strcmp(loop->token, token) == 0) {
+        kl__free(token);
+        return 0;
+    }
+    kl__free(loop->token);
+    loop->token = token;
+    loop->auth_gen++;
+    return 0;
+}
+
+static int refresh_exec(http *loop)
+{
+    kl__exec_credential cred = {0};
+    int64_t wall = kl__clock_wall_us();
+    int64_t expiry = loop->cred.expiry_us;
+    int err;
+
+    if (loop->have_cred && !loop->auth_stale && (expiry == 0 || wall < expiry - EXEC_EARLY_US))
+        return 0;
+    loop->auth_stale = 0;
+    /* Blocks the loop thread while the plugin runs (bounded by its 30 s
+     * limit). Acceptable for now: plugins answer from their own cache in
+     * milliseconds and run once per expiry; a helper thread would lift it. */
+    if ((err = kl__exec_credential_run(loop->exec, &cred)) < 0) {
+        if (loop->have_cred && (expiry == 0 || wall < expiry)) {
+            kl__log_printf(loop->log, K8SLEASE_LOG_WARN,
+                           "%s; keeping the previous credentials until they expire",
+                           kl__error_get());
+            return 0;
+        }
+        return err;
+    }
+    kl__exec_credential_clear(&loop->cred);
+    loop->cred = cred;
+    loop->have_cred = 1;
+    loop->auth_gen++;
+    return 0;
+}
+
+static int refresh_credentials(http *loop)
+{
+    if (loop->exec)
+        return refresh_exec(loop);
+    if (loop->token_file)
+        return refresh_token_file(loop);
+    return 0;
+}
+
+static const char *bearer_token(const http *loop)
+{
+    return loop->exec ? loop->cred.token : loop->token;
+}
+
+/* The server of a request, for URLs and messages. */
+static const char *req_server(const http *loop, const kl__http_req *req)
+{
+    return req->server ? req->server : loop->server;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Requests                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static void set_req_error(kl__http_req *req, int err, const char *fmt, ...) KL_PRINTF(3, 4);
+
+static void set_req_error(kl__http_req *req, int err, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(req->errmsg, sizeof(req->errmsg), fmt, ap);
+    va_end(ap);
+    req->err = err;
+}
+
+static void map_curl_error(http *loop, kl__http_req *req, CURLcode rc)
+{
+    const char *detail = req->errbuf[0] ? req->errbuf : curl_easy_strerror(rc);
+    const char *kind = "transport";
+    int err = K8SLEASE_ETRANSPORT;
+    int connection = 0; /* about the server, not this request */
+    size_t n = strlen(req->errbuf);
+
+    while (n > 0 && (req->errbuf[n - 1] == '\n' || req->errbuf[n - 1] == '\r'))
+        req->errbuf[--n] = '\0';
+    switch (rc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        err = K8SLEASE_ETIMEOUT;
+        kind = "timeout";
+        break;
+    case CURLE_SSL_CONNECT_ERROR:
+    case CURLE_PEER_FAILED_VERIFICATION:
+    case CURLE_SSL_CERTPROBLEM:
+    case CURLE_SSL_CIPHER:
+    case CURLE_SSL_CACERT_BADFILE:
+    case CURLE_SSL_CRL_BADFILE:
+    case CURLE_SSL_ISSUER_ERROR:
+    case CURLE_SSL_PINNEDPUBKEYNOTMATCH:
+    case CURLE_SSL_INVALIDCERTSTATUS:
+    case CURLE_SSL_SHUTDOWN_FAILED:
+    case CURLE_SSL_ENGINE_NOTFOUND:
+    case CURLE_SSL_ENGINE_SETFAILED:
+    case CURLE_SSL_ENGINE_INITFAILED:
+    case CURLE_USE_SSL_FAILED:
+    case CURLE_SSL_CLIENTCERT:
+        err = K8SLEASE_ETLS;
+        kind = "TLS";
+        connection = 1;
+        break;
+    case CURLE_COULDNT_RESOLVE_HOST:
+        kind = "resolve";
+        connection = 1;
+        break;
+    case CURLE_COULDNT_CONNECT:
+        kind = "connect";
+        connection = 1;
+        break;
+    case CURLE_SEND_ERROR:
+        kind = "send";
+        break;
+    case CURLE_RECV_ERROR:
+        /* TLS 1.3 servers refuse a client certificate (or its absence)
+         * after the handshake: the alert arrives as a receive error. */
+        if (strstr(detail, " alert ")) {
+            err = K8SLEASE_ETLS;
+            kind = "TLS";
+            break;
+        }
+        kind = "receive";
+        break;
+    case CURLE_GOT_NOTHING:
+    case CURLE_PARTIAL_FILE:
+        kind = "receive";
+        break;
+    case CURLE_WEIRD_SERVER_REPLY:
+    case CURLE_BAD_CONTENT_ENCODING:
+        err = K8SLEASE_EPROTOCOL;
+        kind = "protocol";
+        break;
+    case CURLE_OUT_OF_MEMORY:
+        err = K8SLEASE_ENOMEM;
+        kind = "out of memory";
+        break;
+    default:
+        break;
+    }
+    set_req_error(req, err, "%s%s: %s: %s", req_server(loop, req), connection ? "" : req->path,
+                  kind, detail);
+}
+
+static void make_ready(http *loop, kl__http_req *req)
+{
+    if (req->on_ready)
+        return;
+    req->on_ready = 1;
+    req->ready_next = loop->ready;
+    loop->ready = req;
+}
+
+/* Only for streams with on_open: the blank line ending the headers of a
+ * 200 means the stream is established (for HTTP/2 too: libcurl writes the
+ * same blank line). */
+static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
+{
+    kl__http_req *req = arg;
+    size_t len = size * nitems;
+    long status = 0;
+
+    if (!req->opened &&
+        ((len == 2 && data[0] == '\r' && data[1] == '\n') || (len == 1 && data[0] == '\n'))) {
+        curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+        if (status == 200) {
+            req->opened = 1;
+            req->open_pending = 1;
+            req->last_byte = kl__loop_now(req->loop->loop);
+            make_ready(req->loop, req);
+        }
+    }
+    return len;
+}
+
+/* Sockets are close-on-exec from birth: a child the program forks and
+ * execs (the CLI's supervised command) must not keep the connection to the
+ * API server open after we close it, or hold a TLS session it cannot use. */
+static curl_socket_t on_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
+{
+    (void)arg;
+    (void)purpose;
+    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+}
+
+static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
+{
+    http *loop = arg;
+    int on = 1;
+    int idle = (int)(loop->dead_ms / 2000), intvl = (int)(loop->dead_ms / 4000), cnt = 3;
+    unsigned int timeout = (unsigned int)loop->dead_ms;
+
+    if (purpose != CURLSOCKTYPE_IPCXN)
+        return CURL_SOCKOPT_OK;
+    /* Idle connections are probed after half the timeout; a peer that does
+     * not acknowledge probes or data for the whole timeout is dropped by the
+     * kernel, and the transfer on it fails instead of waiting for ever.
+     * Failures are not fatal: the request timeouts still hold. */
+    idle = idle < 1 ? 1 : idle;
+    intvl = intvl < 1 ? 1 : intvl;
+    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+#ifdef TCP_KEEPIDLE
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
+#endif
+#ifdef TCP_USER_TIMEOUT
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
+#endif
+    return CURL_SOCKOPT_OK;
+}
+
+#if LIBCURL_VERSION_NUM < 0x080800
+/* The open descriptors, sorted by readdir order; NULL when /proc is not
+ * there or out of memory (then nothing is fixed: best effort). */
+static int *list_fds(size_t *n)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *ent;
+    int *fds = NULL, *grown;
+    size_t cap = 0;
+
+    *n = 0;
+    if (!d)
+        return NULL;
+    while ((ent = readdir(d))) {
+        /* not the directory's own descriptor: closed on return, its number
+         * may well be the next socket's */
+        if (ent->d_name[0] < '0' || ent->d_name[0] > '9' || atoi(ent->d_name) == dirfd(d))
+            continue;
+        if (*n == cap) {
+            cap = cap ? cap * 2 : 64;
+            if (!(grown = kl__realloc(fds, cap * sizeof(*fds)))) {
+                kl__free(fds);
+                closedir(d);
+                *n = 0;
+                return NULL;
+            }
+            fds = grown;
+        }
+        fds[(*n)++] = atoi(ent->d_name);
+    }
+    closedir(d);
+    return fds;
+}
+
+/* libcurl before 8.8 opens the wakeup socket pair of a multi handle without
+ * close-on-exec (curl issue 13618): mark the AF_UNIX sockets that appeared
+ * across curl_multi_init(), so a child the program execs does not inherit
+ * them. An AF_UNIX socket another thread opens in that instant is marked
+ * too; only a program that hands such sockets to exec'd children by
+ * inheritance, at that very moment, could tell. */
+static CURLM *multi_init_cloexec(void)
+{
+    size_t n_before = 0, n_after = 0;
+    int *before = list_fds(&n_before), *after;
+    CURLM *multi = curl_multi_init();
+
+    if (!multi || !before) {
+        kl__free(before);
+        return multi;
+    }
+    after = list_fds(&n_after);
+    for (size_t i = 0; i < n_after; i++) {
+        int fd = after[i], domain = 0, seen = 0;
+        socklen_t len = sizeof(domain);
+
+        for (size_t j = 0; j < n_before && !seen; j++)
+            seen = before[j] == fd;
+        if (!seen && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) == 0 && domain == AF_UNIX)
+            (void)fcntl(fd, F_SETFD, fcntl(fd, F_GETFD) | FD_CLOEXEC);
+    }
+    kl__free(after);
+    kl__free(before);
+    return multi;
+}
+#else
+static CURLM *multi_init_cloexec(void)
+{
+    return curl_multi_init();
+}
+#endif
+
+static void set_limits(http *loop)
+{
+    long n = REQUEST_CONNECTIONS + loop->streams;
+
+    curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, n);
+    curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, n);
+}
+
+static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
+{
+    kl__http_req *req = arg;
+    http *loop = req->loop;
+    size_t len = size * nmemb;
+    long status = 0;
+
+    req->last_byte = kl__loop_now(loop->loop);
+    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    req->streaming = req->on_data && status == 200;
+    if (req->resp.len + len > BODY_MAX) {
+        set_req_error(req, K8SLEASE_EPROTOCOL, "response body from %s%s larger than 16 MiB",
+                      req_server(loop, req), req->path);
+        return 0;
+    }
+    if (kl__buf_append(&req->resp, data, len) < 0) {
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory for the response body",
+                      req_server(loop, req), req->path);
+        return 0;
+    }
+    if (req->streaming)
+        make_ready(loop, req);
+    return len;
+}
+
+/* Client certificate: the exec plugin's, else the config's (data, else file). */
+static int set_client_cert(http *loop, CURL *e)
+{
+    struct curl_blob cert = {NULL, 0, CURL_BLOB_COPY}, key = {NULL, 0, CURL_BLOB_COPY};
+    const char *cert_file = NULL, *key_file = NULL;
+    int bad = 0;
+
+    if (loop->have_cred && loop->cred.cert_pem && loop->cred.key_pem) {
+        cert.data = loop->cred.cert_pem;
+        cert.len = strlen(loop->cred.cert_pem);
+        key.data = loop->cred.key_pem;
+        key.len = strlen(loop->cred.key_pem);
+    } else {
+        if (loop->cert_pem) {
+            cert.data = loop->cert_pem;
+            cert.len = loop->cert_pem_len;
+        } else {
+            cert_file = loop->cert_file;
+        }
+        if (loop->key_pem) {
+            key.data = loop->key_pem;
+            key.len = loop->key_pem_len;
+        } else {
+            key_file = loop->key_file;
+        }
+    }
+    /* A NULL blob or file clears what a previous attempt set. */
+    bad |= curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, cert.data ? &cert : NULL) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, key.data ? &key : NULL) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLCERT, cert_file) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLKEY, key_file) != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM") != CURLE_OK;
+    bad |= curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM") != CURLE_OK;
+    return bad ? K8SLEASE_ENOMEM : 0;
+}
+
+static int add_header(struct curl_slist **list, const char *line)
+{
+    struct curl_slist *l = line ? curl_slist_append(*list, line) : NULL;
+
+    if (!l)
+        return K8SLEASE_ENOMEM;
+    *list = l;
+    return 0;
+}
+
+static int build_headers(const http *loop, const kl__http_req *req, struct curl_slist **out)
+{
+    struct curl_slist *h = NULL;
+    const char *token = bearer_token(loop);
+    char *line = NULL;
+    int err = 0;
+
+    if (req->content_type)
+        line = kl__sprintf("Content-Type: %s", req->content_type);
+    else if (req->has_body)
+        line = kl__strdup("Content-Type:"); /* not curl's form-urlencoded default */
+    if (((req->content_type || req->has_body) && (err = add_header(&h, line)) < 0) ||
+        (err = add_header(&h, "Accept: application/json")) < 0 ||
+        (err = add_header(&h, "Expect:")) < 0)
+        goto out;
+    if (req->authorization || token) {
+        kl__free(line);
+        line = req->authorization ? kl__sprintf("Authorization: %s", req->authorization)
+                                  : kl__sprintf("Authorization: Bearer %s", token);
+        if ((err = add_header(&h, line)) < 0)
+            goto out;
+    }
+    *out = h;
+    h = NULL;
+out:
+    kl__free(line);
+    curl_slist_free_all(h);
+    return err;
+}
+
+/* (Re)send a request with the current credentials. On failure req->err and
+ * req->errmsg say why; the caller delivers it. */
+static int req_launch(http *loop, kl__http_req *req)
+{
+    struct curl_slist *h = NULL;
+    int64_t timeout_ms = 0;
+    int err;
+
+    if ((err = refresh_credentials(loop)) < 0) {
+        set_req_error(req, err, "%s", kl__error_get());
+        goto out;
+    }
+    if ((err = build_headers(loop, req, &h)) < 0 || (err = set_client_cert(loop, req->easy)) < 0 ||
+        curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, h) != CURLE_OK) {
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", req_server(loop, req),
+                      req->path);
+        err = req->err;
+        goto out;
+    }
+    curl_slist_free_all(req->headers);
+    req->headers = h;
+    h = NULL;
+    if (req->timeout_ms > 0) {
+        /* A retry gets what is left of the caller's deadline. */
+        timeout_ms = req->timeout_ms - (kl__loop_now(loop->loop) - req->started_at) / KL_NS_PER_MS;
+        if (timeout_ms < 1)
+            timeout_ms = 1;
+    }
+    curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    req->auth_gen = loop->auth_gen;
+    req->errbuf[0] = '\0';
+    req->resp.len = 0;
+    req->streaming = 0;
+    req->opened = req->open_pending = 0;
+    req->last_byte = kl__loop_now(loop->loop);
+    if (curl_multi_add_handle(loop->multi, req->easy) != CURLM_OK) {
+        set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request",
+                      req_server(loop, req), req->path);
+        err = req->err;
+        goto out;
+    }
+    req->in_multi = 1;
+    if (req->idle_ns > 0)
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->idle_ns);
+out:
+    curl_slist_free_all(h);
+    return err;
+}
+
+static int dispatch(http *loop, kl__http_req *req);
+
+/* Hand waiting requests to libcurl as slots free up. */
+static void pump(http *loop)
+{
+    while (!loop->destroying && loop->wait_head && loop->active < MAX_ACTIVE) {
+        kl__http_req *req = loop->wait_head;
+
+        loop->wait_head = req->wait_next;
+        if (!loop->wait_head)
+            loop->wait_tail = NULL;
+        req->wait_next = NULL;
+        req->waiting = 0;
+        /* A failure is delivered by the request's timer. */
+        if (dispatch(loop, req) < 0) {
+            set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", req_server(loop, req), req->path,
+                          kl__error_get());
+            kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop));
+        }
+    }
+}
+
+static void req_free(http *loop, kl__http_req *req)
+{
+    if (req->waiting) {
+        kl__http_req **p = &loop->wait_head, *prev = NULL;
+
+        while (*p != req) {
+            prev = *p;
+            p = &(*p)->wait_next;
+        }
+        *p = req->wait_next;
+        if (loop->wait_tail == req)
+            loop->wait_tail = prev;
+    }
+    if (req->on_ready) {
+        kl__http_req **p = &loop->ready;
+
+        while (*p != req)
+            p = &(*p)->ready_next;
+        *p = req->ready_next;
+    }
+    kl__timer_cancel(loop->loop, &req->timer);
+    if (req->in_multi)
+        curl_multi_remove_handle(loop->multi, req->easy);
+    if (req->easy)
+        curl_easy_cleanup(req->easy);
+    if (req->on_data) {
+        loop->streams--;
+        set_limits(loop);
+    }
+    curl_slist_free_all(req->headers);
+    if (req->prev)
+        req->prev->next = req->next;
+    else
+        loop->reqs = req->next;
+    if (req->next)
+        req->next->prev = req->prev;
+    kl__buf_free(&req->resp);
+    kl__free(req->method);
+    kl__free(req->path);
+    kl__free(req->content_type);
+    kl__free(req->server);
+    /* Bodies may hold a password (etcd's authenticate), headers a token. */
+    if (req->authorization)
+        kl__wipe(req->authorization, strlen(req->authorization));
+    kl__free(req->authorization);
+    kl__wipe(req->body, req->body_len);
+    kl__free(req->body);
+    if (req->counted) {
+        loop->active--;
+        pump(loop);
+    }
+    kl__free(req);
+}
+
+/* Call done with the outcome and free the request. */
+static void req_complete(http *loop, kl__http_req *req)
+{
+    kl__http_result res = {0};
+    char *content_type = NULL;
+    long status = 0;
+
+    if (req->in_multi) {
+        curl_multi_remove_handle(loop->multi, req->easy);
+        req->in_multi = 0;
+    }
+    kl__timer_cancel(loop->loop, &req->timer);
+    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
+    res.err = req->err;
+    res.errmsg = req->err ? req->errmsg : "";
+    res.status = status;
+    res.body = req->resp.data && !req->streaming ? req->resp.data : "";
+    res.body_len = req->resp.data && !req->streaming ? req->resp.len : 0;
+    res.content_type = content_type ? content_type : "";
+    if (req->err)
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method,
+                       req_server(loop, req), req->path, req->errmsg);
+    else
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: HTTP %ld", req->method,
+                       req_server(loop, req), req->path, status);
+    req->busy = 1;
+    req->done(&res, req->arg);
+    req_free(loop, req);
+}
+
+static void req_fail(http *loop, kl__http_req *req, int err, const char *msg)
+{
+    set_req_error(req, err, "%s", msg);
+    req_complete(loop, req);
+}
+
+static void on_req_timer(kl__timer *t, void *arg)
+{
+    kl__http_req *req = arg;
+    http *loop = req->loop;
+    char msg[1024];
+
+    if (!req->in_multi) {
+        /* The launch (or the set-up of a waiting request) failed. */
+        req_complete(loop, req);
+        return;
+    }
+    if (kl__loop_now(loop->loop) - req->last_byte < req->idle_ns) {
+        kl__timer_arm(loop->loop, t, req->last_byte + req->idle_ns);
+        return;
+    }
+    snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", req_server(loop, req),
+             req->path, (long long)(req->idle_ns / KL_NS_PER_MS));
+    req_fail(loop, req, K8SLEASE_ETIMEOUT, msg);
+}
+
+/* A transfer ended: retry once after a 401 with fresh credentials, else
+ * report. */
+static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
+{
+    long status = 0;
+
+    curl_multi_remove_handle(loop->multi, req->easy);
+    req->in_multi = 0;
+    kl__timer_cancel(loop->loop, &req->timer);
+    if (rc != CURLE_OK) {
+        if (!req->err)
+            map_curl_error(loop, req, rc);
+        req_complete(loop, req);
+        return;
+    }
+    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    if (status == 401 && !req->retried && !req->authorization && (loop->token_file || loop->exec)) {
+        req->retried = 1;
+        /* Requests that left with older credentials must not refresh again. */
+        if (req->auth_gen == loop->auth_gen)
+            loop->auth_stale = 1;
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
+                       "%s %s%s: HTTP 401; retrying with fresh credentials", req->method,
+                       req_server(loop, req), req->path);
+        if (req_launch(loop, req) == 0)
+            return;
+    }
+    req_complete(loop, req);
+}
+
+static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
+{
+    CURL *e = req->easy;
+    struct curl_blob ca = {loop->ca_pem, loop->ca_pem_len, CURL_BLOB_COPY};
+    const char *method = req->method;
+    CURLcode rc;
+
+    curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+    curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
+    curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
+    curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
+    curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
+    curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
+    if (req->on_open) {
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
+    }
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
+    if ((rc = curl_easy_setopt(e, CURLOPT_URL, url)) != CURLE_OK ||
+        (rc = curl_easy_setopt(e, CURLOPT_USERAGENT, loop->user_agent)) != CURLE_OK ||
+#if LIBCURL_VERSION_NUM >= 0x075500
+        (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, loop->protocols)) != CURLE_OK ||
+#else
+        (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS,
+                               strcmp(loop->protocols, "http") == 0 ? CURLPROTO_HTTP
+                                                                    : CURLPROTO_HTTPS)) !=
+            CURLE_OK ||
+#endif
+        (loop->connect_to && !req->server &&
+         (rc = curl_easy_setopt(e, CURLOPT_CONNECT_TO, loop->connect_to)) != CURLE_OK))
+        return rc;
+
+    if (req->has_body) {
+        /* req->body lives as long as the request: no second copy */
+        if ((rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len)) !=
+                CURLE_OK ||
+            (rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body)) != CURLE_OK)
+            return rc;
+        if (strcmp(method, "POST") == 0)
+            method = NULL;
+    } else if (strcmp(method, "GET") == 0) {
+        method = NULL;
+    }
+    if (method && (rc = curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method)) != CURLE_OK)
+        return rc;
+
+    if (loop->insecure) {
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
+        return CURLE_OK;
+    }
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
+    /* A configured CA is the only trust anchor, as in client-go: the system
+     * store must not vouch for an API server. */
+    if (loop->ca_pem) {
+        if ((rc = curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &ca)) != CURLE_OK)
+            return rc;
+        curl_easy_setopt(e, CURLOPT_CAINFO, NULL);
+        curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+    } else if (loop->ca_file) {
+        if ((rc = curl_easy_setopt(e, CURLOPT_CAINFO, loop->ca_file)) != CURLE_OK)
+            return rc;
+        curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+    }
+    return CURLE_OK;
+}
+
+/* Give a request its easy handle and launch it. -1 (error set, nothing to
+ * undo but the request itself) when it cannot be set up. */
+static int dispatch(http *loop, kl__http_req *req)
+{
+    char *url = kl__sprintf("%s%s", req->server ? req->server : loop->base, req->path);
+    CURLcode rc;
+
+    if (!url || !(req->easy = curl_easy_init())) {
+        kl__free(url);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    if ((rc = req_setup(loop, req, url)) != CURLE_OK) {
+        kl__error_set(rc == CURLE_OUT_OF_MEMORY ? K8SLEASE_ENOMEM : K8SLEASE_EINVAL,
+                      "%s %s: libcurl: %s", req->method, url, curl_easy_strerror(rc));
+        kl__free(url);
+        return -1;
+    }
+    kl__free(url);
+    if (!req->on_data) {
+        req->counted = 1;
+        loop->active++;
+    }
+    /* done must not run inside kl__http_start: a failed launch is reported
+     * from the request's timer, in the next iteration. */
+    if (req_launch(loop, req) < 0)
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop));
+    return 0;
+}
+
+kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_done_cb done,
+                             void *arg)
+{
+    http *loop = kl__loop_io_data(l);
+    kl__http_req *req = kl__calloc(1, sizeof(*req));
+    const char *method = opts->method ? opts->method : "GET";
+
+    if (!req) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    req->loop = loop;
+    req->next = loop->reqs;
+    if (loop->reqs)
+        loop->reqs->prev = req;
+    loop->reqs = req;
+    kl__timer_init(&req->timer, on_req_timer, req);
+    req->done = done;
+    req->arg = arg;
+    req->on_data = opts->on_data;
+    req->on_open = opts->on_data ? opts->on_open : NULL;
+    if (req->on_data) {
+        loop->streams++;
+        set_limits(loop);
+    }
+    req->timeout_ms = opts->timeout_ms;
+    req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;
+    req->started_at = kl__loop_now(loop->loop);
+    req->has_body = opts->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||
+                    strcmp(method, "PATCH") == 0;
+    req->method = kl__strdup(method);
+    req->path = kl__strdup(opts->path ? opts->path : "/");
+    req->content_type = opts->content_type ? kl__strdup(opts->content_type) : NULL;
+    req->server = opts->base_url ? kl__strdup(opts->base_url) : NULL;
+    req->authorization = opts->authorization ? kl__strdup(opts->authorization) : NULL;
+    if (req->has_body) {
+        req->body_len = opts->body ? opts->body_len : 0;
+        if ((req->body = kl__malloc(req->body_len + 1))) {
+            memcpy(req->body, opts->body ? opts->body : "", req->body_len);
+            req->body[req->body_len] = '\0';
+        }
+    }
+    if (!req->method || !req->path || (opts->content_type && !req->content_type) ||
+        (opts->base_url && !req->server) || (opts->authorization && !req->authorization) ||
+        (req->has_body && !req->body)) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto fail;
+    }
+    /* Streams start at once: they last and must never wait behind requests. */
+    if (!req->on_data && (loop->wait_head || loop->active >= MAX_ACTIVE)) {
+        req->waiting = 1;
+        if (loop->wait_tail)
+            loop->wait_tail->wait_next = req;
+        else
+            loop->wait_head = req;
+        loop->wait_tail = req;
+        return req;
+    }
+    if (dispatch(loop, req) < 0)
+        goto fail;
+    return req;
+fail:
+    req_free(loop, req);
+    return NULL;
+}
+
+void kl__http_cancel(kl__loop *l, kl__http_req *req)
+{
+    http *loop = kl__loop_io_data(l);
+
+    if (!req)
+        return;
+    if (req->busy) {
+        req->cancelled = 1;
+        return;
+    }
+    req_free(loop, req);
+}
+
+/* Hand buffered stream bytes to on_data, outside libcurl's callbacks. */
+static void deliver_streams(http *loop)
+{
+    kl__http_req *req;
+
+    while ((req = loop->ready)) {
+        int rc;
+
+        loop->ready = req->ready_next;
+        req->ready_next = NULL;
+        req->on_ready = 0;
+        kl__error_clear();
+        req->busy = 1;
+        if (req->open_pending) {
+            req->open_pending = 0;
+            req->on_open(req->arg);
+        }
+        rc = !req->cancelled && req->streaming && req->resp.len > 0
+                 ? req->on_data(req->resp.data, req->resp.len, req->arg)
+                 : 0;
+        req->busy = 0;
+        req->resp.len = 0;
+        if (req->cancelled) {
+            req_free(loop, req);
+        } else if (rc) {
+            char msg[1024];
+
+            if (kl__error_get()[0])
+                snprintf(msg, sizeof(msg), "%s", kl__error_get());
+            else
+                snprintf(msg, sizeof(msg), "%s%s: stream ended by its reader",
+                         req_server(loop, req), req->path);
+            req_fail(loop, req, rc, msg);
+        }
+    }
+}
+
+static void finish_transfers(http *loop)
+{
+    CURLMsg *msg;
+    int left;
+
+    while ((msg = curl_multi_info_read(loop->multi, &left))) {
+        char *p = NULL;
+        CURLcode rc = msg->data.result;
+
+        if (msg->msg != CURLMSG_DONE)
+            continue;
+        curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, &p);
+        req_finish(loop, (kl__http_req *)(void *)p, rc);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* The loop's I/O                                                           */
+/* ------------------------------------------------------------------------ */
+
+static void io_run(void *data)
+{
+    http *loop = data;
+    int running;
+
+    curl_multi_perform(loop->multi, &running);
+    deliver_streams(loop);
+    finish_transfers(loop);
+}
+
+static long io_timeout_ms(void *data)
+{
+    http *loop = data;
+    long curl_ms = -1;
+
+    curl_multi_timeout(loop->multi, &curl_ms);
+    return curl_ms;
+}
+
+static void io_wait(void *data, int timeout_ms)
+{
+    http *loop = data;
+
+    curl_multi_poll(loop->multi, NULL, 0, timeout_ms, NULL);
+}
+
+static void io_wakeup(void *data)
+{
+    http *loop = data;
+
+    curl_multi_wakeup(loop->multi);
+}
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc;
+
+/* Never cleaned up: other libcurl users in the host process may need it. */
+static void curl_init(void)
+{
+    curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
+}
+
+static char **strv_dup(char *const *v)
+{
+    size_t n = 0, i;
+    char **out;
+
+    while (v && v[n])
+        n++;
+    if (!(out = kl__calloc(n + 1, sizeof(*out))))
+        return NULL;
+    for (i = 0; i < n; i++) {
+        if (!(out[i] = kl__strdup(v[i]))) {
+            while (i > 0)
+                kl__free(out[--i]);
+            kl__free(out);
+            return NULL;
+        }
+    }
+    return out;
+}
+
+static void strv_free(char **v)
+{
+    size_t i;
+
+    for (i = 0; v && v[i]; i++)
+        kl__free(v[i]);
+    kl__free(v);
+}
+
+static void exec_free(kl__exec_config *e)
+{
+    if (!e)
+        return;
+    kl__free(e->api_version);
+    kl__free(e->command);
+    strv_free(e->args);
+    strv_free(e->env);
+    kl__free(e->config_dir);
+    kl__free(e);
+}
+
+static kl__exec_config *exec_dup(const kl__exec_config *src)
+{
+    kl__exec_config *e = kl__calloc(1, sizeof(*e));
+
+    if (!e)
+        return NULL;
+    e->api_version = src->api_version ? kl__strdup(src->api_version) : NULL;
+    e->command = src->command ? kl__strdup(src->command) : NULL;
+    e->args = strv_dup(src->args);
+    e->env = strv_dup(src->env);
+    e->config_dir = src->config_dir ? kl__strdup(src->config_dir) : NULL;
+    if ((src->api_version && !e->api_version) || (src->command && !e->command) || !e->args ||
+        !e->env || (src->config_dir && !e->config_dir)) {
+        exec_free(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Copy an optional string or blob; 0 on success. */
+static int dup_opt(char **dst, const char *src)
+{
+    *dst = src ? kl__strdup(src) : NULL;
+    return src && !*dst ? K8SLEASE_ENOMEM : 0;
+}
+
+static int dup_blob(char **dst, size_t *dst_len, const char *src, size_t len)
+{
+    *dst = NULL;
+    *dst_len = 0;
+    if (!src)
+        return 0;
+    if (!(*dst = kl__malloc(len + 1)))
+        return K8SLEASE_ENOMEM;
+    memcpy(*dst, src, len);
+    (*dst)[len] = '\0';
+    *dst_len = len;
+    return 0;
+}
+
+/* Parse the server URL into the request base and, with tls_server_name, a
+ * CONNECT_TO rule: the URL carries that name (so SNI and verification use
+ * it) while the connection goes to the configured host. */
+static int parse_server(http *loop, const kl__restconfig *cfg)
+{
+    CURLU *u = curl_url();
+    char *scheme = NULL, *host = NULL, *port = NULL, *url = NULL, *name = NULL;
+    const char *source = cfg->source ? cfg->source : "config";
+    size_t len;
+    int err = 0;
+
+    if (!u) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (curl_url_set(u, CURLUPART_URL, cfg->server, CURLU_DEFAULT_SCHEME) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_SCHEME, &scheme, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_HOST, &host, 0) != CURLUE_OK ||
+        curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT) != CURLUE_OK) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "%s: server \"%s\" is not a valid URL", source,
+                            cfg->server);
+        goto out;
+    }
+    if (strcmp(scheme, "https") == 0) {
+        loop->protocols = "https";
+    } else if (strcmp(scheme, "http") == 0) {
+        loop->protocols = "http";
+    } else {
+        err = kl__error_set(K8SLEASE_ECONFIG, "%s: server \"%s\": scheme must be https or http",
+                            source, cfg->server);
+        goto out;
+    }
+    if (cfg->tls_server_name && cfg->tls_server_name[0]) {
+        struct curl_slist *l;
+        char *rule = kl__sprintf("::%s:%s", host, port);
+
+        name = strchr(cfg->tls_server_name, ':') ? kl__sprintf("[%s]", cfg->tls_server_name)
+                                                 : kl__strdup(cfg->tls_server_name);
+        l = rule ? curl_slist_append(NULL, rule) : NULL;
+        kl__free(rule);
+        if (!name || !l) {
+            curl_slist_free_all(l);
+            err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+            goto out;
+        }
+        loop->connect_to = l;
+        if (curl_url_set(u, CURLUPART_HOST, name, 0) != CURLUE_OK) {
+            err = kl__error_set(K8SLEASE_ECONFIG, "%s: tls-server-name \"%s\" is not a host name",
+                                source, cfg->tls_server_name);
+            goto out;
+        }
+    }
+    if (curl_url_get(u, CURLUPART_URL, &url, 0) != CURLUE_OK || !(loop->base = kl__strdup(url))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* Request paths start with '/'. */
+    len = strlen(loop->base);
+    while (len > 0 && loop->base[len - 1] == '/')
+        loop->base[--len] = '\0';
+out:
+    kl__free(name);
+    curl_free(url);
+    curl_free(port);
+    curl_free(host);
+    curl_free(scheme);
+    curl_url_cleanup(u);
+    return err;
+}
+
+static int copy_config(http *loop, const kl__restconfig *cfg)
+{
+    size_t len;
+    int err;
+
+    if (!cfg->server || !cfg->server[0])
+        return kl__error_set(K8SLEASE_ECONFIG, "%s: no server URL",
+                             cfg->source ? cfg->source : "config");
+    if ((err = dup_opt(&loop->server, cfg->server)) < 0 ||
+        (err = dup_opt(&loop->ca_file, cfg->ca_file)) < 0 ||
+        (err = dup_opt(&loop->cert_file, cfg->cert_file)) < 0 ||
+        (err = dup_opt(&loop->key_file, cfg->key_file)) < 0 ||
+        (err = dup_opt(&loop->token, cfg->token)) < 0 ||
+        (err = dup_opt(&loop->token_file, cfg->token_file)) < 0 ||
+        (err = dup_blob(&loop->ca_pem, &loop->ca_pem_len, cfg->ca_pem, cfg->ca_pem_len)) < 0 ||
+        (err = dup_blob(&loop->cert_pem, &loop->cert_pem_len, cfg->cert_pem, cfg->cert_pem_len)) <
+            0 ||
+        (err = dup_blob(&loop->key_pem, &loop->key_pem_len, cfg->key_pem, cfg->key_pem_len)) < 0 ||
+        (cfg->exec && !(loop->exec = exec_dup(cfg->exec))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    len = strlen(loop->server);
+    while (len > 0 && loop->server[len - 1] == '/')
+        loop->server[--len] = '\0';
+    loop->insecure = cfg->insecure;
+    return parse_server(loop, cfg);
+}
+
+static void io_destroy(void *data)
+{
+    http *loop = data;
+
+    loop->destroying = 1;
+    while (loop->reqs)
+        req_free(loop, loop->reqs);
+    if (loop->multi)
+        curl_multi_cleanup(loop->multi);
+    curl_slist_free_all(loop->connect_to);
+    kl__free(loop->server);
+    kl__free(loop->base);
+    kl__free(loop->ca_file);
+    kl__free(loop->cert_file);
+    kl__free(loop->key_file);
+    kl__free(loop->ca_pem);
+    kl__free(loop->cert_pem);
+    kl__free(loop->key_pem);
+    kl__free(loop->token);
+    kl__free(loop->user_agent);
+    kl__free(loop->token_file);
+    exec_free(loop->exec);
+    kl__exec_credential_clear(&loop->cred);
+    kl__free(loop);
+}
+
+static const kl__loop_io http_io = {io_run, io_timeout_ms, io_wait, io_wakeup, io_destroy};
+
+int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
+                 const char *user_agent)
+{
+    http *loop = NULL;
+    int err = 0;
+
+    *out = NULL;
+    pthread_once(&curl_once, curl_init);
+    if (curl_init_rc != CURLE_OK)
+        return kl__error_set(K8SLEASE_ETRANSPORT, "curl_global_init: %s",
+                             curl_easy_strerror(curl_init_rc));
+    if (!(loop = kl__calloc(1, sizeof(*loop))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    loop->log = log;
+    if ((err = copy_config(loop, cfg)) < 0)
+        goto out;
+    loop->user_agent = user_agent && user_agent[0] ? kl__sprintf("%s %s", USER_AGENT, user_agent)
+                                                   : kl__strdup(USER_AGENT);
+    if (!loop->user_agent) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    if (!(loop->multi = multi_init_cloexec())) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    loop->dead_ms = DEFAULT_DEAD_MS;
+    set_limits(loop);
+    if ((err = kl__loop_start(&loop->loop, &http_io, loop, log)) < 0)
+        goto out;
+    *out = loop->loop;
+    loop = NULL;
+out:
+    if (loop)
+        io_destroy(loop);
+    return err;
+}
+
+void kl__loop_set_dead_timeout(kl__loop *l, int64_t ms)
+{
+    http *loop = kl__loop_io_data(l);
+
+    if (ms > 0 && ms < loop->dead_ms)
+        loop->dead_ms = ms < 100 ? 100 : ms;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Blocking requests                                                        */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sync_req {
+    kl__loop *loop;
+    const kl__http_opts *opts;
+    int finished;
+    int err;
+    char errmsg[1024];
+    long status;
+    char *body;
+    size_t body_len;
+} sync_req;
+
+static void sync_finish(sync_req *s)
+{
+    kl__loop_set_flag(s->loop, &s->finished);
+}
+
+static void sync_done(const kl__http_result *res, void *arg)
+{
+    sync_req *s = arg;
+
+    s->err = res->err;
+    s->status = res->status;
+    if (res->err) {
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", res->errmsg);
+    } else if ((s->body = kl__malloc(res->body_len + 1))) {
+        memcpy(s->body, res->body, res->body_len);
+        s->body[res->body_len] = '\0';
+        s->body_len = res->body_len;
+    } else {
+        s->err = K8SLEASE_ENOMEM;
+        snprintf(s->errmsg, sizeof(s->errmsg), "out of memory");
+    }
+    sync_finish(s);
+}
+
+static void sync_start(void *arg)
+{
+    sync_req *s = arg;
+    kl__http_opts opts = *s->opts;
+
+    opts.on_data = NULL;
+    if (!kl__http_start(s->loop, &opts, sync_done, s)) {
+        s->err = K8SLEASE_ENOMEM;
+        snprintf(s->errmsg, sizeof(s->errmsg), "%s", kl__error_get());
+        sync_finish(s);
+    }
+}
+
+int kl__http_sync(kl__loop *loop, const kl__http_opts *opts, long *status, char **body,
+                  size_t *body_len)
+{
+    sync_req s = {0};
+    int err;
+
+    s.loop = loop;
+    s.opts = opts;
+    if (kl__loop_on_thread(loop))
+        return kl__error_set(K8SLEASE_ESTATE, "blocking request from the loop thread");
+    if ((err = kl__loop_post(loop, sync_start, &s)) < 0)
+        return err;
+    kl__loop_wait_flag(loop, &s.finished);
+    if (s.err)
+        return kl__error_set(s.err, "%s", s.errmsg);
+    if (status)
+        *status = s.status;
+    if (body_len)
+        *body_len = s.body_len;
+    if (body)
+        *body = s.body;
+    else
+        kl__free(s.body);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Escaping                                                                 */
+/* ------------------------------------------------------------------------ */
+
+static int unreserved(unsigned char c)
+{
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+           c == '.' || c == '_' || c == '~';
+}
+
+char *kl__url_escape(const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const unsigned char *p;
+    size_t n = 0;
+    char *out, *o;
+
+    for (p = (const unsigned char *)s; *p; p++)
+        n += unreserved(*p) ? 1 : 3;
+    if (!(out = kl__malloc(n + 1))) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    for (o = out, p = (const unsigned char *)s; *p; p++) {
+        if (unreserved(*p)) {
+            *o++ = (char)*p;
+        } else {
+            *o++ = '%';
+            *o++ = hex[*p >> 4];
+            *o++ = hex[*p & 15];
+        }
+    }
+    *o = '\0';
+    return out;
+}

@@ -1,0 +1,133 @@
+/* The etcd backend's side of a client: endpoints, authentication, and the
+ * one-shot calls and watches of the public API (the elector is in
+ * etcd/driver.c, behind kl__etcd_elector_backend).
+ *
+ * Every etcd request of a client goes through its kl__etcd_conn: POST
+ * <endpoint>/v3/... with a JSON body, to the current endpoint; on a failure
+ * to get an answer (connect, TLS, timeout, reset, gRPC Unavailable) the
+ * conn moves to the next endpoint for the requests that follow. With a
+ * user name, the conn authenticates (/v3/auth/authenticate) before the first
+ * request, sends the token as "Authorization: <token>", and authenticates
+ * again when etcd says the token is invalid. Tokens and passwords never
+ * reach a log line. */
+#ifndef KL_ETCD_CLIENT_H
+#define KL_ETCD_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/backend.h"
+#include "core/common.h"
+#include "etcd/codec.h"
+#include "core/http.h"
+
+typedef struct kl__etcd_conn kl__etcd_conn;
+typedef struct kl__etcd_watch kl__etcd_watch;
+
+/* The backend (core/backend.h) and its elector (etcd/driver.c). */
+extern const kl__backend kl__etcd_backend;
+extern const kl__elector_backend kl__etcd_elector_backend;
+
+/* Split and check k8slease_client_options.etcd_endpoints: comma-separated
+ * URLs "http(s)://host:port" (optional trailing '/', no other path, no
+ * query, no user info), all of one scheme, at least one. *out is a
+ * NULL-terminated array of malloc'ed "scheme://host:port" strings (free
+ * with kl__etcd_endpoints_free). K8SLEASE_EINVAL naming the endpoint and
+ * what is wrong ("etcd_endpoints: \"ftp://x\": scheme must be http or
+ * https"), K8SLEASE_ENOMEM. */
+int kl__etcd_endpoints_parse(const char *list, char ***out, size_t *n);
+void kl__etcd_endpoints_free(char **endpoints);
+
+/* The conn of a client (copies everything; log and loop are borrowed).
+ * username NULL: no authentication. Any thread. */
+int kl__etcd_conn_new(kl__etcd_conn **out, kl__loop *loop, const kl__log *log,
+                      char *const *endpoints, size_t n, const char *username, const char *password);
+/* After the loop has stopped (kl__loop_free cancels what is in flight).
+ * Accepts NULL. */
+void kl__etcd_conn_free(kl__etcd_conn *conn);
+/* The endpoint requests go to now (borrowed; loop thread, or any thread for
+ * messages). */
+const char *kl__etcd_conn_endpoint(const kl__etcd_conn *conn);
+
+/* Public calls on an etcd client (k8slease.h documents them; kl__etcd_backend
+ * dispatches here). name is the election name; ns was checked NULL. */
+int kl__etcd_holder_get(k8slease_client *client, const char *name, int64_t timeout_ms,
+                        k8slease_holder **out);
+int kl__etcd_lease_release(k8slease_client *client, const char *name, const char *identity,
+                           int force, int64_t timeout_ms);
+
+/* Holder watch of an election: report(arg, identity, epoch) on the loop
+ * thread with the current leader first, then at every change; "" and -1
+ * when there is no candidate. Reconnects by itself until cancelled.
+ * kl__etcd_watch_new: any thread; checks name, posts the start to the
+ * loop. cancel: loop thread, nothing is reported afterwards. free: after
+ * cancel, any thread. */
+typedef void (*kl__etcd_report_cb)(void *arg, const char *identity, int64_t epoch);
+int kl__etcd_watch_new(kl__etcd_watch **out, k8slease_client *client, const char *name,
+                       kl__etcd_report_cb report, void *arg);
+void kl__etcd_watch_cancel(kl__etcd_watch *w);
+void kl__etcd_watch_free(kl__etcd_watch *w);
+
+/* With etcd, ns must be NULL: "<fn>: ns must be NULL with the etcd
+ * backend". 0 or K8SLEASE_EINVAL. */
+int kl__etcd_check_ns(const char *fn, const char *ns);
+
+/* Check an election name: non-empty, no NUL (by construction), at most
+ * 400 bytes (k8slease.h; KL_EE_PREFIX_MAX leaves more room). what names
+ * the argument. */
+int kl__etcd_check_name(const char *what, const char *name);
+
+/* ---- Calls on the conn (the backend's internal API) ---- */
+
+/* One POST to the gateway. The conn picks the endpoint, adds the token,
+ * authenticates first when it has none, re-authenticates once when etcd
+ * says the token is invalid, and moves to the next endpoint when the
+ * current one fails to answer. */
+typedef struct kl__etcd_call kl__etcd_call;
+
+typedef struct kl__etcd_result {
+    int err;            /* 0: HTTP 200 (body is the answer), else a K8SLEASE_E* code */
+    const char *errmsg; /* err != 0: "etcd <endpoint><path>: ..." ("" otherwise) */
+    long status;        /* HTTP status; 0 when no answer arrived (transport error) */
+    const char *body;   /* status 200 of a unary call: the body (NUL-terminated); else "" */
+    size_t body_len;
+} kl__etcd_result;
+
+typedef void (*kl__etcd_done_cb)(const kl__etcd_result *res, void *arg);
+
+typedef struct kl__etcd_call_opts {
+    const char *path; /* "/v3/kv/range" */
+    const char *body; /* JSON (copied) */
+    size_t body_len;
+    int64_t timeout_ms; /* whole call, waiting for a token and retries included; 0: none */
+    /* Streams: the body of a 200 as it arrives (see kl__http_opts). */
+    kl__http_data_cb on_data;
+} kl__etcd_call_opts;
+
+/* Start a call (loop thread). done runs exactly once, on the loop thread,
+ * never from inside kl__etcd_call_start, unless the call is cancelled
+ * first. NULL on ENOMEM (error set). */
+kl__etcd_call *kl__etcd_call_start(kl__etcd_conn *conn, const kl__etcd_call_opts *opts,
+                                   kl__etcd_done_cb done, void *arg);
+/* Cancel (loop thread; also from the call's own on_data); done is not
+ * called. Accepts NULL. */
+void kl__etcd_call_cancel(kl__etcd_call *call);
+
+/* A watch stream: POST /v3/watch with a create request, framed into lines
+ * and decoded. on_msg gets every message (borrowed for the call); on_end
+ * once, when the stream is over: res->err 0 when the server closed it, else
+ * why (a message that cannot be decoded ends it with that error). Neither
+ * runs after kl__etcd_stream_cancel, which may be called from on_msg. */
+typedef struct kl__etcd_stream kl__etcd_stream;
+typedef void (*kl__etcd_msg_cb)(const kl__etcd_watch_msg *msg, void *arg);
+kl__etcd_stream *kl__etcd_stream_start(kl__etcd_conn *conn, const kl__etcd_watch_req *req,
+                                       kl__etcd_msg_cb on_msg, kl__etcd_done_cb on_end, void *arg);
+void kl__etcd_stream_cancel(kl__etcd_stream *s);
+
+/* Blocking call for other threads (holder get, release): 0 with *out
+ * (malloc'ed, kl__free) and *out_len set, or the error with the message set on
+ * the calling thread. K8SLEASE_ESTATE on the loop thread. */
+int kl__etcd_sync(kl__etcd_conn *conn, const char *path, const char *body, int64_t timeout_ms,
+                  char **out, size_t *out_len);
+
+#endif

@@ -1,0 +1,331 @@
+/* The Kubernetes side of a client (kl__k8s_backend): the kubeconfig chain,
+ * the shared Lease watches (k8s/informer.c), and the one-shot calls of the
+ * public API (holder, release, pod labels). */
+#include "k8s/client.h"
+
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/backend.h"
+#include "core/client.h"
+#include "core/clock.h"
+#include "core/elector.h"
+#include "k8s/api.h"
+#include "k8s/codec.h"
+#include "k8s/informer.h"
+#include "k8s/watch.h"
+
+#define DEFAULT_SYNC_TIMEOUT_MS 10000
+
+/* Kubernetes: the kubeconfig chain; the loop; the shared watches. */
+static int client_init(k8slease_client *c, const k8slease_client_options *opts)
+{
+    int err;
+
+    if (opts->context && !opts->context[0])
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.context is empty");
+    if (opts->kubeconfig)
+        err = kl__restconfig_from_kubeconfig(&c->cfg, opts->kubeconfig, opts->context);
+    else
+        err = kl__restconfig_load(&c->cfg, NULL, opts->context);
+    if (err < 0)
+        return err;
+    kl__log_printf(&c->log, K8SLEASE_LOG_INFO, "using %s (server %s, namespace %s)", c->cfg->source,
+                   c->cfg->server, c->cfg->ns);
+    if (strncmp(c->cfg->server, "http://", 7) == 0 &&
+        (c->cfg->token || c->cfg->token_file || c->cfg->exec))
+        kl__log_printf(&c->log, K8SLEASE_LOG_WARN,
+                       "%s: server %s is plain http://: its bearer token goes unencrypted",
+                       c->cfg->source, c->cfg->server);
+    if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
+        return err;
+    return kl__informer_new(&c->informer, c->loop, &c->log);
+}
+
+static void shutdown_informer(void *arg)
+{
+    kl__informer_shutdown(arg);
+}
+
+static void client_shutdown(k8slease_client *c)
+{
+    if (c->informer)
+        kl__loop_call(c->loop, shutdown_informer, c->informer);
+}
+
+static void client_free(k8slease_client *c)
+{
+    kl__informer_free(c->informer);
+}
+
+static const char *client_ns(const k8slease_client *client, const char *ns)
+{
+    return ns ? ns : client->cfg->ns;
+}
+
+static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,
+                      k8slease_holder **out)
+{
+    kl__http_opts req = {0};
+    kl__http_result res = {0};
+    kl__lease *lease = NULL;
+    k8slease_holder *h = NULL;
+    char *path = NULL, *body = NULL;
+    char what[400];
+    size_t body_len = 0;
+    long status = 0;
+    int err;
+
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
+        return err;
+    snprintf(what, sizeof(what), "get lease %s/%s", ns, name);
+    if (!(path = kl__lease_path(ns, name))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS;
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    res.status = status;
+    res.body = body;
+    res.body_len = body_len;
+    if ((err = kl__lease_result(&res, what, &lease)) < 0)
+        goto out;
+
+    if (!(h = kl__calloc(1, sizeof(*h)))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    h->identity = kl__strdup(lease->spec.holder ? lease->spec.holder : "");
+    h->resource_version = kl__strdup(lease->rv);
+    if (!h->identity || !h->resource_version) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    h->epoch = lease->spec.transitions;
+    h->renew_time_us = lease->spec.renew_us;
+    h->acquire_time_us = lease->spec.acquire_us;
+    h->lease_duration_s = lease->spec.duration_s;
+    /* As the seed: expired by renewTime + duration against our wall clock. */
+    h->expired = h->identity[0] && h->renew_time_us &&
+                 h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
+    *out = h;
+    h = NULL;
+out:
+    k8slease_holder_free(h);
+    kl__lease_free(lease);
+    kl__free(body);
+    kl__free(path);
+    return err;
+}
+
+/* A label value, also the name part of a key: at most 63 characters of
+ * [A-Za-z0-9._-], starting and ending alphanumeric (or empty). */
+static int is_label_value(const char *s)
+{
+    size_t n = strlen(s);
+
+    if (n > 63)
+        return 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        int alnum = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
+
+        if (!alnum && (i == 0 || i == n - 1 || (c != '-' && c != '_' && c != '.')))
+            return 0;
+    }
+    return 1;
+}
+
+static int check_label_key(const char *key)
+{
+    const char *slash;
+    const char *name;
+
+    if (!key || !key[0])
+        return kl__error_set(K8SLEASE_EINVAL, "label key is empty");
+    slash = strchr(key, '/');
+    name = slash ? slash + 1 : key;
+    if (slash) {
+        char prefix[254];
+        size_t n = (size_t)(slash - key);
+
+        if (n == 0 || n >= sizeof(prefix))
+            goto bad;
+        memcpy(prefix, key, n);
+        prefix[n] = '\0';
+        if (kl__check_name("label key prefix", prefix) < 0)
+            goto bad;
+    }
+    if (!name[0] || !is_label_value(name))
+        goto bad;
+    return 0;
+bad:
+    return kl__error_set(K8SLEASE_EINVAL,
+                         "label key \"%.80s\": must be [prefix/]name with name at most 63 "
+                         "characters of [A-Za-z0-9._-] starting and ending alphanumeric",
+                         key);
+}
+
+static int check_label_value(const char *value)
+{
+    if (is_label_value(value))
+        return 0;
+    return kl__error_set(K8SLEASE_EINVAL,
+                         "label value \"%.80s\": must be at most 63 characters of [A-Za-z0-9._-] "
+                         "starting and ending alphanumeric",
+                         value);
+}
+
+K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
+                                    const char *key, const char *value)
+{
+    kl__http_opts req = {0};
+    json_t *patch = NULL;
+    char *path = NULL, *body = NULL, *resp = NULL;
+    char what[400];
+    size_t resp_len = 0;
+    long status = 0;
+    int err;
+
+    if (!client)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_pod_label: client is NULL");
+    if (client->backend == K8SLEASE_BACKEND_ETCD)
+        return kl__error_set(K8SLEASE_ESTATE,
+                             "k8slease_pod_label: pod labels need the Kubernetes backend");
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("pod name", pod)) < 0 ||
+        (err = check_label_key(key)) < 0 || (value && (err = check_label_value(value)) < 0))
+        return err;
+    snprintf(what, sizeof(what), "%s label %s on pod %s/%s", value ? "set" : "remove", key, ns,
+             pod);
+
+    patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
+                      value ? json_string(value) : json_null());
+    path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod);
+    body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+    if (!patch || !path || !body) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    req.method = "PATCH";
+    req.path = path;
+    req.content_type = "application/merge-patch+json";
+    req.body = body;
+    req.body_len = strlen(body);
+    req.timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
+    if ((err = kl__http_sync(client->loop, &req, &status, &resp, &resp_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    if (status != 200)
+        err = kl__http_status_error(status, resp, resp_len, what);
+out:
+    kl__free(resp);
+    free(body); /* from jansson's allocator */
+    kl__free(path);
+    json_decref(patch);
+    return err;
+}
+
+/* One GET + PUT round of k8slease_lease_release: 0 done, K8SLEASE_ECONFLICT
+ * on a 409 of the PUT (*retry set), or another error. */
+static int release_once(k8slease_client *client, const char *path, const char *what,
+                        const char *identity, int force, int64_t timeout_ms, int *retry)
+{
+    kl__http_opts req = {0};
+    kl__http_result res = {0};
+    kl__lease *lease = NULL;
+    kl__lease_spec spec;
+    char *body = NULL, *put = NULL;
+    size_t body_len = 0;
+    long status = 0;
+    int err;
+
+    *retry = 0;
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout_ms;
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    res.status = status;
+    res.body = body;
+    res.body_len = body_len;
+    if ((err = kl__lease_result(&res, what, &lease)) < 0)
+        goto out;
+    if (!lease->spec.holder || !lease->spec.holder[0])
+        goto out; /* nobody holds it */
+    if (strcmp(lease->spec.holder, identity) != 0 && !force) {
+        err = kl__error_set(K8SLEASE_ECONFLICT,
+                            "%s: held by \"%s\", not \"%s\" (force to release anyway)", what,
+                            lease->spec.holder, identity);
+        goto out;
+    }
+    spec = lease->spec;
+    spec.holder = "";
+    spec.duration_s = 1;
+    spec.acquire_us = spec.renew_us = kl__clock_wall_us();
+    if (!(put = kl__lease_encode_update(lease, &spec))) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "%s: out of memory", what);
+        goto out;
+    }
+    kl__free(body);
+    body = NULL;
+    req.method = "PUT";
+    req.content_type = "application/json";
+    req.body = put;
+    req.body_len = strlen(put);
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    if (status != 200 && status != 201) {
+        err = kl__http_status_error(status, body, body_len, what);
+        *retry = err == K8SLEASE_ECONFLICT;
+    }
+out:
+    kl__free(put);
+    kl__free(body);
+    kl__lease_free(lease);
+    return err;
+}
+
+static int lease_release(k8slease_client *client, const char *ns, const char *name,
+                         const char *identity, int force, int64_t timeout_ms)
+{
+    char what[400];
+    char *path = NULL;
+    int err, retry = 1;
+
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
+        return err;
+    if (!identity[0] && !force)
+        return kl__error_set(K8SLEASE_EINVAL, "identity is empty");
+    snprintf(what, sizeof(what), "release lease %s/%s", ns, name);
+    if (!(path = kl__lease_path(ns, name)))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    /* A 409 means the Lease changed between our GET and PUT: look again. */
+    for (int i = 0; i < 5 && retry; i++)
+        err = release_once(client, path, what, identity, force,
+                           timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS, &retry);
+    kl__free(path);
+    return err;
+}
+
+const kl__backend kl__k8s_backend = {K8SLEASE_BACKEND_K8S, client_init,
+                                     client_shutdown,      client_free,
+                                     holder_get,           lease_release,
+                                     kl__k8s_watch_start,  kl__k8s_watch_cancel,
+                                     kl__k8s_watch_free,   &kl__k8s_elector_backend};

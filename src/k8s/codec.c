@@ -1,0 +1,640 @@
+/* Lease JSON codec, MicroTime and Status decoding, watch-stream framing. */
+#include "k8s/codec.h"
+
+#include <string.h>
+
+#include "core/common.h"
+
+#define US_PER_S   INT64_C(1000000)
+#define US_PER_DAY (US_PER_S * 86400)
+
+/* ------------------------------------------------------------------------ */
+/* MicroTime                                                                */
+/* ------------------------------------------------------------------------ */
+
+/* Proleptic Gregorian calendar arithmetic (Howard Hinnant's algorithms):
+ * exact for every year, no tables, and unlike gmtime/timegm no libc time
+ * zone state, so it is thread-safe and cheap. */
+static int64_t days_from_civil(int64_t y, int m, int d)
+{
+    int64_t era, yoe, doy, doe;
+
+    y -= m <= 2;
+    era = (y >= 0 ? y : y - 399) / 400;
+    yoe = y - era * 400;
+    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
+    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    return era * 146097 + doe - 719468;
+}
+
+static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
+{
+    int64_t era, doe, yoe, doy, mp;
+
+    z += 719468;
+    era = (z >= 0 ? z : z - 146096) / 146097;
+    doe = z - era * 146097;
+    yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    mp = (5 * doy + 2) / 153;
+    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
+    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
+    *y = yoe + era * 400 + (*m <= 2);
+}
+
+static int days_in_month(int y, int m)
+{
+    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
+
+    if (m == 2 && y % 4 == 0 && (y % 100 != 0 || y % 400 == 0))
+        return 29;
+    return days[m - 1];
+}
+
+/* Writes v (>= 0) with at least width digits, zero-padded. */
+static char *put_num(char *p, int64_t v, int width)
+{
+    char tmp[20];
+    int n = 0;
+
+    do {
+        tmp[n++] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0 || n < width);
+    while (n > 0)
+        *p++ = tmp[--n];
+    return p;
+}
+
+/* Hand-rolled rather than snprintf: no locale, and the compiler can see that
+ * it fits. Years outside 0..9999 (not RFC 3339) come out with a sign or more
+ * digits; |year| < 300000 for any int64, so at most 31 bytes with the NUL. */
+char *kl__microtime_format(int64_t us, char *buf)
+{
+    int64_t days = us / US_PER_DAY;
+    int64_t rem = us % US_PER_DAY;
+    int64_t year, secs;
+    int month, day;
+    char *p = buf;
+
+    /* C division truncates toward zero; times before 1970 need floor. */
+    if (rem < 0) {
+        rem += US_PER_DAY;
+        days--;
+    }
+    civil_from_days(days, &year, &month, &day);
+    secs = rem / US_PER_S;
+    if (year < 0) {
+        *p++ = '-';
+        year = -year;
+    }
+    p = put_num(p, year, 4);
+    *p++ = '-';
+    p = put_num(p, month, 2);
+    *p++ = '-';
+    p = put_num(p, day, 2);
+    *p++ = 'T';
+    p = put_num(p, secs / 3600, 2);
+    *p++ = ':';
+    p = put_num(p, secs / 60 % 60, 2);
+    *p++ = ':';
+    p = put_num(p, secs % 60, 2);
+    *p++ = '.';
+    p = put_num(p, rem % US_PER_S, 6);
+    *p++ = 'Z';
+    *p = '\0';
+    return buf;
+}
+
+/* Reads exactly n decimal digits. Stops at the first non-digit, so it never
+ * reads past a NUL. */
+static int read_digits(const char *s, int n, int *out)
+{
+    int v = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return -1;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return 0;
+}
+
+/* Returns NULL on success, else why s is not an RFC 3339 time. Each check
+ * reads a character only after the previous ones matched (&& short-circuits),
+ * so a short string is never over-read. */
+static const char *parse_rfc3339(const char *s, int64_t *us)
+{
+    int year, month, day, hour, min, sec, off_h = 0, off_m = 0, off_sign = 0;
+    int64_t frac = 0, secs;
+    int ndigits = 0;
+    const char *p = s;
+
+    if (read_digits(p, 4, &year) || p[4] != '-' || read_digits(p + 5, 2, &month) || p[7] != '-' ||
+        read_digits(p + 8, 2, &day) || (p[10] != 'T' && p[10] != 't') ||
+        read_digits(p + 11, 2, &hour) || p[13] != ':' || read_digits(p + 14, 2, &min) ||
+        p[16] != ':' || read_digits(p + 17, 2, &sec))
+        return "want YYYY-MM-DDTHH:MM:SS[.fraction](Z|+hh:mm|-hh:mm)";
+    p += 19;
+    if (*p == '.') {
+        for (p++; *p >= '0' && *p <= '9'; p++, ndigits++) {
+            if (ndigits < 6)
+                frac = frac * 10 + (*p - '0');
+        }
+        if (ndigits == 0)
+            return "no digits after the decimal point";
+        for (int i = ndigits; i < 6; i++)
+            frac *= 10;
+    }
+    if (*p == 'Z' || *p == 'z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        off_sign = *p == '-' ? -1 : 1;
+        if (read_digits(p + 1, 2, &off_h) || p[3] != ':' || read_digits(p + 4, 2, &off_m))
+            return "bad time zone offset, want +hh:mm or -hh:mm";
+        p += 6;
+    } else {
+        return "missing time zone (Z or +hh:mm)";
+    }
+    if (*p != '\0')
+        return "trailing characters";
+    if (month < 1 || month > 12)
+        return "month out of range";
+    if (day < 1 || day > days_in_month(year, month))
+        return "day out of range";
+    if (hour > 23)
+        return "hour out of range";
+    if (min > 59)
+        return "minute out of range";
+    /* Go's time.Parse rejects leap seconds too. */
+    if (sec > 59)
+        return "second out of range";
+    if (off_h > 23 || off_m > 59)
+        return "time zone offset out of range";
+    secs = days_from_civil(year, month, day) * 86400 + hour * 3600 + min * 60 + sec -
+           off_sign * (off_h * 3600 + off_m * 60);
+    *us = secs * US_PER_S + frac;
+    return NULL;
+}
+
+int kl__microtime_parse(const char *s, int64_t *us)
+{
+    const char *why;
+    int64_t v = 0;
+
+    if (!s)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "invalid MicroTime: null");
+    why = parse_rfc3339(s, &v);
+    if (why)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "invalid MicroTime \"%.64s\" (%s)", s, why);
+    *us = v;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* JSON helpers                                                             */
+/* ------------------------------------------------------------------------ */
+
+/* jansson returns NULL without any message when some allocations fail, so
+ * an empty message (jerr zeroed by the caller) means out of memory too. */
+static int json_fail(const json_error_t *jerr, const char *what)
+{
+    if (json_error_code(jerr) == json_error_out_of_memory || jerr->text[0] == '\0')
+        return kl__error_set(K8SLEASE_ENOMEM, "%s: out of memory", what);
+    return kl__error_set(K8SLEASE_EPROTOCOL, "%s: not valid JSON at line %d column %d: %s", what,
+                         jerr->line, jerr->column, jerr->text);
+}
+
+/* Optional string member: absent or null gives *out = NULL. */
+static int opt_string(const json_t *obj, const char *key, const char *path, const char **out)
+{
+    json_t *v = json_object_get(obj, key);
+
+    *out = NULL;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "%s: must be a string", path);
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* A "kind" present and different from want means the server answered with
+ * another object (usually a Status) where we expected want. */
+static int check_kind(const json_t *obj, const char *want)
+{
+    const char *kind, *msg = NULL;
+    int err;
+
+    if ((err = opt_string(obj, "kind", "kind", &kind)) < 0)
+        return err;
+    if (!kind || strcmp(kind, want) == 0)
+        return 0;
+    if (strcmp(kind, "Status") == 0 && opt_string(obj, "message", "message", &msg) == 0 && msg)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "expected a %s, got a Status: %s", want, msg);
+    return kl__error_set(K8SLEASE_EPROTOCOL, "expected a %s, got a %s", want, kind);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lease decoding                                                           */
+/* ------------------------------------------------------------------------ */
+
+/* leaseDurationSeconds and leaseTransitions are int32 in the Go API. */
+static int spec_int32(const json_t *spec, const char *key, int64_t *out)
+{
+    json_t *v = json_object_get(spec, key);
+    json_int_t n;
+
+    *out = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "spec.%s: must be an integer", key);
+    n = json_integer_value(v);
+    if (n < 0)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "spec.%s: must not be negative, got %lld", key,
+                             (long long)n);
+    if (n > INT32_MAX)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "spec.%s: %lld does not fit an int32", key,
+                             (long long)n);
+    *out = n;
+    return 0;
+}
+
+static int spec_time(const json_t *spec, const char *key, int64_t *out)
+{
+    json_t *v = json_object_get(spec, key);
+    int err;
+
+    *out = 0;
+    if (!v || json_is_null(v))
+        return 0;
+    if (!json_is_string(v))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "spec.%s: must be a string", key);
+    if ((err = kl__microtime_parse(json_string_value(v), out)) < 0)
+        return kl__error_wrap(err, "spec.%s", key);
+    return 0;
+}
+
+static int decode_spec(const json_t *spec, kl__lease_spec *out)
+{
+    int err;
+
+    if (!spec || json_is_null(spec))
+        return 0;
+    if (!json_is_object(spec))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "spec: must be an object");
+    if ((err = opt_string(spec, "holderIdentity", "spec.holderIdentity", &out->holder)) < 0 ||
+        (err = spec_int32(spec, "leaseDurationSeconds", &out->duration_s)) < 0 ||
+        (err = spec_time(spec, "acquireTime", &out->acquire_us)) < 0 ||
+        (err = spec_time(spec, "renewTime", &out->renew_us)) < 0 ||
+        (err = spec_int32(spec, "leaseTransitions", &out->transitions)) < 0)
+        return err;
+    return 0;
+}
+
+static int decode_lease(kl__lease *l)
+{
+    json_t *meta;
+    const char *s;
+    int err;
+
+    if ((err = check_kind(l->root, "Lease")) < 0)
+        return err;
+    meta = json_object_get(l->root, "metadata");
+    if (meta && !json_is_object(meta) && !json_is_null(meta))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "metadata: must be an object");
+    if ((err = opt_string(meta, "name", "metadata.name", &l->name)) < 0)
+        return err;
+    if (!l->name || !l->name[0]) {
+        l->name = NULL;
+        return kl__error_set(K8SLEASE_EPROTOCOL, "metadata.name missing");
+    }
+    if ((err = opt_string(meta, "namespace", "metadata.namespace", &s)) < 0)
+        return err;
+    l->ns = s ? s : "";
+    if ((err = opt_string(meta, "resourceVersion", "metadata.resourceVersion", &s)) < 0)
+        return err;
+    l->rv = s ? s : "";
+    if ((err = opt_string(meta, "uid", "metadata.uid", &s)) < 0)
+        return err;
+    l->uid = s ? s : "";
+    return decode_spec(json_object_get(l->root, "spec"), &l->spec);
+}
+
+int kl__lease_from_json(kl__lease **out, json_t *obj)
+{
+    kl__lease *l = NULL;
+    int err = 0;
+
+    *out = NULL;
+    if (!json_is_object(obj))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "Lease: not a JSON object");
+    l = kl__calloc(1, sizeof(*l));
+    if (!l)
+        return kl__error_set(K8SLEASE_ENOMEM, "Lease: out of memory");
+    l->root = json_incref(obj);
+    if ((err = decode_lease(l)) < 0)
+        goto out;
+    *out = l;
+    l = NULL;
+out:
+    /* One place adds "Lease ns/name" so every field error names its object. */
+    if (err == K8SLEASE_EPROTOCOL && l && l->name)
+        kl__error_wrap(err, "Lease %s%s%s", l->ns ? l->ns : "", l->ns && l->ns[0] ? "/" : "",
+                       l->name);
+    else if (err == K8SLEASE_EPROTOCOL)
+        kl__error_wrap(err, "Lease");
+    kl__lease_free(l);
+    return err;
+}
+
+int kl__lease_parse(kl__lease **out, const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *root;
+    int err;
+
+    *out = NULL;
+    memset(&jerr, 0, sizeof(jerr));
+    root = json_loadb(body, len, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        return json_fail(&jerr, "Lease body");
+    err = kl__lease_from_json(out, root);
+    json_decref(root);
+    return err;
+}
+
+void kl__lease_free(kl__lease *lease)
+{
+    if (!lease)
+        return;
+    json_decref(lease->root);
+    kl__free(lease);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lease encoding                                                           */
+/* ------------------------------------------------------------------------ */
+
+static int set_time(json_t *obj, const char *key, int64_t us)
+{
+    char buf[KL_MICROTIME_BUFLEN];
+
+    /* 0 is "absent": omitted, as Go's omitempty does for a nil *MicroTime. */
+    if (us == 0) {
+        json_object_del(obj, key);
+        return 0;
+    }
+    return json_object_set_new(obj, key, json_string(kl__microtime_format(us, buf)));
+}
+
+/* Existing keys keep their position (jansson replaces values in place), so
+ * an update reorders nothing. */
+static int set_spec(json_t *obj, const kl__lease_spec *spec)
+{
+    if (json_object_set_new(obj, "holderIdentity", json_string(spec->holder ? spec->holder : "")))
+        return -1;
+    if (spec->duration_s == 0)
+        json_object_del(obj, "leaseDurationSeconds");
+    else if (json_object_set_new(obj, "leaseDurationSeconds", json_integer(spec->duration_s)))
+        return -1;
+    if (set_time(obj, "acquireTime", spec->acquire_us) ||
+        set_time(obj, "renewTime", spec->renew_us) ||
+        json_object_set_new(obj, "leaseTransitions", json_integer(spec->transitions)))
+        return -1;
+    return 0;
+}
+
+static int dump_cb(const char *buf, size_t size, void *data)
+{
+    return kl__buf_append(data, buf, size) < 0 ? -1 : 0;
+}
+
+/* Dumps through kl__buf so that the result is freed with kl__free whatever
+ * allocator jansson was given. */
+static char *dump_compact(const json_t *root)
+{
+    kl__buf b = {0};
+
+    if (json_dump_callback(root, dump_cb, &b, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0) {
+        kl__buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+/* jansson refuses strings that are not UTF-8 the same way it reports
+ * allocation failure (NULL), so the message names both. */
+static void encode_error(const char *ns, const char *name)
+{
+    kl__error_set(K8SLEASE_ENOMEM,
+                  "Lease %s/%s: cannot encode body (out of memory, or a string is not UTF-8)",
+                  ns ? ns : "", name ? name : "");
+}
+
+char *kl__lease_encode_create(const char *ns, const char *name, const kl__lease_spec *spec)
+{
+    json_t *root;
+    char *body = NULL;
+
+    root = json_pack("{s:s, s:s, s:{s:s, s:s}, s:{}}", "apiVersion", "coordination.k8s.io/v1",
+                     "kind", "Lease", "metadata", "name", name, "namespace", ns, "spec");
+    if (!root)
+        goto out;
+    if (set_spec(json_object_get(root, "spec"), spec) < 0)
+        goto out;
+    body = dump_compact(root);
+out:
+    if (!body)
+        encode_error(ns, name);
+    json_decref(root);
+    return body;
+}
+
+char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
+{
+    json_t *root, *obj;
+    char *body = NULL;
+
+    root = json_deep_copy(base->root);
+    if (!root)
+        goto out;
+    obj = json_object_get(root, "spec");
+    if (!json_is_object(obj)) {
+        obj = json_object();
+        /* set_new steals obj even when it fails. */
+        if (json_object_set_new(root, "spec", obj) < 0)
+            goto out;
+    }
+    if (set_spec(obj, spec) < 0)
+        goto out;
+    body = dump_compact(root);
+out:
+    if (!body)
+        encode_error(base->ns, base->name);
+    json_decref(root);
+    return body;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Status                                                                   */
+/* ------------------------------------------------------------------------ */
+
+int kl__status_from_json(kl__status *out, json_t *obj)
+{
+    const char *reason, *message;
+    json_t *code;
+    int err = 0;
+
+    memset(out, 0, sizeof(*out));
+    if (!json_is_object(obj))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "Status: not a JSON object");
+    if ((err = check_kind(obj, "Status")) < 0)
+        goto out;
+    /* Without a kind, insist on a Status-only field so that, say, a Lease
+     * without kind is not taken for a Status with code 0. */
+    if (!json_object_get(obj, "kind") && !json_object_get(obj, "status") &&
+        !json_object_get(obj, "code")) {
+        err = kl__error_set(K8SLEASE_EPROTOCOL, "not a Status: no kind, status or code");
+        goto out;
+    }
+    code = json_object_get(obj, "code");
+    if (code && !json_is_null(code)) {
+        if (!json_is_integer(code) || json_integer_value(code) < INT32_MIN ||
+            json_integer_value(code) > INT32_MAX) {
+            err = kl__error_set(K8SLEASE_EPROTOCOL, "code: must be an integer");
+            goto out;
+        }
+        out->code = (int)json_integer_value(code);
+    }
+    if ((err = opt_string(obj, "reason", "reason", &reason)) < 0 ||
+        (err = opt_string(obj, "message", "message", &message)) < 0)
+        goto out;
+    out->reason = kl__strdup(reason ? reason : "");
+    out->message = kl__strdup(message ? message : "");
+    if (!out->reason || !out->message)
+        err = kl__error_set(K8SLEASE_ENOMEM, "Status: out of memory");
+out:
+    if (err == K8SLEASE_EPROTOCOL)
+        kl__error_wrap(err, "Status");
+    if (err < 0)
+        kl__status_clear(out);
+    return err;
+}
+
+int kl__status_parse(kl__status *out, const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *root;
+    int err;
+
+    memset(out, 0, sizeof(*out));
+    memset(&jerr, 0, sizeof(jerr));
+    root = json_loadb(body, len, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        return json_fail(&jerr, "Status body");
+    err = kl__status_from_json(out, root);
+    json_decref(root);
+    return err;
+}
+
+void kl__status_clear(kl__status *st)
+{
+    kl__free(st->reason);
+    kl__free(st->message);
+    memset(st, 0, sizeof(*st));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Watch events                                                             */
+/* ------------------------------------------------------------------------ */
+
+static const struct {
+    const char *name;
+    kl__watch_type type;
+} watch_types[] = {
+    {"ADDED", KL_WATCH_ADDED},       {"MODIFIED", KL_WATCH_MODIFIED}, {"DELETED", KL_WATCH_DELETED},
+    {"BOOKMARK", KL_WATCH_BOOKMARK}, {"ERROR", KL_WATCH_ERROR},
+};
+
+static int decode_event(kl__watch_event *out, json_t *root)
+{
+    const char *type, *rv;
+    json_t *obj;
+    size_t i;
+    int err;
+
+    if ((err = opt_string(root, "type", "type", &type)) < 0)
+        return err;
+    if (!type)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "type missing");
+    for (i = 0; i < KL_ARRAY_LEN(watch_types); i++) {
+        if (strcmp(type, watch_types[i].name) == 0)
+            break;
+    }
+    if (i == KL_ARRAY_LEN(watch_types))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "unknown type \"%.64s\"", type);
+    out->type = watch_types[i].type;
+    obj = json_object_get(root, "object");
+    if (!json_is_object(obj))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "%s: object missing or not an object", type);
+
+    switch (out->type) {
+    case KL_WATCH_BOOKMARK:
+        /* A bookmark carries only metadata.resourceVersion, no name. */
+        if ((err = opt_string(json_object_get(obj, "metadata"), "resourceVersion",
+                              "object.metadata.resourceVersion", &rv)) < 0)
+            break;
+        if (!rv) {
+            err = kl__error_set(K8SLEASE_EPROTOCOL, "object.metadata.resourceVersion missing");
+            break;
+        }
+        if (!(out->bookmark_rv = kl__strdup(rv)))
+            err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        break;
+    case KL_WATCH_ERROR:
+        err = kl__status_from_json(&out->status, obj);
+        break;
+    default:
+        err = kl__lease_from_json(&out->lease, obj);
+        break;
+    }
+    if (err < 0)
+        kl__error_wrap(err, "%s", type);
+    return err;
+}
+
+int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len)
+{
+    json_error_t jerr;
+    json_t *root;
+    int err = 0;
+
+    memset(out, 0, sizeof(*out));
+    memset(&jerr, 0, sizeof(jerr));
+    root = json_loadb(line, len, JSON_DECODE_ANY, &jerr);
+    if (!root)
+        return json_fail(&jerr, "watch event");
+    if (!json_is_object(root)) {
+        err = kl__error_set(K8SLEASE_EPROTOCOL, "not a JSON object");
+        goto out;
+    }
+    err = decode_event(out, root);
+out:
+    if (err < 0) {
+        kl__error_wrap(err, "watch event");
+        kl__watch_event_clear(out);
+    }
+    json_decref(root);
+    return err;
+}
+
+void kl__watch_event_clear(kl__watch_event *ev)
+{
+    kl__lease_free(ev->lease);
+    kl__free(ev->bookmark_rv);
+    kl__status_clear(&ev->status);
+    memset(ev, 0, sizeof(*ev));
+}

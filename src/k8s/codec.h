@@ -1,0 +1,97 @@
+/* Lease JSON codec (coordination.k8s.io/v1), MicroTime, Status objects.
+ *
+ * A kl__lease keeps the whole object it was parsed from, so an update sends
+ * back every field we do not own (labels, annotations, strategy,
+ * preferredHolder, managedFields, ...) untouched. */
+#ifndef KL_LEASE_H
+#define KL_LEASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "core/text.h" /* kl__line_splitter frames watch streams */
+
+/* The fields of LeaseSpec an election reads and writes. Times are wall-clock
+ * µs since the Unix epoch; 0 means "absent". holder NULL means absent/null. */
+typedef struct kl__lease_spec {
+    const char *holder;
+    int64_t duration_s;
+    int64_t acquire_us;
+    int64_t renew_us;
+    int64_t transitions;
+} kl__lease_spec;
+
+typedef struct kl__lease {
+    json_t *root;        /* the whole object (owned) */
+    const char *ns;      /* metadata.namespace, "" if absent (borrowed from root) */
+    const char *name;    /* metadata.name (borrowed from root) */
+    const char *rv;      /* metadata.resourceVersion, "" if absent (borrowed) */
+    const char *uid;     /* metadata.uid, "" if absent (borrowed) */
+    kl__lease_spec spec; /* spec.holder borrowed from root */
+} kl__lease;
+
+/* Parse a Lease from a response body. Errors (K8SLEASE_EPROTOCOL with a
+ * message naming the field): not JSON, not an object, kind present and not
+ * "Lease", metadata.name missing, a spec field of the wrong type, a bad
+ * MicroTime, negative leaseTransitions or leaseDurationSeconds.
+ * Missing or null spec fields are "absent". */
+int kl__lease_parse(kl__lease **out, const char *body, size_t len);
+/* Same from a JSON object (e.g. a watch event's "object"); takes a new
+ * reference, does not steal. */
+int kl__lease_from_json(kl__lease **out, json_t *obj);
+void kl__lease_free(kl__lease *lease);
+
+/* Body of a POST creating ns/name with the given spec (holder NULL: written
+ * as ""). Returns a malloc'ed NUL-terminated string (kl__free) or NULL on
+ * ENOMEM. Zero times / duration are omitted. */
+char *kl__lease_encode_create(const char *ns, const char *name, const kl__lease_spec *spec);
+/* Body of a PUT: base->root with the five spec fields replaced by spec
+ * (holder NULL written as ""; acquire/renew 0 written as null... never: the
+ * elector always sets them) and everything else, including
+ * metadata.resourceVersion, kept. NULL on ENOMEM. */
+char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec);
+
+/* MicroTime: format as "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (UTC, 6 digits) into
+ * buf (at least 32 bytes); returns buf. */
+#define KL_MICROTIME_BUFLEN 32
+char *kl__microtime_format(int64_t us, char *buf);
+/* Parse RFC 3339: any number of fraction digits (truncated to µs), "Z" or
+ * a +hh:mm / -hh:mm offset, also no fraction ("2006-01-02T15:04:05Z").
+ * Returns 0 or K8SLEASE_EPROTOCOL. */
+int kl__microtime_parse(const char *s, int64_t *us);
+
+/* A metav1.Status decoded from an error body. */
+typedef struct kl__status {
+    int code;      /* "code", 0 when absent */
+    char *reason;  /* "reason", "" when absent (owned) */
+    char *message; /* "message", "" when absent (owned) */
+} kl__status;
+/* Returns 0 when body is a Status object, K8SLEASE_EPROTOCOL otherwise
+ * (out zeroed in that case; nothing to free). */
+int kl__status_parse(kl__status *out, const char *body, size_t len);
+int kl__status_from_json(kl__status *out, json_t *obj);
+void kl__status_clear(kl__status *st);
+
+/* Watch event, one JSON object per line. */
+typedef enum kl__watch_type {
+    KL_WATCH_ADDED,
+    KL_WATCH_MODIFIED,
+    KL_WATCH_DELETED,
+    KL_WATCH_BOOKMARK,
+    KL_WATCH_ERROR
+} kl__watch_type;
+
+typedef struct kl__watch_event {
+    kl__watch_type type;
+    kl__lease *lease;  /* ADDED/MODIFIED/DELETED (owned) */
+    char *bookmark_rv; /* BOOKMARK: metadata.resourceVersion (owned) */
+    kl__status status; /* ERROR (owned) */
+} kl__watch_event;
+
+/* Decode one line of a watch stream. K8SLEASE_EPROTOCOL on anything else. */
+int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len);
+void kl__watch_event_clear(kl__watch_event *ev);
+
+#endif

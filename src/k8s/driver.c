@@ -1,0 +1,506 @@
+/* The elector over the Kubernetes Lease API: drives the pure state machine
+ * (k8s/election.c) from the client's loop thread, executes its actions as HTTP
+ * requests and callbacks, feeds it what the client's shared watch of the
+ * Lease sees (k8s/informer.c; not with poll_only), and lets other threads wait
+ * on the outcome.
+ *
+ * Order of what it feeds in: every result (the machine waits for it) and
+ * every watch observation whose resourceVersion is newer than the newest
+ * state fed in so far, from any source (kl__rv_gate). A stale event, e.g.
+ * one delivered after the answer to our own newer write, is dropped; a GET
+ * answered with an older state than the watch already showed is answered
+ * with that newer state instead. */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "core/client.h"
+#include "k8s/api.h"
+#include "k8s/client.h"
+#include "core/clock.h"
+#include "k8s/election.h"
+#include "core/elector.h"
+#include "k8s/informer.h"
+#include "k8s/codec.h"
+
+typedef struct k8s_elector {
+    k8slease_elector pub; /* first: the handle the caller holds */
+    char *ns, *name, *identity;
+    char *path;       /* .../leases/NAME */
+    char *collection; /* .../leases */
+    int64_t request_timeout_ms;
+
+    /* Loop thread only. */
+    kl__elector sm;
+    /* The newest Lease object seen, as JSON text: the base of every UPDATE.
+     * Text (re-parsed for each UPDATE) costs about a tenth of a parsed
+     * jansson tree, which matters at thousands of elections. */
+    char *base;
+    int absent;                /* the newest state seen is "no Lease" */
+    kl__rv_gate gate;          /* resourceVersion of the newest state fed in */
+    kl__rv_gate gate_at_start; /* gate when the request in flight started */
+    kl__sub *sub;              /* the shared watch; NULL with poll_only */
+    kl__http_req *req;         /* request in flight, if any */
+    kl__elector_req req_kind;
+    int64_t req_started; /* monotonic ns */
+    int req_renewal;     /* the UPDATE in flight renews our term */
+    kl__timer timer;
+    kl__timer failed; /* answers a request that could not start */
+} k8s_elector;
+
+static void run(k8s_elector *e, const kl__elector_event *ev);
+
+static void on_timer(kl__timer *t, void *arg)
+{
+    kl__elector_event ev = {.type = KL_EV_TIMER};
+
+    (void)t;
+    run(arg, &ev);
+}
+
+static void set_base(k8s_elector *e, char *json)
+{
+    kl__free(e->base);
+    e->base = json;
+    e->absent = 0;
+}
+
+static void set_absent(k8s_elector *e)
+{
+    kl__free(e->base);
+    e->base = NULL;
+    e->absent = 1;
+}
+
+static void count(k8s_elector *e, const kl__http_result *res, int status)
+{
+    k8slease_elector_stats *st = &e->pub.stats;
+    int64_t took = kl__clock_mono_ns() - e->req_started;
+
+    pthread_mutex_lock(&e->pub.mu);
+    st->requests++;
+    if (e->req_kind == KL_REQ_GET)
+        st->gets++;
+    else if (e->req_kind == KL_REQ_CREATE)
+        st->creates++;
+    else
+        st->updates++;
+    if (res->err)
+        st->transport_errors++;
+    else if (res->status == 409)
+        st->conflicts++;
+    else if (res->status >= 500)
+        st->http_5xx++;
+    else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_REQ_GET))
+        st->http_4xx++;
+    /* Acquisitions and renewals; not the write that releases the Lease. */
+    if (status == 0 && e->req_kind != KL_REQ_GET && e->sm.state != KL_EL_RELEASING)
+        st->last_renew_ns = e->req_started;
+    if (status == 0 && e->req_renewal)
+        kl__elector_count_renewal(st, e->req_started, took);
+    pthread_mutex_unlock(&e->pub.mu);
+}
+
+/* A GET answered with an older state than the watch already showed (the
+ * server read it before the change the event reported): answer with the
+ * newer state instead, so the machine never steps back. */
+static int newer_than_get(k8s_elector *e, kl__lease *got, kl__lease **newer, kl__elector_event *ev)
+{
+    if (e->req_kind != KL_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
+        return 0;
+    if (e->absent) {
+        ev->status = K8SLEASE_ENOTFOUND;
+        ev->spec = NULL;
+    } else if (!e->base || kl__lease_parse(newer, e->base, strlen(e->base)) < 0) {
+        return 0; /* out of memory: the older state is still a state */
+    } else {
+        ev->spec = &(*newer)->spec;
+    }
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG,
+                   "get %s: rv %s is older than the watch's: using that", e->pub.what, got->rv);
+    return 1;
+}
+
+/* An answer older than what was seen before the request even started is
+ * impossible while resourceVersions grow: a read or a write that succeeds
+ * reflects at least every change seen before it was sent. The server's
+ * storage was restored or replaced (etcd from a backup, or wiped), and its
+ * resourceVersions started again lower. Take the answer as the newest
+ * state from now on, and have the watch list again: resumed from the old
+ * resourceVersion it would stay silent until the new ones caught up. */
+static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
+{
+    if (!kl__rv_gate_older(&e->gate_at_start, got->rv))
+        return;
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN,
+                   "%s: resourceVersion went back from %llu to %s (the server's storage was "
+                   "restored or replaced): starting over from the server's answer",
+                   e->pub.what, (unsigned long long)e->gate_at_start.last, got->rv);
+    kl__rv_gate_set(&e->gate, got->rv);
+    kl__sub_relist(e->sub);
+}
+
+static void on_result(const kl__http_result *res, void *arg)
+{
+    k8s_elector *e = arg;
+    kl__elector_event ev = {.type = KL_EV_RESULT};
+    kl__lease *lease = NULL, *newer = NULL;
+    char what[400];
+    const char *verb = e->req_kind == KL_REQ_GET      ? "get"
+                       : e->req_kind == KL_REQ_CREATE ? "create"
+                                                      : "update";
+
+    e->req = NULL;
+    snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
+    ev.status = kl__lease_result(res, what, &lease);
+    count(e, res, ev.status);
+    if (ev.status == 0)
+        check_rv_went_back(e, lease);
+    if (ev.status == 0 && newer_than_get(e, lease, &newer, &ev)) {
+        /* ev now carries the newer state */
+    } else if (ev.status == 0) {
+        /* A write answered after an event of a later change (someone else's
+         * write) is fed in, the machine waits for it, but the base stays the
+         * newer object. */
+        if (!kl__rv_gate_older(&e->gate, lease->rv)) {
+            char *json = kl__strndup(res->body, res->body_len);
+
+            /* Out of memory: no base, so the next UPDATE fails and the
+             * machine reads the Lease again. */
+            if (json)
+                set_base(e, json);
+            else
+                set_absent(e);
+            kl__rv_gate_set(&e->gate, lease->rv);
+        }
+        ev.spec = &lease->spec;
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: ok, holder \"%s\" rv %s", what,
+                       lease->spec.holder ? lease->spec.holder : "", lease->rv);
+    } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
+        set_absent(e);
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: not found", what);
+    } else {
+        kl__log_printf(&e->pub.client->log,
+                       ev.status == K8SLEASE_ECONFLICT ? K8SLEASE_LOG_INFO : K8SLEASE_LOG_WARN,
+                       "%s", kl__error_get());
+    }
+    run(e, &ev);
+    kl__lease_free(newer);
+    kl__lease_free(lease);
+}
+
+/* Dumps through kl__buf so that the text is freed with kl__free whatever
+ * allocator jansson was given. */
+static int dump_cb(const char *buf, size_t size, void *data)
+{
+    return kl__buf_append(data, buf, size) < 0 ? -1 : 0;
+}
+
+static char *lease_json(const kl__lease *lease)
+{
+    kl__buf b = {0};
+
+    if (json_dump_callback(lease->root, dump_cb, &b, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0) {
+        kl__buf_free(&b);
+        return NULL;
+    }
+    return b.data;
+}
+
+static void on_watch(const kl__sub_event *sev, void *arg)
+{
+    k8s_elector *e = arg;
+    kl__elector_event ev = {.type = KL_EV_OBSERVE};
+
+    if (sev->type == KL_SUB_HEALTH) {
+        pthread_mutex_lock(&e->pub.mu);
+        e->pub.stats.watch_healthy = sev->healthy;
+        pthread_mutex_unlock(&e->pub.mu);
+        ev.type = KL_EV_WATCH;
+        ev.healthy = sev->healthy;
+        run(e, &ev);
+        return;
+    }
+    if (!kl__rv_gate_pass(&e->gate, sev->rv))
+        return;
+    if (sev->type == KL_SUB_LEASE) {
+        char *json = lease_json(sev->lease);
+
+        /* Without the text the state cannot be an UPDATE's base: forget
+         * it; the next UPDATE fails and the machine reads the Lease again. */
+        if (json)
+            set_base(e, json);
+        else
+            set_absent(e);
+        ev.spec = &sev->lease->spec;
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: holder \"%s\" rv %s",
+                       e->pub.what, sev->lease->spec.holder ? sev->lease->spec.holder : "",
+                       sev->rv);
+    } else {
+        set_absent(e);
+        ev.status = K8SLEASE_ENOTFOUND;
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: no lease (rv %s)",
+                       e->pub.what, sev->rv);
+    }
+    pthread_mutex_lock(&e->pub.mu);
+    e->pub.stats.watch_events++;
+    pthread_mutex_unlock(&e->pub.mu);
+    run(e, &ev);
+}
+
+/* A request that could not even start is answered like a failed one, on a
+ * later loop turn so the state machine is never re-entered. */
+static void on_failed(kl__timer *t, void *arg)
+{
+    kl__elector_event ev = {.type = KL_EV_RESULT, .status = K8SLEASE_ENOMEM};
+
+    (void)t;
+    run(arg, &ev);
+}
+
+/* Body of an UPDATE over the newest object seen; NULL on ENOMEM, or when
+ * there is none (the machine asks for an UPDATE only after a result or an
+ * observation gave it one; without it there is nothing safe to PUT). */
+static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
+{
+    kl__lease *base = NULL;
+    char *body;
+
+    if (!e->base) {
+        kl__error_set(K8SLEASE_ESTATE, "no Lease read yet to base an update on");
+        return NULL;
+    }
+    if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
+        return NULL;
+    body = kl__lease_encode_update(base, spec);
+    kl__lease_free(base);
+    return body;
+}
+
+static void start_request(k8s_elector *e, const kl__elector_action *a)
+{
+    kl__http_opts req = {0};
+    char *body = NULL;
+
+    req.timeout_ms = e->request_timeout_ms;
+    e->req_started = kl__clock_mono_ns();
+    e->req_renewal = a->type == KL_ACT_UPDATE && e->sm.state == KL_EL_LEADING;
+    if (a->type == KL_ACT_GET && e->sm.state == KL_EL_LEADING) {
+        pthread_mutex_lock(&e->pub.mu);
+        e->pub.stats.slow_path++;
+        pthread_mutex_unlock(&e->pub.mu);
+    }
+    switch (a->type) {
+    case KL_ACT_GET:
+        req.method = "GET";
+        req.path = e->path;
+        e->req_kind = KL_REQ_GET;
+        break;
+    case KL_ACT_CREATE:
+        req.method = "POST";
+        req.path = e->collection;
+        body = kl__lease_encode_create(e->ns, e->name, &a->spec);
+        e->req_kind = KL_REQ_CREATE;
+        break;
+    default:
+        req.method = "PUT";
+        req.path = e->path;
+        body = update_body(e, &a->spec);
+        e->req_kind = KL_REQ_UPDATE;
+        break;
+    }
+    if (a->type != KL_ACT_GET) {
+        if (!body)
+            goto fail;
+        req.content_type = "application/json";
+        req.body = body;
+        req.body_len = strlen(body);
+    }
+    e->gate_at_start = e->gate;
+    e->req = kl__http_start(e->pub.client->loop, &req, on_result, e);
+    kl__free(body);
+    if (e->req)
+        return;
+fail:
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR, "%s: cannot start request: %s",
+                   e->pub.what, kl__error_get());
+    /* A timer of our own (no allocation) answers on the next loop turn. */
+    kl__timer_arm(e->pub.client->loop, &e->failed, kl__loop_now(e->pub.client->loop));
+}
+
+static void detach(k8slease_elector *pub)
+{
+    k8s_elector *e = (k8s_elector *)pub;
+
+    kl__timer_cancel(e->pub.client->loop, &e->timer);
+    kl__timer_cancel(e->pub.client->loop, &e->failed);
+    kl__http_cancel(e->pub.client->loop, e->req);
+    e->req = NULL;
+    kl__sub_stop(e->sub);
+    e->sub = NULL;
+}
+
+static void finish(k8s_elector *e)
+{
+    detach(&e->pub);
+    kl__elector_report_done(&e->pub);
+}
+
+static void exec_action(k8s_elector *e, const kl__elector_action *a)
+{
+    switch (a->type) {
+    case KL_ACT_GET:
+    case KL_ACT_CREATE:
+    case KL_ACT_UPDATE:
+        start_request(e, a);
+        break;
+    case KL_ACT_STARTED:
+        kl__elector_report_started(&e->pub, a->epoch, kl__elector_leader_deadline(&e->sm));
+        break;
+    case KL_ACT_STOPPED:
+        kl__elector_report_stopped(&e->pub);
+        break;
+    case KL_ACT_NEW_LEADER:
+        kl__elector_report_new_leader(&e->pub, a->identity, a->epoch);
+        break;
+    case KL_ACT_DONE:
+        finish(e);
+        break;
+    }
+}
+
+/* Feed one event to the state machine and carry out what it says. */
+static void run(k8s_elector *e, const kl__elector_event *ev)
+{
+    kl__elector_actions acts;
+    int64_t at;
+
+    if (e->sm.state == KL_EL_DONE)
+        return;
+    kl__elector_step(&e->sm, ev, kl__clock_mono_ns(), kl__clock_wall_us(), &acts);
+    for (int i = 0; i < acts.n; i++)
+        exec_action(e, &acts.a[i]);
+    if (e->sm.state == KL_EL_DONE)
+        return;
+    if (e->sm.state == KL_EL_LEADING)
+        kl__elector_report_deadline(&e->pub, kl__elector_leader_deadline(&e->sm));
+    at = kl__elector_timer(&e->sm);
+    if (at == INT64_MAX)
+        kl__timer_cancel(e->pub.client->loop, &e->timer);
+    else
+        kl__timer_arm(e->pub.client->loop, &e->timer, at);
+}
+
+static void start(k8slease_elector *pub)
+{
+    k8s_elector *e = (k8s_elector *)pub;
+    kl__elector_event ev = {.type = KL_EV_START};
+
+    kl__loop_set_dead_timeout(e->pub.client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
+    if (!e->pub.opts.poll_only && e->sm.state == KL_EL_IDLE &&
+        !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
+                                 on_watch, e)))
+        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN, "%s: %s; polling without a watch",
+                       e->pub.what, kl__error_get());
+    run(e, &ev);
+    if (kl__sub_healthy(e->sub)) {
+        kl__sub_event healthy = {.type = KL_SUB_HEALTH, .healthy = 1};
+
+        on_watch(&healthy, e);
+    }
+}
+
+static void stop(k8slease_elector *pub, int release)
+{
+    kl__elector_event ev = {.type = KL_EV_STOP, .release = release};
+
+    run((k8s_elector *)pub, &ev);
+}
+
+static void destroy(k8slease_elector *pub)
+{
+    k8s_elector *e = (k8s_elector *)pub;
+
+    if (!e)
+        return;
+    kl__free(e->base);
+    kl__free(e->ns);
+    kl__free(e->name);
+    kl__free(e->identity);
+    kl__free(e->path);
+    kl__free(e->collection);
+    kl__elector_head_destroy(&e->pub);
+    kl__free(e);
+}
+
+static int create(k8slease_elector **out, k8slease_client *client,
+                  const k8slease_elector_options *opts)
+{
+    kl__elector_config cfg = {0};
+    k8s_elector *e = NULL;
+    const char *ns;
+    int64_t ld, rd, rp;
+    int err;
+
+    ns = opts->ns ? opts->ns : client->cfg->ns;
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", opts->name)) < 0)
+        return err;
+    if (!opts->identity)
+        return kl__error_set(K8SLEASE_EINVAL, "identity is NULL");
+    if (!kl__utf8_valid(opts->identity, strlen(opts->identity)))
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "identity is not valid UTF-8 (a Lease's holderIdentity is a JSON "
+                             "string)");
+    ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
+    rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
+    rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;
+    if (ld < 0 || rd < 0 || rp < 0)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "durations must be positive (lease_duration %lld ms, renew_deadline "
+                             "%lld ms, retry_period %lld ms)",
+                             (long long)ld, (long long)rd, (long long)rp);
+    if (ld > INT64_MAX / KL_NS_PER_MS)
+        return kl__error_set(K8SLEASE_EINVAL, "lease_duration %lld ms is too large", (long long)ld);
+
+    if (!(e = kl__calloc(1, sizeof(*e))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts, "lease %s/%s", ns,
+                          opts->name);
+    e->ns = kl__strdup(ns);
+    e->name = kl__strdup(opts->name);
+    e->identity = kl__strdup(opts->identity);
+    e->path = kl__lease_path(ns, opts->name);
+    e->collection = kl__lease_path(ns, NULL);
+    if (!e->ns || !e->name || !e->identity || !e->path || !e->collection) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    /* As client-go: a request may take at most half the renew deadline, so
+     * one slow request cannot eat the whole budget; but at least 1 s. */
+    e->request_timeout_ms = rd / 2 > 1000 ? rd / 2 : 1000;
+
+    cfg.identity = e->identity;
+    cfg.lease_duration_ns = ld * KL_NS_PER_MS;
+    cfg.renew_deadline_ns = rd * KL_NS_PER_MS;
+    cfg.retry_period_ns = rp * KL_NS_PER_MS;
+    cfg.release_on_cancel = opts->release_on_cancel;
+    cfg.seed = kl__elector_seed(e);
+    cfg.poll_only = opts->poll_only != 0;
+    if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
+        goto out;
+    kl__timer_init(&e->timer, on_timer, e);
+    kl__timer_init(&e->failed, on_failed, e);
+    *out = &e->pub;
+    e = NULL;
+out:
+    destroy((k8slease_elector *)e);
+    return err;
+}
+
+const kl__elector_backend kl__k8s_elector_backend = {create, start, stop, detach, destroy};

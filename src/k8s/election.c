@@ -1,0 +1,603 @@
+/* The election state machine. The rules are listed in k8s/election.h; this file
+ * only adds the reasons behind the less obvious choices. */
+#include "k8s/election.h"
+
+#include <assert.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "core/clock.h" /* KL_NS_PER_* only: the elector never reads a clock */
+#include "core/common.h"
+
+/* Hook to watch every state change (e.g. printf in a debugging build). The
+ * elector itself never does I/O, so by default it expands to nothing. */
+#ifndef KL_ELECTOR_TRACE
+#define KL_ELECTOR_TRACE(e, from, to) ((void)0)
+#endif
+
+static void set_state(kl__elector *e, kl__elector_state to)
+{
+    KL_ELECTOR_TRACE(e, e->state, to);
+    e->state = to;
+}
+
+static int64_t sec_to_ns(int64_t s)
+{
+    if (s <= 0)
+        return 0;
+    return s > INT64_MAX / KL_NS_PER_S ? INT64_MAX : s * KL_NS_PER_S;
+}
+
+/* The Lease holds whole seconds; rounding up keeps the lease others see at
+ * least as long as the one we promised ourselves. */
+static int64_t lease_duration_s(const kl__elector *e)
+{
+    int64_t ns = e->cfg.lease_duration_ns;
+
+    return ns / KL_NS_PER_S + (ns % KL_NS_PER_S != 0);
+}
+
+static uint64_t next_rand(kl__elector *e)
+{
+    return kl__splitmix64(&e->rng);
+}
+
+/* RP * (1 + r * 1.2), r in [0,1): the jitter spreads candidates that failed
+ * together. Integer arithmetic keeps the bound exact: the extra delay is
+ * below floor(1.2 * RP), and the modulo bias is far below a nanosecond. */
+static int64_t retry_delay(kl__elector *e)
+{
+    int64_t rp = e->cfg.retry_period_ns;
+    uint64_t span = (uint64_t)(rp + rp / 5);
+
+    return kl__add_sat(rp, (int64_t)(next_rand(e) % span));
+}
+
+/* j in [0, RP/20): spreads the attempts of the followers that all saw the
+ * same record expire, a few percent of RP so it costs little failover time. */
+static int64_t expiry_jitter(kl__elector *e)
+{
+    uint64_t span = (uint64_t)(e->cfg.retry_period_ns / 20);
+
+    return span ? (int64_t)(next_rand(e) % span) : 0;
+}
+
+static kl__elector_action *push(kl__elector_actions *out, kl__elector_action_type type)
+{
+    kl__elector_action *a;
+
+    /* A step emits at most four actions (STOPPED, NEW_LEADER, STARTED and
+     * a request or DONE). */
+    assert(out->n < KL_ELECTOR_MAX_ACTIONS);
+    a = &out->a[out->n++];
+    memset(a, 0, sizeof(*a));
+    a->type = type;
+    return a;
+}
+
+static void request(kl__elector *e, kl__elector_req req, const kl__lease_spec *spec, int64_t now,
+                    kl__elector_actions *out)
+{
+    static const kl__elector_action_type types[] = {[KL_REQ_GET] = KL_ACT_GET,
+                                                    [KL_REQ_CREATE] = KL_ACT_CREATE,
+                                                    [KL_REQ_UPDATE] = KL_ACT_UPDATE};
+    kl__elector_action *a = push(out, types[req]);
+
+    if (spec)
+        a->spec = *spec;
+    e->req = req;
+    e->req_started = now;
+    e->req_fast_path = 0;
+}
+
+static int same_name(const char *stored, size_t stored_len, uint64_t stored_hash, const char *s,
+                     size_t len, uint64_t hash)
+{
+    size_t n = len < KL_IDENTITY_MAX - 1 ? len : KL_IDENTITY_MAX - 1;
+
+    return stored_len == len && stored_hash == hash && memcmp(stored, s, n) == 0;
+}
+
+static void copy_name(char *dst, const char *s, size_t len)
+{
+    size_t n = len < KL_IDENTITY_MAX - 1 ? len : KL_IDENTITY_MAX - 1;
+
+    memcpy(dst, s, n);
+    dst[n] = '\0';
+}
+
+static int holder_is_self(const kl__elector *e)
+{
+    size_t len = strlen(e->cfg.identity);
+
+    /* identity is shorter than the buffer, so a match is never a prefix */
+    return e->have_observed && e->holder_len == len && memcmp(e->holder, e->cfg.identity, len) == 0;
+}
+
+/* observed_time only moves when the record changes: a leader that stopped
+ * renewing leaves the same record, and its expiry must count from the first
+ * time we saw it, by our clock, never from its (skewed) renewTime. Our own
+ * writes always restart it. */
+static void observe(kl__elector *e, const kl__lease_spec *s, int64_t now, int written)
+{
+    const char *h = s->holder ? s->holder : "";
+    size_t len = strlen(h);
+    uint64_t hash = kl__fnv1a(h, len);
+
+    if (!written && e->have_observed &&
+        same_name(e->holder, e->holder_len, e->holder_hash, h, len, hash) &&
+        e->duration_s == s->duration_s && e->acquire_us == s->acquire_us &&
+        e->renew_us == s->renew_us && e->transitions == s->transitions)
+        return;
+    copy_name(e->holder, h, len);
+    e->holder_len = len;
+    e->holder_hash = hash;
+    e->duration_s = s->duration_s;
+    e->acquire_us = s->acquire_us;
+    e->renew_us = s->renew_us;
+    e->transitions = s->transitions;
+    e->have_observed = 1;
+    e->observed_time = now;
+}
+
+static void report_leader(kl__elector *e, kl__elector_actions *out)
+{
+    kl__elector_action *a;
+
+    if (!e->have_observed ||
+        (e->have_reported && same_name(e->reported, e->reported_len, e->reported_hash, e->holder,
+                                       e->holder_len, e->holder_hash)))
+        return;
+    memcpy(e->reported, e->holder, sizeof(e->reported));
+    e->reported_len = e->holder_len;
+    e->reported_hash = e->holder_hash;
+    e->have_reported = 1;
+    a = push(out, KL_ACT_NEW_LEADER);
+    a->identity = e->reported;
+    a->epoch = e->transitions;
+}
+
+/* Held by someone else, judged by our monotonic clock only. A zero duration
+ * means expired at once. */
+static int held_by_other(const kl__elector *e, int64_t now)
+{
+    return e->holder_len > 0 && !holder_is_self(e) &&
+           kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
+}
+
+static void emit_stopped(kl__elector *e, kl__elector_actions *out)
+{
+    if (e->stopped_emitted)
+        return;
+    e->stopped_emitted = 1;
+    push(out, KL_ACT_STOPPED);
+}
+
+static void finish(kl__elector *e, kl__elector_actions *out)
+{
+    emit_stopped(e, out);
+    set_state(e, KL_EL_DONE);
+    e->req = KL_REQ_NONE;
+    e->next_attempt = INT64_MAX;
+    push(out, KL_ACT_DONE);
+}
+
+static void get(kl__elector *e, int64_t now, kl__elector_actions *out)
+{
+    request(e, KL_REQ_GET, NULL, now, out);
+}
+
+static void new_term(kl__elector *e, int create, int64_t now, int64_t wall_us,
+                     kl__elector_actions *out)
+{
+    kl__lease_spec s = {e->cfg.identity, lease_duration_s(e), wall_us, wall_us, 0};
+
+    if (!create)
+        s.transitions = e->transitions + 1;
+    request(e, create ? KL_REQ_CREATE : KL_REQ_UPDATE, &s, now, out);
+}
+
+static void renew(kl__elector *e, int fast_path, int64_t now, int64_t wall_us,
+                  kl__elector_actions *out)
+{
+    kl__lease_spec s = {e->cfg.identity, lease_duration_s(e), e->acquire_us, wall_us,
+                        e->transitions};
+
+    request(e, KL_REQ_UPDATE, &s, now, out);
+    e->req_fast_path = fast_path;
+}
+
+static void release_update(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
+{
+    kl__lease_spec s = {"", 1, wall_us, wall_us, e->transitions};
+
+    request(e, KL_REQ_UPDATE, &s, now, out);
+}
+
+static void begin_release(kl__elector *e, int64_t now, kl__elector_actions *out)
+{
+    if (!e->stop_release || !e->may_hold) {
+        finish(e, out);
+        return;
+    }
+    e->release_started = 1;
+    get(e, now, out);
+}
+
+/* Leaving LEADING or ACQUIRING for good. STOPPED goes out first so that
+ * is_leader is false before anything is written; a request in flight is
+ * waited for because its outcome decides whether there is a lease to
+ * release. */
+static void step_down(kl__elector *e, int release, int may_hold, int64_t now,
+                      kl__elector_actions *out)
+{
+    emit_stopped(e, out);
+    set_state(e, KL_EL_RELEASING);
+    e->stop_release = release;
+    e->may_hold = may_hold;
+    e->release_started = 0;
+    e->release_deadline = kl__add_sat(now, e->cfg.renew_deadline_ns);
+    e->next_attempt = INT64_MAX;
+    if (e->req == KL_REQ_NONE)
+        begin_release(e, now, out);
+}
+
+static int watching(const kl__elector *e)
+{
+    return !e->cfg.poll_only && e->watch_healthy;
+}
+
+/* A candidate's next attempt. With a healthy watch every change of the
+ * Lease reaches us as it happens, so the one thing left to wait for is the
+ * expiry of the record we see; otherwise poll as client-go does. */
+static void retry_later(kl__elector *e, int64_t now)
+{
+    if (watching(e) && e->have_observed && held_by_other(e, now))
+        e->next_attempt =
+            kl__add_sat(kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)), expiry_jitter(e));
+    else
+        e->next_attempt = kl__add_sat(now, retry_delay(e));
+}
+
+static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
+                             const kl__lease_spec *spec, int64_t now, int64_t wall_us,
+                             kl__elector_actions *out)
+{
+    if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND) {
+        new_term(e, 1, now, wall_us, out);
+        return;
+    }
+    if (status != 0) {
+        retry_later(e, now);
+        return;
+    }
+    if (req == KL_REQ_GET) {
+        observe(e, spec, now, 0);
+        report_leader(e, out);
+        if (held_by_other(e, now))
+            retry_later(e, now);
+        else
+            new_term(e, 0, now, wall_us, out);
+        return;
+    }
+    observe(e, spec, now, 1);
+    /* A write answered after the renew deadline would start a term that is
+     * already over: stay a candidate. The next GET shows us as holder and
+     * takes a fresh term at once. */
+    if (!holder_is_self(e) || now >= kl__add_sat(e->req_started, e->cfg.renew_deadline_ns)) {
+        report_leader(e, out);
+        retry_later(e, now);
+        return;
+    }
+    set_state(e, KL_EL_LEADING);
+    e->epoch = e->transitions;
+    e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
+    e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
+    push(out, KL_ACT_STARTED)->epoch = e->epoch;
+    report_leader(e, out);
+}
+
+static void leading_result(kl__elector *e, kl__elector_req req, int status,
+                           const kl__lease_spec *spec, int64_t now, int64_t wall_us,
+                           kl__elector_actions *out)
+{
+    if (req == KL_REQ_UPDATE && status == 0) {
+        observe(e, spec, now, 1);
+        report_leader(e, out);
+        e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
+    } else if (req == KL_REQ_UPDATE && e->req_fast_path) {
+        /* the cached object may be stale: read it and try again now */
+        get(e, now, out);
+    } else if (req == KL_REQ_GET && status == 0) {
+        observe(e, spec, now, 0);
+        report_leader(e, out);
+        /* Somebody else holds it, or a new term started under our name
+         * (same identity twice): either way our epoch is no longer the
+         * fencing token, even if that holder has expired. */
+        if (holder_is_self(e) && e->transitions == e->epoch)
+            renew(e, 0, now, wall_us, out);
+        else
+            step_down(e, 0, 0, now, out);
+    } else if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND) {
+        /* Deleted under us. Recreating it would restart transitions at 0
+         * and break the epoch order, so this term is over. */
+        step_down(e, 0, 0, now, out);
+    } else {
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
+    }
+}
+
+static void releasing_result(kl__elector *e, kl__elector_req req, int status,
+                             const kl__lease_spec *spec, int64_t now, int64_t wall_us,
+                             kl__elector_actions *out)
+{
+    if (!e->release_started) {
+        /* Sent before stopping. A write that succeeded, or failed without
+         * a conflict (it may have reached the server), may have made us
+         * holder: the release GET will tell. */
+        if (status == 0)
+            observe(e, spec, now, req != KL_REQ_GET);
+        if (req != KL_REQ_GET && status != K8SLEASE_ECONFLICT)
+            e->may_hold = 1;
+        report_leader(e, out);
+        begin_release(e, now, out);
+        return;
+    }
+    if (status == 0) {
+        observe(e, spec, now, req != KL_REQ_GET);
+        report_leader(e, out);
+        if (req == KL_REQ_GET && holder_is_self(e))
+            release_update(e, now, wall_us, out);
+        else
+            finish(e, out);
+    } else if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND) {
+        finish(e, out);
+    } else if (req == KL_REQ_UPDATE && status == K8SLEASE_ECONFLICT) {
+        get(e, now, out);
+    } else {
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
+    }
+}
+
+static void on_result(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                      kl__elector_actions *out)
+{
+    kl__elector_req req = e->req;
+    int status = ev->status;
+
+    /* a driver bug, but "ok" without a body must not be taken as a write */
+    if (status == 0 && !ev->spec)
+        status = K8SLEASE_EPROTOCOL;
+    e->req = KL_REQ_NONE;
+    if (e->state == KL_EL_ACQUIRING)
+        acquiring_result(e, req, status, ev->spec, now, wall_us, out);
+    else if (e->state == KL_EL_LEADING)
+        leading_result(e, req, status, ev->spec, now, wall_us, out);
+    else if (e->state == KL_EL_RELEASING)
+        releasing_result(e, req, status, ev->spec, now, wall_us, out);
+}
+
+/* An observation from the watch. The driver has already dropped the ones
+ * not newer than what it fed in before, from any source. */
+static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                       kl__elector_actions *out)
+{
+    int absent = ev->status == K8SLEASE_ENOTFOUND;
+
+    if (e->cfg.poll_only || (!absent && (ev->status != 0 || !ev->spec)))
+        return;
+    if (!absent &&
+        (e->state == KL_EL_ACQUIRING || e->state == KL_EL_LEADING || e->state == KL_EL_RELEASING)) {
+        observe(e, ev->spec, now, 0);
+        report_leader(e, out);
+    }
+    if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE) {
+        if (absent)
+            new_term(e, 1, now, wall_us, out);
+        else if (!held_by_other(e, now))
+            new_term(e, 0, now, wall_us, out);
+        else if (watching(e))
+            retry_later(e, now);
+        /* Not healthy: the poll already planned stays. Moving it at each
+         * renewal the leader makes would postpone it for ever. */
+    } else if (e->state == KL_EL_LEADING) {
+        /* as a GET showing the same would (leading_result) */
+        if (absent || !holder_is_self(e) || e->transitions != e->epoch)
+            step_down(e, 0, 0, now, out);
+    }
+}
+
+static void on_watch_health(kl__elector *e, int healthy, int64_t now)
+{
+    if (e->cfg.poll_only || !healthy == !e->watch_healthy)
+        return;
+    e->watch_healthy = !!healthy;
+    if (e->state != KL_EL_ACQUIRING || e->req != KL_REQ_NONE)
+        return;
+    if (healthy) {
+        if (e->have_observed && held_by_other(e, now))
+            retry_later(e, now);
+    } else {
+        int64_t poll = kl__add_sat(now, retry_delay(e));
+
+        if (poll < e->next_attempt)
+            e->next_attempt = poll;
+    }
+}
+
+static void on_timer(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
+{
+    if (now < kl__elector_timer(e))
+        return;
+    /* the deadlines were handled by the caller: this is the next attempt */
+    if (e->state == KL_EL_ACQUIRING || e->state == KL_EL_RELEASING)
+        get(e, now, out);
+    else if (e->state == KL_EL_LEADING)
+        renew(e, 1, now, wall_us, out);
+}
+
+static void on_stop(kl__elector *e, int release, int64_t now, kl__elector_actions *out)
+{
+    if (e->stop_requested)
+        return;
+    e->stop_requested = 1;
+    if (e->state == KL_EL_IDLE)
+        finish(e, out);
+    else if (e->state == KL_EL_ACQUIRING)
+        step_down(e, release, 0, now, out);
+    else if (e->state == KL_EL_LEADING)
+        step_down(e, release, 1, now, out);
+    /* RELEASING: already on its way to DONE */
+}
+
+void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                      kl__elector_actions *out)
+{
+    /* decided before the deadline checks, which may send a request */
+    int stale = ev->type == KL_EV_RESULT && e->req == KL_REQ_NONE;
+
+    out->n = 0;
+    if (e->state == KL_EL_DONE)
+        return;
+    /* Every event, not only the timer: a late event must never extend a
+     * term whose deadline has passed. */
+    if (e->state == KL_EL_LEADING && now >= e->leader_deadline)
+        step_down(e, e->cfg.release_on_cancel, 1, now, out);
+    if (e->state == KL_EL_RELEASING && now >= e->release_deadline) {
+        finish(e, out);
+        return;
+    }
+    switch (ev->type) {
+    case KL_EV_START:
+        if (e->state == KL_EL_IDLE) {
+            set_state(e, KL_EL_ACQUIRING);
+            get(e, now, out);
+        }
+        break;
+    case KL_EV_TIMER:
+        on_timer(e, now, wall_us, out);
+        break;
+    case KL_EV_RESULT:
+        if (!stale)
+            on_result(e, ev, now, wall_us, out);
+        break;
+    case KL_EV_STOP:
+        on_stop(e, ev->release, now, out);
+        break;
+    case KL_EV_OBSERVE:
+        on_observe(e, ev, now, wall_us, out);
+        break;
+    case KL_EV_WATCH:
+        on_watch_health(e, ev->healthy, now);
+        break;
+    }
+}
+
+int64_t kl__elector_timer(const kl__elector *e)
+{
+    int64_t next = e->req == KL_REQ_NONE ? e->next_attempt : INT64_MAX;
+
+    switch (e->state) {
+    case KL_EL_ACQUIRING:
+        return next;
+    case KL_EL_LEADING:
+        return next < e->leader_deadline ? next : e->leader_deadline;
+    case KL_EL_RELEASING:
+        return next < e->release_deadline ? next : e->release_deadline;
+    default:
+        return INT64_MAX;
+    }
+}
+
+int kl__elector_is_leader(const kl__elector *e, int64_t now)
+{
+    return e->state == KL_EL_LEADING && now < e->leader_deadline;
+}
+
+int64_t kl__elector_leader_deadline(const kl__elector *e)
+{
+    return e->state == KL_EL_LEADING ? e->leader_deadline : 0;
+}
+
+const char *kl__elector_state_name(kl__elector_state s)
+{
+    switch (s) {
+    case KL_EL_IDLE:
+        return "IDLE";
+    case KL_EL_ACQUIRING:
+        return "ACQUIRING";
+    case KL_EL_LEADING:
+        return "LEADING";
+    case KL_EL_RELEASING:
+        return "RELEASING";
+    case KL_EL_DONE:
+        return "DONE";
+    }
+    return "?";
+}
+
+/* "5000 ms", or "1500001 ns" when milliseconds would hide the value. */
+static const char *fmt_duration(int64_t ns, char *buf, size_t size)
+{
+    if (ns % KL_NS_PER_MS == 0)
+        snprintf(buf, size, "%lld ms", (long long)(ns / KL_NS_PER_MS));
+    else
+        snprintf(buf, size, "%lld ns", (long long)ns);
+    return buf;
+}
+
+static int check_positive(const char *name, int64_t ns)
+{
+    char buf[32];
+
+    if (ns > 0)
+        return 0;
+    return kl__error_set(K8SLEASE_EINVAL, "%s (%s) must be greater than zero", name,
+                         fmt_duration(ns, buf, sizeof(buf)));
+}
+
+static int validate(const kl__elector_config *cfg)
+{
+    int64_t ld = cfg->lease_duration_ns, rd = cfg->renew_deadline_ns, rp = cfg->retry_period_ns;
+    char a[32], b[32];
+    int err;
+
+    if (!cfg->identity || !cfg->identity[0])
+        return kl__error_set(K8SLEASE_EINVAL, "identity must not be empty");
+    if (strnlen(cfg->identity, KL_IDENTITY_MAX) == KL_IDENTITY_MAX)
+        return kl__error_set(K8SLEASE_EINVAL, "identity longer than %d bytes", KL_IDENTITY_MAX - 1);
+    if ((err = check_positive("lease_duration", ld)) < 0 ||
+        (err = check_positive("renew_deadline", rd)) < 0 ||
+        (err = check_positive("retry_period", rp)) < 0)
+        return err;
+    if (ld <= rd)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "lease_duration (%s) must be greater than renew_deadline (%s)",
+                             fmt_duration(ld, a, sizeof(a)), fmt_duration(rd, b, sizeof(b)));
+    /* rd is whole nanoseconds, so rd > 1.2 * rp is rd > floor(1.2 * rp). An
+     * rp so large that 1.2 * rp overflows can never be met. */
+    if (rp > INT64_MAX / 6 * 5 || rd <= rp + rp / 5)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "renew_deadline (%s) must be greater than 1.2 * retry_period (%s)",
+                             fmt_duration(rd, a, sizeof(a)), fmt_duration(rp, b, sizeof(b)));
+    return 0;
+}
+
+int kl__elector_init(kl__elector *e, const kl__elector_config *cfg)
+{
+    int err;
+
+    if (!e || !cfg)
+        return kl__error_set(K8SLEASE_EINVAL, "elector and config must not be NULL");
+    memset(e, 0, sizeof(*e));
+    if ((err = validate(cfg)) < 0)
+        return err;
+    e->cfg = *cfg;
+    e->state = KL_EL_IDLE;
+    e->req = KL_REQ_NONE;
+    e->epoch = -1;
+    e->next_attempt = INT64_MAX;
+    e->rng = cfg->seed;
+    return 0;
+}

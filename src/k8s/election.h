@@ -1,0 +1,213 @@
+/* The election state machine: PURE. No I/O, no clock reads, no allocation,
+ * no logging. The driver (backend) feeds it events with "now" read once per
+ * loop iteration, executes the actions it returns, and arms one timer at
+ * kl__elector_timer().
+ *
+ * Rules (client-go's tools/leaderelection with the Lease lock, plus ours):
+ *  - Validation: lease_duration > renew_deadline > 1.2 * retry_period > 0,
+ *    identity non-empty and shorter than KL_IDENTITY_MAX.
+ *  - Acquire attempt: GET. 404 -> CREATE {holder=self, transitions=0,
+ *    acquire=renew=now, duration=LD}. Got a record: if it differs from the
+ *    observed one (holder, duration, acquire, renew, transitions), it becomes
+ *    the observed record and observed_time = now (monotonic). If the holder
+ *    is non-empty, not us, and observed_time + duration > now: held, not
+ *    acquired. Else UPDATE {holder=self, duration=LD, renew=acquire=now,
+ *    transitions=observed+1}: a new term ALWAYS bumps transitions, also when
+ *    the holder is our own identity (restart) or empty.
+ *  - Result of CREATE/UPDATE ok: the written record is observed
+ *    (observed_time = now); if not leading -> LEADING, epoch = transitions,
+ *    action STARTED(epoch). Conflict (409) or any error: not acquired.
+ *  - Not leading: next attempt at (completion time) + RP * (1 + r * 1.2),
+ *    r in [0,1) from the elector's own PRNG (seeded by config).
+ *  - Leading: renew every RP after the last completion, straight from the
+ *    cached object (UPDATE {renew=now, acquire/transitions kept}: the fast
+ *    path); on any error fall back at once to GET + UPDATE (slow path); on a
+ *    failure of the slow path retry after RP. A GET that shows another
+ *    valid holder while leading means we lost: step down at once.
+ *  - Leader deadline = start (now at emission) of the last successful
+ *    CREATE/UPDATE + renew_deadline. is_leader is true only while LEADING
+ *    and now < deadline. When now reaches it (timer or any event): step
+ *    down -> STOPPED.
+ *  - OnNewLeader: after every result, if the observed holder differs from
+ *    the last reported one, action NEW_LEADER(holder or "", transitions).
+ *  - STOPPED exactly once per elector: when leadership ends, or when the
+ *    election ends without having led. DONE is the last action ever.
+ *  - Stop (event STOP with release flag): if a request is in flight, wait
+ *    for its result first. If leading: STOPPED at once (is_leader false
+ *    before the release is written); then with release: GET; if holder is
+ *    self -> UPDATE {holder="", duration=1, acquire=renew=now, transitions
+ *    kept}; 409 -> GET again; other errors -> retry after RP; give up at
+ *    stop time + renew_deadline; -> DONE. Without release -> DONE.
+ *    If not leading: STOPPED, DONE (an acquisition that completes after the
+ *    stop was asked is released as above when release is set).
+ *  - Losing leadership because the deadline passed releases too when
+ *    release_on_cancel is set (as client-go), then DONE.
+ *  - Also ending a term (STOPPED, nothing to release, DONE): a GET while
+ *    leading that shows any other holder (valid or not, or ""), our own
+ *    identity with other transitions than our epoch, or 404. client-go would
+ *    take a new term or recreate the Lease silently, under a stale epoch.
+ *  - A CREATE/UPDATE of a new term answered at or after its send time +
+ *    renew_deadline does not start the term (no STARTED): retry later.
+ *
+ * Watch mode (cfg.poll_only == 0; with poll_only the two watch events are
+ * ignored and everything above is client-go's polling):
+ *  - OBSERVE (a watch event or list item: the Lease as stored, or "no
+ *    Lease") updates the observed record exactly as a GET result does
+ *    (same change detection, observed_time = now when it changed,
+ *    NEW_LEADER when the holder changed). The driver drops observations
+ *    that are not newer than what it already fed in, so they never undo a
+ *    write of ours.
+ *  - ACQUIRING with no request in flight: an observation is judged like a
+ *    GET result: no Lease -> CREATE at once; holder empty, expired, or our
+ *    identity -> UPDATE at once; held by another valid holder -> wait (see
+ *    next rule). With a request in flight its result decides, as before.
+ *  - ACQUIRING, waiting: while the watch is healthy, the next attempt is at
+ *    observed_time + duration + j, j in [0, RP/20) from the PRNG (so the
+ *    followers of a dead leader do not all ask in the same millisecond),
+ *    instead of RP * (1 + r * 1.2): every change reaches us as it happens,
+ *    only the expiry is left to wait for. While it is not healthy, poll as
+ *    client-go. WATCH healthy: reschedule that way; WATCH unhealthy: next
+ *    attempt = min(planned, now + RP * (1 + r * 1.2)). An observation while
+ *    unhealthy never postpones the planned poll.
+ *  - LEADING: an observation showing another holder, our identity with
+ *    other transitions than our epoch, or no Lease ends the term at once
+ *    (STOPPED, nothing to release, DONE), as the same GET would.
+ *  - RELEASING: observations only update the observed record (NEW_LEADER).
+ */
+#ifndef KL_ELECTOR_H
+#define KL_ELECTOR_H
+
+#include <stdint.h>
+
+#include "k8s/codec.h"
+
+#define KL_IDENTITY_MAX        512
+#define KL_ELECTOR_MAX_ACTIONS 8
+
+typedef enum kl__elector_state {
+    KL_EL_IDLE,      /* created, START not yet received */
+    KL_EL_ACQUIRING, /* candidate: polling the lease, trying to take it */
+    KL_EL_LEADING,   /* we hold the lease and renew it */
+    KL_EL_RELEASING, /* stopping: writing holder "" (or waiting for a request to finish) */
+    KL_EL_DONE       /* over; no more actions */
+} kl__elector_state;
+
+typedef enum kl__elector_req {
+    KL_REQ_NONE,
+    KL_REQ_GET,
+    KL_REQ_CREATE,
+    KL_REQ_UPDATE
+} kl__elector_req;
+
+typedef struct kl__elector_config {
+    const char *identity; /* borrowed: must outlive the elector */
+    int64_t lease_duration_ns;
+    int64_t renew_deadline_ns;
+    int64_t retry_period_ns;
+    int release_on_cancel;
+    uint64_t seed; /* PRNG seed for the jitter */
+    int poll_only; /* 1: ignore OBSERVE and WATCH, poll like client-go */
+} kl__elector_config;
+
+typedef enum kl__elector_event_type {
+    KL_EV_START,   /* begin campaigning: first attempt at once */
+    KL_EV_TIMER,   /* the timer armed at kl__elector_timer() fired (spurious ones are ignored) */
+    KL_EV_RESULT,  /* the request last asked for completed */
+    KL_EV_STOP,    /* stop; release says whether to release if leading */
+    KL_EV_OBSERVE, /* the watch saw the Lease (status 0, spec) or no Lease (K8SLEASE_ENOTFOUND) */
+    KL_EV_WATCH    /* the watch became healthy (healthy = 1) or not (0) */
+} kl__elector_event_type;
+
+typedef struct kl__elector_event {
+    kl__elector_event_type type;
+    /* KL_EV_RESULT: 0 ok, K8SLEASE_ENOTFOUND, K8SLEASE_ECONFLICT or another
+     * negative code. */
+    int status;
+    /* KL_EV_RESULT with status 0: spec of the Lease as stored by the server
+     * (GET body, or CREATE/UPDATE response body). KL_EV_OBSERVE with status
+     * 0: the Lease the watch saw. Borrowed for the call. */
+    const kl__lease_spec *spec;
+    /* KL_EV_STOP: 1 to release if leading. */
+    int release;
+    /* KL_EV_WATCH: 1 healthy, 0 not. */
+    int healthy;
+} kl__elector_event;
+
+typedef enum kl__elector_action_type {
+    KL_ACT_GET,        /* GET the Lease; answer with KL_EV_RESULT */
+    KL_ACT_CREATE,     /* POST spec; answer with KL_EV_RESULT */
+    KL_ACT_UPDATE,     /* PUT spec over the last Lease object received, with its
+                          resourceVersion; answer with KL_EV_RESULT */
+    KL_ACT_STARTED,    /* OnStartedLeading(epoch) */
+    KL_ACT_STOPPED,    /* OnStoppedLeading() */
+    KL_ACT_NEW_LEADER, /* OnNewLeader(identity, epoch) */
+    KL_ACT_DONE        /* election over; cancel anything still in flight */
+} kl__elector_action_type;
+
+typedef struct kl__elector_action {
+    kl__elector_action_type type;
+    kl__lease_spec spec;  /* CREATE/UPDATE: holder points at the identity or "" */
+    int64_t epoch;        /* STARTED, NEW_LEADER */
+    const char *identity; /* NEW_LEADER: borrowed from the elector, valid until the next step */
+} kl__elector_action;
+
+typedef struct kl__elector_actions {
+    kl__elector_action a[KL_ELECTOR_MAX_ACTIONS];
+    int n;
+} kl__elector_actions;
+
+typedef struct kl__elector {
+    kl__elector_config cfg;
+    kl__elector_state state;
+    kl__elector_req req; /* request in flight */
+    int64_t req_started; /* now when it was emitted */
+    int req_fast_path;   /* the UPDATE in flight is a fast-path renew */
+
+    /* observed record; holder longer than the buffer is truncated, and
+     * compared by (length, FNV-1a 64, prefix) */
+    char holder[KL_IDENTITY_MAX];
+    size_t holder_len;
+    uint64_t holder_hash;
+    int64_t duration_s, acquire_us, renew_us, transitions;
+    int have_observed;
+    int64_t observed_time;
+
+    char reported[KL_IDENTITY_MAX]; /* last holder reported by NEW_LEADER */
+    size_t reported_len;
+    uint64_t reported_hash;
+    int have_reported;
+
+    int64_t epoch;           /* epoch of our term, -1 before */
+    int64_t leader_deadline; /* monotonic ns, valid while LEADING */
+    int64_t next_attempt;    /* monotonic ns of the next attempt, INT64_MAX if none */
+    int stop_requested, stop_release, stopped_emitted;
+    int64_t release_deadline;
+    int may_hold;        /* RELEASING: the server may name us holder (we led, or a write of
+                            ours completed or failed ambiguously after the stop) */
+    int release_started; /* RELEASING: the release GET/UPDATE sequence has begun; until then
+                            the request in flight is one sent before stopping */
+    int watch_healthy;   /* the last WATCH event said healthy (never in poll_only mode) */
+    uint64_t rng;
+} kl__elector;
+
+/* Validate cfg and initialise e (state IDLE). Returns 0 or K8SLEASE_EINVAL
+ * with kl__error_set() naming the rule broken, e.g.
+ * "lease_duration (5000 ms) must be greater than renew_deadline (5000 ms)".
+ * (kl__error_set is the one side effect allowed: it is not I/O.) */
+int kl__elector_init(kl__elector *e, const kl__elector_config *cfg);
+
+/* Feed one event. now: monotonic ns; wall_us: wall clock µs (for MicroTime
+ * fields). out is overwritten with the actions to execute in order. */
+void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                      kl__elector_actions *out);
+
+/* Monotonic ns at which KL_EV_TIMER must be delivered; INT64_MAX if none. */
+int64_t kl__elector_timer(const kl__elector *e);
+
+int kl__elector_is_leader(const kl__elector *e, int64_t now);
+/* Leader deadline (monotonic ns) while LEADING, else 0. */
+int64_t kl__elector_leader_deadline(const kl__elector *e);
+
+const char *kl__elector_state_name(kl__elector_state s);
+
+#endif

@@ -1,0 +1,1022 @@
+/* Shared Lease watches: the rules are in k8s/informer.h; this file adds the
+ * reasons behind the less obvious choices.
+ *
+ * Life of what it keeps (loop thread only):
+ *  - kl__sub: one per subscriber, freed once stopped and no callback is
+ *    running (inf->busy counts the informer's own frames on the stack, so a
+ *    subscriber may stop itself or others from its callback);
+ *  - entry: one per followed Lease ("ns/name", in a hash table), attached to
+ *    the stream that serves it, gone with its last subscriber;
+ *  - stream: per Lease or per namespace, gone with its last entry;
+ *  - nsinfo: per namespace, counts its entries to pick the kind of stream. */
+#include "k8s/informer.h"
+#include "k8s/api.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "core/clock.h"
+
+#define LIST_PAGE       500 /* items per list page: bounds a relist's memory */
+#define RETRY_NS        (1 * KL_NS_PER_S)
+#define WATCH_TIMEOUT_S 300 /* the server ends each stream after this, as for informers */
+#define MAX_LINE        (4 * 1024 * 1024)
+#define DEFAULT_RP_NS   (2 * KL_NS_PER_S)
+#define RESTART_MIN_NS  (75 * KL_NS_PER_S)
+/* A stream that ends cleanly sooner than this without a word is treated as
+ * failed, so a server that closes at once cannot make us spin. */
+#define MIN_CLEAN_NS  (1 * KL_NS_PER_S)
+#define TABLE_INITIAL 64
+#define KEY_MAX       320 /* namespace (63) + '/' + name (253) + NUL */
+
+typedef struct entry entry;
+typedef struct stream stream;
+typedef struct nsinfo nsinfo;
+
+struct kl__sub {
+    kl__sub *prev, *next; /* en->subs */
+    kl__sub *dead_next;   /* inf->dead */
+    kl__informer *inf;
+    entry *en;
+    kl__sub_cb cb;
+    void *arg;
+    int dead;
+};
+
+struct entry {
+    entry *hnext;       /* hash chain */
+    entry *prev, *next; /* st->entries */
+    stream *st;
+    nsinfo *nsi;
+    kl__sub *subs;
+    int healthy;      /* as last told to its subscribers */
+    unsigned listed;  /* st->list_gen of the last list page that had it */
+    const char *name; /* inside key */
+    char key[];       /* "ns/name" */
+};
+
+struct nsinfo {
+    nsinfo *next;
+    size_t leases; /* entries in this namespace */
+    stream *wide;  /* the namespace-wide stream, if any */
+    int no_wide;   /* its list was forbidden: one stream per Lease for good */
+    char ns[];
+};
+
+struct stream {
+    kl__informer *inf;
+    stream *prev, *next; /* inf->streams */
+    nsinfo *nsi;
+    char *name; /* NULL: namespace-wide */
+    char what[340];
+    entry *entries;
+    kl__http_req *req;
+    kl__timer retry, health;
+    kl__line_splitter lines;
+    char *rv;      /* resume point; NULL: list first */
+    char *cont;    /* continue token of the list in progress */
+    char *list_rv; /* resourceVersion of the list in progress */
+    unsigned list_gen;
+    int connected; /* list answered / watch established, and no failure since */
+    int healthy;   /* last health told to (most of) its entries */
+    int mixed;     /* some entry was told otherwise (it moved here) */
+    int relist;    /* the watch ended with an ERROR: list again */
+    int got_line;  /* the current watch delivered something */
+    int failures;  /* consecutive */
+    int64_t started, last_activity, last_bookmark;
+    int64_t rp; /* smallest retry period of its subscribers */
+};
+
+struct kl__informer {
+    kl__loop *loop;
+    const kl__log *log;
+    entry **table;
+    size_t table_size, n_entries;
+    nsinfo *namespaces;
+    stream *streams;
+    kl__sub *dead; /* stopped, not yet unlinked */
+    int busy;
+    int64_t bookmark_gap; /* shortest interval between two bookmarks, 0: none seen */
+};
+
+/* ------------------------------------------------------------------------ */
+/* resourceVersions                                                         */
+/* ------------------------------------------------------------------------ */
+
+static int rv_parse(const char *rv, uint64_t *out)
+{
+    uint64_t v = 0;
+
+    if (!rv || !*rv)
+        return 0;
+    for (; *rv; rv++) {
+        unsigned d = (unsigned)(*rv - '0');
+
+        if (d > 9 || v > (UINT64_MAX - d) / 10)
+            return 0;
+        v = v * 10 + d;
+    }
+    *out = v;
+    return 1;
+}
+
+void kl__rv_gate_set(kl__rv_gate *g, const char *rv)
+{
+    g->known = rv_parse(rv, &g->last);
+}
+
+int kl__rv_gate_pass(kl__rv_gate *g, const char *rv)
+{
+    uint64_t v;
+
+    if (rv_parse(rv, &v) && g->known && v <= g->last)
+        return 0;
+    kl__rv_gate_set(g, rv);
+    return 1;
+}
+
+int kl__rv_gate_older(const kl__rv_gate *g, const char *rv)
+{
+    uint64_t v;
+
+    return rv_parse(rv, &v) && g->known && v < g->last;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Subscribers and entries                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void sweep(kl__informer *inf);
+static void stream_free(stream *st);
+static void list(stream *st);
+static void watch(stream *st);
+
+static void enter(kl__informer *inf)
+{
+    inf->busy++;
+}
+
+/* Frees what was stopped meanwhile; the caller must not touch a stream or
+ * an entry after this. */
+static void leave(kl__informer *inf)
+{
+    if (--inf->busy == 0 && inf->dead)
+        sweep(inf);
+}
+
+static uint64_t hash_key(const char *s)
+{
+    uint64_t h = 14695981039346656037u;
+
+    for (; *s; s++) {
+        h ^= (unsigned char)*s;
+        h *= 1099511628211u;
+    }
+    return h;
+}
+
+static entry *lookup(const kl__informer *inf, const char *ns, const char *name)
+{
+    char key[KEY_MAX];
+    entry *en;
+
+    if ((size_t)snprintf(key, sizeof(key), "%s/%s", ns, name) >= sizeof(key))
+        return NULL;
+    for (en = inf->table[hash_key(key) % inf->table_size]; en; en = en->hnext)
+        if (strcmp(en->key, key) == 0)
+            return en;
+    return NULL;
+}
+
+/* Keeps chains short as entries grow; on ENOMEM the old table goes on
+ * working, only slower. */
+static void table_grow(kl__informer *inf)
+{
+    size_t size = inf->table_size * 2;
+    entry **t = kl__calloc(size, sizeof(*t));
+
+    if (!t)
+        return;
+    for (size_t i = 0; i < inf->table_size; i++) {
+        entry *en, *next;
+
+        for (en = inf->table[i]; en; en = next) {
+            size_t b = hash_key(en->key) % size;
+
+            next = en->hnext;
+            en->hnext = t[b];
+            t[b] = en;
+        }
+    }
+    kl__free(inf->table);
+    inf->table = t;
+    inf->table_size = size;
+}
+
+static void emit(entry *en, const kl__sub_event *ev)
+{
+    for (kl__sub *s = en->subs; s; s = s->next)
+        if (!s->dead)
+            s->cb(ev, s->arg);
+}
+
+static void emit_lease(entry *en, const kl__lease *lease, const char *rv)
+{
+    kl__sub_event ev = {KL_SUB_LEASE, lease, rv ? rv : "", 0};
+
+    emit(en, &ev);
+}
+
+static void emit_absent(entry *en, const char *rv)
+{
+    kl__sub_event ev = {KL_SUB_ABSENT, NULL, rv ? rv : "", 0};
+
+    emit(en, &ev);
+}
+
+static void attach(entry *en, stream *st)
+{
+    kl__loop *loop = st->inf->loop;
+
+    en->st = st;
+    en->listed = 0; /* a generation of its old stream means nothing here */
+    en->prev = NULL;
+    en->next = st->entries;
+    if (st->entries)
+        st->entries->prev = en;
+    st->entries = en;
+    /* Told on the loop soon, not from inside kl__sub_start. */
+    if (en->healthy != st->healthy) {
+        st->mixed = 1;
+        kl__timer_arm(loop, &st->health, kl__loop_now(loop));
+    }
+}
+
+static void detach(entry *en)
+{
+    stream *st = en->st;
+
+    if (en->prev)
+        en->prev->next = en->next;
+    else
+        st->entries = en->next;
+    if (en->next)
+        en->next->prev = en->prev;
+    en->prev = en->next = NULL;
+    en->st = NULL;
+}
+
+static nsinfo *ns_get(kl__informer *inf, const char *ns)
+{
+    nsinfo *n;
+    size_t len = strlen(ns);
+
+    for (n = inf->namespaces; n; n = n->next)
+        if (strcmp(n->ns, ns) == 0)
+            return n;
+    if (!(n = kl__calloc(1, sizeof(*n) + len + 1)))
+        return NULL;
+    memcpy(n->ns, ns, len + 1);
+    n->next = inf->namespaces;
+    inf->namespaces = n;
+    return n;
+}
+
+static void ns_release(kl__informer *inf, nsinfo *n)
+{
+    nsinfo **p;
+
+    if (n->leases > 0)
+        return;
+    for (p = &inf->namespaces; *p != n; p = &(*p)->next)
+        ;
+    *p = n->next;
+    kl__free(n);
+}
+
+static void entry_remove(kl__informer *inf, entry *en)
+{
+    stream *st = en->st;
+    entry **p = &inf->table[hash_key(en->key) % inf->table_size];
+
+    while (*p != en)
+        p = &(*p)->hnext;
+    *p = en->hnext;
+    inf->n_entries--;
+    if (st) {
+        detach(en);
+        if (!st->entries)
+            stream_free(st);
+    }
+    en->nsi->leases--;
+    ns_release(inf, en->nsi);
+    kl__free(en);
+}
+
+static void sweep(kl__informer *inf)
+{
+    kl__sub *s;
+
+    while ((s = inf->dead)) {
+        entry *en = s->en;
+
+        inf->dead = s->dead_next;
+        if (s->prev)
+            s->prev->next = s->next;
+        else
+            en->subs = s->next;
+        if (s->next)
+            s->next->prev = s->prev;
+        kl__free(s);
+        if (!en->subs)
+            entry_remove(inf, en);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Health                                                                   */
+/* ------------------------------------------------------------------------ */
+
+static int64_t window(const stream *st)
+{
+    int64_t w = 3 * st->rp, b = 2 * st->inf->bookmark_gap;
+
+    return w > b ? w : b;
+}
+
+static int64_t restart_after(const stream *st)
+{
+    int64_t r = 2 * window(st);
+
+    return r > RESTART_MIN_NS ? r : RESTART_MIN_NS;
+}
+
+static void set_health(stream *st, int healthy)
+{
+    kl__sub_event ev = {KL_SUB_HEALTH, NULL, NULL, healthy};
+
+    if (healthy != st->healthy)
+        kl__log_printf(st->inf->log, K8SLEASE_LOG_DEBUG, "%s: %s", st->what,
+                       healthy ? "healthy" : "not healthy");
+    st->healthy = healthy;
+    st->mixed = 0;
+    for (entry *en = st->entries; en; en = en->next) {
+        if (en->healthy == healthy)
+            continue;
+        en->healthy = healthy;
+        emit(en, &ev);
+    }
+}
+
+/* The health timer is only ever moved earlier here; when it fires early it
+ * looks again and re-arms, so an event costs no heap operation. */
+static void arm_health(stream *st)
+{
+    kl__loop *loop = st->inf->loop;
+    int64_t at;
+
+    if (st->mixed)
+        at = kl__loop_now(loop);
+    else if (st->connected)
+        at = st->last_activity + (st->healthy ? window(st) : restart_after(st));
+    else
+        return;
+    if (!st->health.slot || st->health.at > at)
+        kl__timer_arm(loop, &st->health, at);
+}
+
+static void update_health(stream *st)
+{
+    int64_t now = kl__loop_now(st->inf->loop);
+    int healthy = st->connected && now - st->last_activity < window(st);
+
+    if (healthy != st->healthy || st->mixed)
+        set_health(st, healthy);
+    arm_health(st);
+}
+
+static void activity(stream *st)
+{
+    st->last_activity = kl__loop_now(st->inf->loop);
+    if (!st->healthy || st->mixed)
+        update_health(st);
+}
+
+static void set_rv(char **dst, const char *rv)
+{
+    char *copy = rv && rv[0] ? kl__strdup(rv) : NULL;
+
+    /* Out of memory: forget the resume point, so the next round re-lists. */
+    kl__free(*dst);
+    *dst = copy;
+}
+
+static void restart(stream *st)
+{
+    kl__http_cancel(st->inf->loop, st->req);
+    st->req = NULL;
+    kl__line_splitter_free(&st->lines);
+    st->connected = 0;
+    update_health(st);
+    if (st->rv)
+        watch(st);
+    else
+        list(st);
+}
+
+static void on_health(kl__timer *t, void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+    int64_t quiet = kl__loop_now(inf->loop) - st->last_activity;
+
+    (void)t;
+    enter(inf);
+    if (st->connected && quiet >= restart_after(st)) {
+        kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s: silent for %lld ms; restarting it",
+                       st->what, (long long)(quiet / KL_NS_PER_MS));
+        restart(st);
+    } else {
+        update_health(st);
+    }
+    leave(inf);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Streams                                                                  */
+/* ------------------------------------------------------------------------ */
+
+static void on_retry(kl__timer *t, void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+
+    (void)t;
+    enter(inf);
+    if (st->rv)
+        watch(st);
+    else
+        list(st);
+    leave(inf);
+}
+
+static void retry_later(stream *st)
+{
+    kl__loop *loop = st->inf->loop;
+
+    kl__timer_arm(loop, &st->retry, kl__loop_now(loop) + (st->failures > 1 ? RETRY_NS : 0));
+}
+
+/* The list or watch failed: the subscribers hear it now (they poll while it
+ * lasts), and the stream tries again, at once the first time (a dropped
+ * connection resumes without a gap), then every second. */
+static void fail(stream *st)
+{
+    kl__loop *loop = st->inf->loop;
+
+    st->connected = 0;
+    st->failures++;
+    /* told from the health timer, so that no callback runs in kl__sub_start */
+    kl__timer_arm(loop, &st->health, kl__loop_now(loop));
+    retry_later(st);
+}
+
+static stream *stream_new(kl__informer *inf, nsinfo *nsi, const char *name)
+{
+    stream *st = kl__calloc(1, sizeof(*st));
+
+    if (!st)
+        return NULL;
+    if (name && !(st->name = kl__strdup(name))) {
+        kl__free(st);
+        return NULL;
+    }
+    st->inf = inf;
+    st->nsi = nsi;
+    st->rp = DEFAULT_RP_NS;
+    kl__timer_init(&st->retry, on_retry, st);
+    kl__timer_init(&st->health, on_health, st);
+    if (name)
+        snprintf(st->what, sizeof(st->what), "watch of lease %s/%s", nsi->ns, name);
+    else
+        snprintf(st->what, sizeof(st->what), "watch of the leases in namespace %s", nsi->ns);
+    st->next = inf->streams;
+    if (inf->streams)
+        inf->streams->prev = st;
+    inf->streams = st;
+    return st;
+}
+
+static void stream_free(stream *st)
+{
+    kl__informer *inf = st->inf;
+
+    kl__http_cancel(inf->loop, st->req);
+    kl__timer_cancel(inf->loop, &st->retry);
+    kl__timer_cancel(inf->loop, &st->health);
+    kl__line_splitter_free(&st->lines);
+    if (st->nsi->wide == st)
+        st->nsi->wide = NULL;
+    if (st->prev)
+        st->prev->next = st->next;
+    else
+        inf->streams = st->next;
+    if (st->next)
+        st->next->prev = st->prev;
+    kl__free(st->rv);
+    kl__free(st->cont);
+    kl__free(st->list_rv);
+    kl__free(st->name);
+    kl__free(st);
+}
+
+/* "...?fieldSelector=metadata.name%3DNAME&" or "...?" */
+static char *collection_path(const stream *st)
+{
+    char *sel = NULL, *esc = NULL, *path;
+
+    if (!st->name)
+        return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases?", st->nsi->ns);
+    if ((sel = kl__sprintf("metadata.name=%s", st->name)) && (esc = kl__url_escape(sel)))
+        path = kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases?fieldSelector=%s&",
+                           st->nsi->ns, esc);
+    else
+        path = NULL;
+    kl__free(esc);
+    kl__free(sel);
+    return path;
+}
+
+static entry *find_entry(const stream *st, const char *name)
+{
+    entry *en;
+
+    if (!name)
+        return NULL;
+    if (st->name)
+        return strcmp(st->name, name) == 0 ? st->entries : NULL;
+    en = lookup(st->inf, st->nsi->ns, name);
+    return en && en->st == st ? en : NULL;
+}
+
+static void on_list(const kl__http_result *res, void *arg);
+
+static void list(stream *st)
+{
+    kl__http_opts req = {0};
+    char *base = collection_path(st), *esc = NULL, *path = NULL;
+
+    if (base && st->cont && (esc = kl__url_escape(st->cont)))
+        path = kl__sprintf("%slimit=%d&continue=%s", base, LIST_PAGE, esc);
+    else if (base && !st->cont)
+        path = kl__sprintf("%slimit=%d", base, LIST_PAGE);
+    if (path) {
+        req.method = "GET";
+        req.path = path;
+        req.timeout_ms = 30000;
+        st->req = kl__http_start(st->inf->loop, &req, on_list, st);
+    }
+    kl__free(path);
+    kl__free(esc);
+    kl__free(base);
+    if (!st->req) {
+        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: cannot list: out of memory", st->what);
+        fail(st);
+    }
+}
+
+/* The namespace-wide list was forbidden (RBAC may allow single Leases by
+ * resourceNames only): give every Lease its own stream again, for good. An
+ * entry left over for lack of memory stays on this stream, which tries again. */
+static void go_narrow(stream *wide)
+{
+    entry *en, *next;
+
+    wide->nsi->no_wide = 1;
+    kl__log_printf(wide->inf->log, K8SLEASE_LOG_WARN,
+                   "%s: forbidden; watching each lease on its own instead", wide->what);
+    for (en = wide->entries; en; en = next) {
+        stream *st = stream_new(wide->inf, wide->nsi, en->name);
+
+        next = en->next;
+        if (!st)
+            break;
+        detach(en);
+        attach(en, st);
+        list(st);
+    }
+}
+
+/* One page of a list: its items are the current state of the Leases they
+ * name; after the last page, a followed Lease the list did not have is
+ * absent. */
+static int list_page(stream *st, const char *body, size_t len)
+{
+    json_error_t jerr;
+    json_t *root = json_loadb(body, len, 0, &jerr), *items, *meta, *item;
+    const char *rv, *cont;
+    size_t i;
+    int err = 0;
+
+    if (!root) {
+        err = kl__error_set(K8SLEASE_EPROTOCOL, "%s: list answer is not JSON: %s", st->what,
+                            jerr.text);
+        goto out;
+    }
+    meta = json_object_get(root, "metadata");
+    rv = json_string_value(json_object_get(meta, "resourceVersion"));
+    cont = json_string_value(json_object_get(meta, "continue"));
+    items = json_object_get(root, "items");
+    if (!rv || !rv[0] || !json_is_array(items)) {
+        err = kl__error_set(K8SLEASE_EPROTOCOL,
+                            "%s: list answer without metadata.resourceVersion or items", st->what);
+        goto out;
+    }
+    if (!st->cont) {
+        st->list_gen++;
+        set_rv(&st->list_rv, rv);
+        if (!st->list_rv) {
+            err = kl__error_set(K8SLEASE_ENOMEM, "%s: out of memory", st->what);
+            goto out;
+        }
+    }
+    json_array_foreach(items, i, item)
+    {
+        kl__lease *lease = NULL;
+        entry *en;
+
+        /* One bad Lease of the namespace must not blind us to the others. */
+        if (kl__lease_from_json(&lease, item) < 0) {
+            kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: %s", st->what, kl__error_get());
+            continue;
+        }
+        if ((en = find_entry(st, lease->name))) {
+            en->listed = st->list_gen;
+            emit_lease(en, lease, lease->rv);
+        }
+        kl__lease_free(lease);
+    }
+    set_rv(&st->cont, cont);
+    if (st->cont)
+        goto out;
+    for (entry *en = st->entries; en; en = en->next)
+        if (en->listed != st->list_gen)
+            emit_absent(en, st->list_rv);
+    set_rv(&st->rv, st->list_rv);
+out:
+    json_decref(root);
+    return err;
+}
+
+static void on_list(const kl__http_result *res, void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+    int err;
+
+    enter(inf);
+    st->req = NULL;
+    if (res->err)
+        err = kl__error_set(res->err, "%s: list: %s", st->what, res->errmsg);
+    else if (res->status != 200)
+        err = kl__http_status_error(res->status, res->body, res->body_len, st->what);
+    else
+        err = list_page(st, res->body, res->body_len);
+    if (err < 0) {
+        kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; retrying", kl__error_get());
+        set_rv(&st->cont, NULL); /* a continue token may have expired: start over */
+        if (res->status == 403 && !st->name)
+            go_narrow(st);
+        if (st->entries)
+            fail(st);
+        else
+            stream_free(st);
+    } else if (st->cont) {
+        list(st);
+    } else {
+        st->connected = 1;
+        st->failures = 0;
+        activity(st);
+        update_health(st);
+        watch(st);
+    }
+    leave(inf);
+}
+
+static int on_line(const char *line, size_t len, void *arg)
+{
+    stream *st = arg;
+    kl__watch_event ev;
+    entry *en;
+
+    st->got_line = 1;
+    if (kl__watch_event_parse(&ev, line, len) < 0) {
+        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: %s", st->what, kl__error_get());
+        return K8SLEASE_EPROTOCOL;
+    }
+    switch (ev.type) {
+    case KL_WATCH_ADDED:
+    case KL_WATCH_MODIFIED:
+        set_rv(&st->rv, ev.lease->rv);
+        activity(st);
+        if ((en = find_entry(st, ev.lease->name)))
+            emit_lease(en, ev.lease, ev.lease->rv);
+        break;
+    case KL_WATCH_DELETED:
+        set_rv(&st->rv, ev.lease->rv);
+        activity(st);
+        if ((en = find_entry(st, ev.lease->name)))
+            emit_absent(en, ev.lease->rv);
+        break;
+    case KL_WATCH_BOOKMARK: {
+        int64_t now = kl__loop_now(st->inf->loop);
+        int64_t gap = now - st->last_bookmark;
+
+        if (st->last_bookmark && gap > 0 && (!st->inf->bookmark_gap || gap < st->inf->bookmark_gap))
+            st->inf->bookmark_gap = gap;
+        st->last_bookmark = now;
+        set_rv(&st->rv, ev.bookmark_rv);
+        activity(st);
+        break;
+    }
+    case KL_WATCH_ERROR:
+        /* 410 Gone (or anything else odd): the resume point is useless. */
+        kl__log_printf(st->inf->log, K8SLEASE_LOG_INFO, "%s: server ended it: %d %s", st->what,
+                       ev.status.code, ev.status.message);
+        st->relist = 1;
+        kl__watch_event_clear(&ev);
+        return K8SLEASE_EPROTOCOL;
+    }
+    kl__watch_event_clear(&ev);
+    return 0;
+}
+
+static int on_data(const char *data, size_t len, void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+    int rc;
+
+    enter(inf);
+    rc = kl__line_splitter_feed(&st->lines, data, len, on_line, st);
+    leave(inf);
+    return rc;
+}
+
+static void on_open(void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+
+    enter(inf);
+    st->connected = 1;
+    st->failures = 0;
+    activity(st);
+    update_health(st);
+    leave(inf);
+}
+
+static void on_watch_end(const kl__http_result *res, void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+    int64_t now = kl__loop_now(inf->loop);
+
+    enter(inf);
+    st->req = NULL;
+    kl__line_splitter_free(&st->lines);
+    if (st->relist) {
+        st->relist = 0;
+        set_rv(&st->rv, NULL);
+        list(st);
+    } else if (!res->err && res->status == 200 &&
+               (st->got_line || now - st->started >= MIN_CLEAN_NS)) {
+        /* A clean end (timeoutSeconds): resume at once, still healthy. */
+        if (st->rv)
+            watch(st);
+        else
+            list(st);
+    } else {
+        if (res->err)
+            kl__error_set(res->err, "%s", res->errmsg);
+        else if (res->status == 200)
+            kl__error_set(K8SLEASE_EPROTOCOL, "ended at once");
+        else
+            kl__http_status_error(res->status, res->body, res->body_len, "watch");
+        kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s: %s; resuming", st->what, kl__error_get());
+        if (res->status == 410)
+            set_rv(&st->rv, NULL);
+        fail(st);
+    }
+    leave(inf);
+}
+
+static void watch(stream *st)
+{
+    kl__http_opts req = {0};
+    char *base = collection_path(st), *path = NULL;
+
+    if (base)
+        path = kl__sprintf("%swatch=1&allowWatchBookmarks=true&timeoutSeconds=%d&"
+                           "resourceVersion=%s",
+                           base, WATCH_TIMEOUT_S, st->rv);
+    kl__line_splitter_init(&st->lines, MAX_LINE);
+    st->started = kl__loop_now(st->inf->loop);
+    st->last_bookmark = 0;
+    st->got_line = 0;
+    if (path) {
+        req.method = "GET";
+        req.path = path;
+        req.on_data = on_data;
+        req.on_open = on_open;
+        st->req = kl__http_start(st->inf->loop, &req, on_watch_end, st);
+    }
+    kl__free(path);
+    kl__free(base);
+    if (!st->req) {
+        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: cannot watch: out of memory",
+                       st->what);
+        kl__line_splitter_free(&st->lines);
+        fail(st);
+    }
+}
+
+/* Above the threshold, one namespace-wide stream takes over every Lease of
+ * the namespace; their own streams stop. Its list reports each of them. */
+static stream *go_wide(kl__informer *inf, nsinfo *nsi)
+{
+    stream *wide = stream_new(inf, nsi, NULL), *st, *next;
+
+    if (!wide)
+        return NULL;
+    nsi->wide = wide;
+    for (st = inf->streams; st; st = next) {
+        next = st->next;
+        if (st == wide || st->nsi != nsi)
+            continue;
+        while (st->entries) {
+            entry *en = st->entries;
+
+            detach(en);
+            attach(en, wide);
+        }
+        stream_free(st);
+    }
+    kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: more than %d leases followed", wide->what,
+                   KL_INFORMER_NS_THRESHOLD);
+    return wide;
+}
+
+static entry *entry_add(kl__informer *inf, const char *ns, const char *name)
+{
+    size_t nslen = strlen(ns), len = nslen + 1 + strlen(name);
+    nsinfo *nsi = ns_get(inf, ns);
+    stream *st = NULL;
+    entry *en;
+    size_t b;
+
+    if (!nsi)
+        return NULL;
+    if (len >= KEY_MAX || !(en = kl__calloc(1, sizeof(*en) + len + 1))) {
+        ns_release(inf, nsi);
+        return NULL;
+    }
+    snprintf(en->key, len + 1, "%s/%s", ns, name);
+    en->name = en->key + nslen + 1;
+    en->nsi = nsi;
+    if (nsi->wide)
+        st = nsi->wide;
+    else if (!nsi->no_wide && nsi->leases + 1 > KL_INFORMER_NS_THRESHOLD &&
+             (st = go_wide(inf, nsi)))
+        list(st);
+    else if ((st = stream_new(inf, nsi, name)))
+        list(st);
+    if (!st) {
+        kl__free(en);
+        ns_release(inf, nsi);
+        return NULL;
+    }
+    nsi->leases++;
+    b = hash_key(en->key) % inf->table_size;
+    en->hnext = inf->table[b];
+    inf->table[b] = en;
+    if (++inf->n_entries > inf->table_size)
+        table_grow(inf);
+    attach(en, st);
+    return en;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Interface                                                                */
+/* ------------------------------------------------------------------------ */
+
+kl__sub *kl__sub_start(kl__informer *inf, const char *ns, const char *name, int64_t retry_period_ns,
+                       kl__sub_cb cb, void *arg)
+{
+    kl__sub *s;
+    entry *en;
+
+    /* Streams may move between streams here: never under a callback. */
+    if (inf->busy) {
+        kl__error_set(K8SLEASE_ESTATE, "kl__sub_start from a subscriber callback");
+        return NULL;
+    }
+    if (!(s = kl__calloc(1, sizeof(*s)))) {
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    enter(inf);
+    if (!(en = lookup(inf, ns, name)) && !(en = entry_add(inf, ns, name))) {
+        kl__free(s);
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        leave(inf);
+        return NULL;
+    }
+    s->inf = inf;
+    s->en = en;
+    s->cb = cb;
+    s->arg = arg;
+    s->next = en->subs;
+    if (en->subs)
+        en->subs->prev = s;
+    en->subs = s;
+    if (retry_period_ns > 0 && retry_period_ns < en->st->rp) {
+        en->st->rp = retry_period_ns;
+        arm_health(en->st);
+    }
+    leave(inf);
+    return s;
+}
+
+void kl__sub_stop(kl__sub *s)
+{
+    kl__informer *inf;
+
+    if (!s || s->dead)
+        return;
+    inf = s->inf;
+    s->dead = 1;
+    s->cb = NULL;
+    s->dead_next = inf->dead;
+    inf->dead = s;
+    if (!inf->busy)
+        sweep(inf);
+}
+
+void kl__sub_relist(kl__sub *s)
+{
+    stream *st;
+
+    if (!s || s->dead || s->inf->busy)
+        return;
+    st = s->en->st;
+    enter(s->inf);
+    set_rv(&st->rv, NULL);
+    set_rv(&st->cont, NULL);
+    restart(st);
+    leave(s->inf);
+}
+
+int kl__sub_healthy(const kl__sub *s)
+{
+    return s && !s->dead && s->en->healthy;
+}
+
+int kl__informer_new(kl__informer **out, kl__loop *loop, const kl__log *log)
+{
+    kl__informer *inf = kl__calloc(1, sizeof(*inf));
+
+    *out = NULL;
+    if (!inf || !(inf->table = kl__calloc(TABLE_INITIAL, sizeof(*inf->table)))) {
+        kl__free(inf);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    inf->table_size = TABLE_INITIAL;
+    inf->loop = loop;
+    inf->log = log;
+    *out = inf;
+    return 0;
+}
+
+void kl__informer_shutdown(kl__informer *inf)
+{
+    if (!inf)
+        return;
+    /* Subscribers left behind get no more callbacks. */
+    enter(inf);
+    for (size_t i = 0; i < inf->table_size; i++)
+        for (entry *en = inf->table[i]; en; en = en->hnext)
+            for (kl__sub *s = en->subs; s; s = s->next)
+                kl__sub_stop(s);
+    leave(inf);
+}
+
+void kl__informer_free(kl__informer *inf)
+{
+    if (!inf)
+        return;
+    kl__free(inf->table);
+    kl__free(inf);
+}

@@ -1,0 +1,102 @@
+/* Shared Lease watches, as client-go's shared informers: one stream per
+ * Lease (or per namespace) per client, whatever number of electors and
+ * holder watches of that client follow it.
+ *
+ * A stream LISTs (fieldSelector metadata.name=NAME, or the whole namespace),
+ * then WATCHes from the list's resourceVersion with bookmarks, resuming
+ * after every end and re-listing when the history is gone (410). Each
+ * subscriber gets the Lease as listed or changed (KL_SUB_LEASE), its absence
+ * (deleted, or missing from a list: KL_SUB_ABSENT), and the stream's health
+ * (KL_SUB_HEALTH).
+ *
+ * Which stream: a Lease gets its own stream (fieldSelector on the name)
+ * until a client follows more than KL_INFORMER_NS_THRESHOLD Leases of one
+ * namespace; from then on one namespace-wide stream serves them all (events
+ * dispatched by name) until none is followed. Over HTTP/1.1 every stream
+ * holds a connection; the namespace-wide one costs events for Leases nobody
+ * here follows, which the threshold keeps worth it. If the namespace-wide
+ * list is forbidden (RBAC by resourceNames), the namespace goes back to one
+ * stream per Lease for good.
+ *
+ * Health: a stream is healthy while it is established (list answered, watch
+ * headers received, not failed since) and something (list, event, bookmark)
+ * arrived within W = max(3 * RP, 2 * B), RP the smallest retry period of
+ * its subscribers so far (2 s for holder watches), B the shortest interval
+ * between two bookmarks seen on this client (0 until seen). A stream that
+ * fails tells its subscribers at once and resumes; one that is silent for
+ * max(2 * W, 75 s) is restarted (75 s: longer than the kube-apiserver's
+ * one-minute bookmark period, so a quiet healthy stream is never cut before
+ * it could teach us B).
+ *
+ * Threads: everything on the loop thread. Callbacks run from the loop's
+ * stream, timer and request callbacks, never from kl__sub_start/stop. */
+#ifndef KL_INFORMER_H
+#define KL_INFORMER_H
+
+#include <stdint.h>
+
+#include "core/http.h"
+#include "k8s/codec.h"
+
+#define KL_INFORMER_NS_THRESHOLD 8
+
+typedef struct kl__informer kl__informer;
+typedef struct kl__sub kl__sub;
+
+typedef enum kl__sub_event_type {
+    KL_SUB_LEASE,  /* the Lease as of rv (listed, added or modified) */
+    KL_SUB_ABSENT, /* no Lease as of rv (deleted, or not in a list) */
+    KL_SUB_HEALTH  /* the stream became healthy or not */
+} kl__sub_event_type;
+
+typedef struct kl__sub_event {
+    kl__sub_event_type type;
+    const kl__lease *lease; /* KL_SUB_LEASE; borrowed for the call */
+    const char *rv;         /* KL_SUB_LEASE, KL_SUB_ABSENT: resourceVersion of that state */
+    int healthy;            /* KL_SUB_HEALTH */
+} kl__sub_event;
+
+typedef void (*kl__sub_cb)(const kl__sub_event *ev, void *arg);
+
+/* One per client. 0 or K8SLEASE_ENOMEM. Any thread (no I/O). */
+int kl__informer_new(kl__informer **out, kl__loop *loop, const kl__log *log);
+/* Stop every stream (loop thread, before the loop stops; the subscribers
+ * should all be gone by then: those left get no more callbacks). */
+void kl__informer_shutdown(kl__informer *inf);
+/* Free, once the loop has stopped. Accepts NULL. */
+void kl__informer_free(kl__informer *inf);
+
+/* Follow ns/name; retry_period_ns (0: none) tightens the health window.
+ * Starts a stream when needed; no callback before it returns. NULL on
+ * ENOMEM (error set). */
+kl__sub *kl__sub_start(kl__informer *inf, const char *ns, const char *name, int64_t retry_period_ns,
+                       kl__sub_cb cb, void *arg);
+/* No callback after it returns; may be called from a callback (any
+ * subscriber's). Accepts NULL. */
+void kl__sub_stop(kl__sub *sub);
+/* List the subscriber's stream again from scratch (not resumed from its
+ * resourceVersion): for when the server's resourceVersions went back.
+ * Not from a subscriber callback. Accepts NULL. */
+void kl__sub_relist(kl__sub *sub);
+/* Health of the subscriber's stream, as last reported to it. */
+int kl__sub_healthy(const kl__sub *sub);
+
+/* resourceVersion order. Kubernetes calls resourceVersions opaque, but every
+ * real server uses etcd revisions, decimal and increasing: when both parse
+ * as unsigned 64-bit decimals they are compared; when either does not, the
+ * newer one cannot be told, and the state is taken as new (applying a state
+ * twice is harmless, dropping a change is not). */
+typedef struct kl__rv_gate {
+    uint64_t last; /* the last resourceVersion applied */
+    int known;     /* it parsed */
+} kl__rv_gate;
+
+/* 1 when rv is not known to be older than or equal to the last applied:
+ * then it becomes the last applied. 0: drop it. */
+int kl__rv_gate_pass(kl__rv_gate *g, const char *rv);
+/* Remember rv as the last applied, whatever the order. */
+void kl__rv_gate_set(kl__rv_gate *g, const char *rv);
+/* 1 when rv is known to be strictly older than the last applied. */
+int kl__rv_gate_older(const kl__rv_gate *g, const char *rv);
+
+#endif

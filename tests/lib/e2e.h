@@ -1,0 +1,82 @@
+/* Shared setup of the end-to-end suites: an API server and a client. */
+#ifndef K8SLEASE_E2E_H
+#define K8SLEASE_E2E_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "k8slease.h"
+
+/* Use $K8SLEASE_TEST_KUBECONFIG when set (any API server: a real cluster,
+ * envtest); otherwise start k8slease-testserver. Sets $KUBECONFIG for the
+ * seed ABI. client may be NULL. Called again, it reuses the server and
+ * makes another client. Returns 0 or -1 (message printed). */
+int e2e_setup(k8slease_client **client);
+/* A log callback printing "k8slease LEVEL: message" on stderr. */
+void e2e_log_to_stderr(k8slease_log_level level, const char *msg, void *ud);
+
+/* Free the client, stop the test server; -1 if it did not exit cleanly. */
+int e2e_teardown(k8slease_client *client);
+/* 1 when the server is our test server (fault injection available). */
+int e2e_is_testserver(void);
+struct ts_server *e2e_server(void);
+
+/* One request to the API server under test (the test server or a real
+ * one), with the credentials of $KUBECONFIG (as set by e2e_setup). path is
+ * "/api/..." or "/apis/..."; body may be NULL (JSON; merge patch for
+ * PATCH). *status is the HTTP status; *response (if not NULL) a malloc'ed
+ * body. Returns 0, or -1 on a transport error (message printed). */
+int e2e_api(const char *method, const char *path, const char *body, long *status, char **response);
+
+/* e2e_api POST of body to path; 0 on 201 Created, else -1 with the status
+ * and the server's answer on stderr. */
+int e2e_create(const char *path, const char *body);
+
+/* The server under test, from $KUBECONFIG: its URL ("https://127.0.0.1:N",
+ * malloc'ed), port, and bearer token (malloc'ed; NULL when it uses none). */
+char *e2e_url(void);
+int e2e_port(void);
+char *e2e_token(void);
+
+/* Creates a fresh namespace "<prefix>-<6 hex digits>" and returns its name
+ * (valid until e2e_teardown, which deletes it). Real servers refuse
+ * objects in a namespace that does not exist, and so does the test server.
+ * NULL on failure (message printed). */
+const char *e2e_namespace(const char *prefix);
+
+/*
+ * Process faults on the server under test. proc: "apiserver" or "etcd";
+ * action: "kill", "start", "restart", "stop" (SIGSTOP), "cont" (SIGCONT).
+ * Under tests/integration/envtest.sh they act on the real processes
+ * ($K8SLEASE_ENVTEST_CTL; start and restart return once the process
+ * answers again). On k8slease-testserver only the apiserver's stop, cont
+ * and restart (in place, keeping state) exist. e2e_has_ctl tells whether
+ * proc can be driven at all. e2e_ctl returns 0 or -1 (message printed).
+ */
+bool e2e_has_ctl(const char *proc);
+int e2e_ctl(const char *proc, const char *action);
+
+/* Under envtest.sh: the path of a file of its directory (e.g.
+ * "kubeconfig-user", "kubeconfig-tokenfile"; see envtest.sh), NULL
+ * elsewhere or when it does not exist. Valid until the next call. */
+const char *e2e_envtest_file(const char *name);
+
+/* CLOCK_MONOTONIC in ms; a pause for polling loops (never synchronisation). */
+int64_t e2e_mono_ms(void);
+void e2e_pause_ms(int ms);
+
+/* The candidate recorder: what one candidate saw, with CLOCK_MONOTONIC
+ * times in ms (e2e_mono_ms). Give the e2e_cand_on_* callbacks as the
+ * elector's, with the e2e_cand (mu initialised) as user_data. */
+typedef struct e2e_cand {
+    pthread_mutex_t mu;
+    int64_t started_at, stopped_at;
+    int64_t epoch;
+    char leader[64];
+} e2e_cand;
+void e2e_cand_on_started(int64_t epoch, void *ud);
+void e2e_cand_on_stopped(void *ud);
+void e2e_cand_on_new_leader(const char *id, int64_t epoch, void *ud);
+
+#endif

@@ -1,0 +1,16 @@
+/* Helpers every cmocka suite may use (unit and integration): reading test
+ * files. Linked into every k8slease_test() program (tests/CMakeLists.txt).
+ * The test server and etcd launchers are harness.h and etcd_harness.h, the
+ * end-to-end setup and the candidate recorder e2e.h, all in this directory. */
+#ifndef K8SLEASE_TESTLIB_H
+#define K8SLEASE_TESTLIB_H
+
+#include <stddef.h>
+
+/* The whole file, NUL-terminated (malloc'ed, free()); *len (may be NULL)
+ * its size. Fails the running cmocka test when the file cannot be read. */
+char *kl_test_read_file(const char *path, size_t *len);
+/* kl_test_read_file of tests/data/DIR/NAME. */
+char *kl_test_read_data(const char *dir, const char *name, size_t *len);
+
+#endif
