@@ -455,7 +455,9 @@ static void on_retry(kl__timer *t, void *arg)
 
     (void)t;
     enter(inf);
-    if (st->rv)
+    if (st->req) /* kl__sub_relist: end what is in flight first */
+        restart(st);
+    else if (st->rv)
         watch(st);
     else
         list(st);
@@ -969,14 +971,13 @@ void kl__sub_relist(kl__sub *s)
 {
     stream *st;
 
-    if (!s || s->dead || s->inf->busy)
+    if (!s || s->dead)
         return;
     st = s->en->st;
-    enter(s->inf);
     set_rv(&st->rv, NULL);
     set_rv(&st->cont, NULL);
-    restart(st);
-    leave(s->inf);
+    /* On the next loop turn: the caller may be inside a request's callback. */
+    kl__timer_arm(s->inf->loop, &st->retry, kl__loop_now(s->inf->loop));
 }
 
 int kl__sub_healthy(const kl__sub *s)

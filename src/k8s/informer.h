@@ -75,8 +75,8 @@ kl__sub *kl__sub_start(kl__informer *inf, const char *ns, const char *name, int6
  * subscriber's). Accepts NULL. */
 void kl__sub_stop(kl__sub *sub);
 /* List the subscriber's stream again from scratch (not resumed from its
- * resourceVersion): for when the server's resourceVersions went back.
- * Not from a subscriber callback. Accepts NULL. */
+ * resourceVersion), on the next loop turn: for when the server's
+ * resourceVersions went back. Accepts NULL. */
 void kl__sub_relist(kl__sub *sub);
 /* Health of the subscriber's stream, as last reported to it. */
 int kl__sub_healthy(const kl__sub *sub);
