@@ -104,7 +104,7 @@ static void print_header(FILE *f, const bench_ctx *ctx, int argc, char **argv)
             cpu, u.sysname, u.release, u.machine, mem_gib);
     fprintf(f, "- command: %s\n", cmd);
     fprintf(f, "- /proc/loadavg at start: %s\n", ctx->loadavg);
-    fprintf(f, "- server: k8slease-testserver on 127.0.0.1, same machine (TLS, HTTP/1.1)\n");
+    fprintf(f, "- server: k8slease-testserver on 127.0.0.1, same machine (TLS; HTTP/2, negotiated by ALPN as with a real server)\n");
     if (ctx->real.kind == TARGET_ENVTEST)
         fprintf(f,
                 "- real server: %s on 127.0.0.1 with its etcd, same machine, started by "
