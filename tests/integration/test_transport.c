@@ -936,7 +936,7 @@ static void test_h2_faults(void **state)
 typedef struct loadgen {
     ts_server *s;
     long version;
-    volatile bool stop; /* read by the worker only; set before join */
+    bool stop; /* under mu */
     pthread_mutex_t mu;
     long ok, failed;
     pthread_t t;
@@ -1011,17 +1011,56 @@ static void restart_h1(ts_server *s, bool keep)
     }
 }
 
+/*
+ * The stress test's load threads and server live here, not on its stack:
+ * when an assertion fails, cmocka jumps out of the test and the teardown
+ * below stops the threads before anything they read goes away.
+ */
+static struct {
+    ts_server *s;
+    loadgen g[2];
+    int started;
+    watcher *w;
+} stress;
+
+static void stress_stop_load(void)
+{
+    for (int i = 0; i < stress.started; i++) {
+        pthread_mutex_lock(&stress.g[i].mu);
+        stress.g[i].stop = true;
+        pthread_mutex_unlock(&stress.g[i].mu);
+        pthread_join(stress.g[i].t, NULL);
+    }
+    stress.started = 0;
+}
+
+static int stress_teardown(void **state)
+{
+    (void)state;
+    stress_stop_load();
+    if (stress.w)
+        watch_stop(stress.w);
+    stress.w = NULL;
+    if (stress.s)
+        ts_stop(stress.s);
+    stress.s = NULL;
+    return 0;
+}
+
 static void test_restart_stress(void **state)
 {
     (void)state;
     enum { RESTARTS = 50 };
-    ts_server *s;
-    assert_int_equal(ts_start(&s, NULL), 0);
-    loadgen g[2] = {{s, CURL_HTTP_VERSION_2TLS, false, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0},
-                    {s, CURL_HTTP_VERSION_1_1, false, PTHREAD_MUTEX_INITIALIZER, 0, 0, 0}};
-    for (int i = 0; i < 2; i++)
+    assert_int_equal(ts_start(&stress.s, NULL), 0);
+    ts_server *s = stress.s;
+    loadgen *g = stress.g;
+    for (int i = 0; i < 2; i++) {
+        g[i] = (loadgen){.s = s, .version = i ? CURL_HTTP_VERSION_1_1 : CURL_HTTP_VERSION_2TLS};
+        assert_int_equal(pthread_mutex_init(&g[i].mu, NULL), 0);
         assert_int_equal(pthread_create(&g[i].t, NULL, load_main, &g[i]), 0);
-    watcher *w = watch_start(s, LEASES "?watch=1", CURL_HTTP_VERSION_2TLS, NULL);
+        stress.started = i + 1;
+    }
+    stress.w = watch_start(s, LEASES "?watch=1", CURL_HTTP_VERSION_2TLS, NULL);
     long long t0 = now_ms();
     for (int i = 0; i < RESTARTS; i++) {
         bool keep = (i / 2) % 2 == 0;
@@ -1043,17 +1082,15 @@ static void test_restart_stress(void **state)
         pause_ms(20);
     assert_true(load_ok(&g[0]) > ok[0]);
     assert_true(load_ok(&g[1]) > ok[1]);
-    for (int i = 0; i < 2; i++) {
-        pthread_mutex_lock(&g[i].mu);
-        g[i].stop = true;
-        pthread_mutex_unlock(&g[i].mu);
-        pthread_join(g[i].t, NULL);
+    stress_stop_load();
+    for (int i = 0; i < 2; i++)
         print_message("%s client: %ld answered, %ld failed\n", i ? "HTTP/1.1" : "h2", g[i].ok,
                       g[i].failed);
-    }
-    watch_stop(w);
+    watch_stop(stress.w);
+    stress.w = NULL;
     assert_int_equal(stat_int(s, "restarts"), RESTARTS);
     /* A clean exit: no abort along the way. */
+    stress.s = NULL;
     assert_int_equal(ts_stop(s), 0);
 }
 
@@ -1104,7 +1141,7 @@ int main(void)
         cmocka_unit_test(test_http11),
         cmocka_unit_test(test_kubectl_h2),
         cmocka_unit_test(test_h2_faults),
-        cmocka_unit_test(test_restart_stress),
+        cmocka_unit_test_teardown(test_restart_stress, stress_teardown),
         cmocka_unit_test(test_bookmarks_real),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);

@@ -278,7 +278,6 @@ static int restart(ts_server *srv)
     pthread_mutex_lock(&srv->mu);
     if (!keep)
         ts_store_wipe(&srv->store);
-    srv->restarts++;
     ts_faults_count(&srv->faults, TS_F_RESTART, 1);
     pthread_mutex_unlock(&srv->mu);
     /* Down time, cut short by a termination signal. */
@@ -288,7 +287,13 @@ static int restart(ts_server *srv)
         if (poll(&pfd, 1, (int)left) > 0 && read(srv->wake_pipe[0], &c, 1) == 1 && c == 'T')
             return 1;
     }
-    return start_daemon(srv);
+    if (start_daemon(srv) < 0)
+        return -1;
+    /* Counted once serving again: a client that waits for it can connect. */
+    pthread_mutex_lock(&srv->mu);
+    srv->restarts++;
+    pthread_mutex_unlock(&srv->mu);
+    return 0;
 }
 
 int main(int argc, char **argv)

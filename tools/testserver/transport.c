@@ -421,6 +421,16 @@ static void conn_close(ts_tconn *tc, bool rst)
     tc->fd = -1;
     if (tc->counted)
         atomic_fetch_sub(tc->h2_proto ? &t->open_h2 : &t->open_h1, 1);
+    /*
+     * A command libmicrohttpd handed over for this connection that on_wake
+     * has not picked up yet (the client read its answer and hung up first).
+     * close_pair cleared the table entry, so no new one can arrive now.
+     */
+    pthread_mutex_lock(&io->mu);
+    if (!tc->after)
+        tc->after = tc->poke_after;
+    tc->poke_after = 0;
+    pthread_mutex_unlock(&io->mu);
     if (tc->after) { /* a restart asked for by this connection still happens */
         ts_server_notify_main(t->srv, tc->after);
         tc->after = 0;
