@@ -32,8 +32,6 @@
 
 #include <nghttp2/nghttp2.h>
 
-/* kube-apiserver's --http2-max-streams-per-connection default. */
-#define MAX_STREAMS 1000
 /* Uploads can be up to 3 MiB; do not make them crawl. */
 #define WINDOW (1 << 20)
 
@@ -448,8 +446,9 @@ ts_h2 *ts_h2_new(ts_server *srv, ts_tconn *tc)
     nghttp2_session_callbacks_del(cb);
     if (rc != 0)
         goto fail;
-    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, MAX_STREAMS},
-                                   {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, WINDOW}};
+    nghttp2_settings_entry iv[] = {
+        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->cfg.h2_max_streams},
+        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, WINDOW}};
     if (nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
         nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, 4 * WINDOW) != 0)
         goto fail;

@@ -28,6 +28,7 @@ static const char usage[] =
     "usage: k8slease-testserver [--dir DIR] [--address 127.0.0.1|::1] [--port N]\n"
     "                           [--token T] [--history N] [--bookmark-interval MS|real]\n"
     "                           [--threads N] [--seed N] [--fault JSON]... [--no-http2]\n"
+    "                           [--http2-max-streams N]\n"
     "                           [--verbose] [--quiet] [--help] [--version]\n"
     "\n"
     "A Kubernetes API server for tests: coordination.k8s.io/v1 Leases, v1 Pods,\n"
@@ -48,6 +49,8 @@ static const char usage[] =
     "  --seed N               seed for fault probabilities (default 1)\n"
     "  --fault JSON           install a fault rule at start (repeatable)\n"
     "  --no-http2             offer only http/1.1 in ALPN (default: h2 and http/1.1)\n"
+    "  --http2-max-streams N  SETTINGS_MAX_CONCURRENT_STREAMS advertised (default 100,\n"
+    "                         as kube-apiserver v1.36.3; v1.24.0 advertised 250)\n"
     "  --verbose              log every request to stderr\n"
     "  --quiet                log nothing\n";
 
@@ -108,9 +111,10 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
 
         static const char *const boolean[] = {"--help", "--version", "--quiet", "--verbose",
                                               "--no-http2"};
-        static const char *const valued[] = {"--dir",   "--address",           "--port",
-                                             "--token", "--history",           "--threads",
-                                             "--seed",  "--bookmark-interval", "--fault"};
+        static const char *const valued[] = {
+            "--dir",     "--address",          "--port", "--token",
+            "--history", "--threads",          "--seed", "--bookmark-interval",
+            "--fault",   "--http2-max-streams"};
         bool is_bool = false, known = false;
         for (size_t k = 0; k < sizeof(boolean) / sizeof(boolean[0]); k++)
             is_bool |= !strcmp(flag, boolean[k]);
@@ -169,6 +173,8 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
                 cfg->bookmark_ms = (unsigned)number(flag, v, 1, 3600000);
         } else if (!strcmp(flag, "--threads")) {
             cfg->threads = (unsigned)number(flag, v, 1, 64);
+        } else if (!strcmp(flag, "--http2-max-streams")) {
+            cfg->h2_max_streams = (unsigned)number(flag, v, 1, 100000);
         } else if (!strcmp(flag, "--seed")) {
             cfg->seed = number(flag, v, 0, ULLONG_MAX);
         } else if (!strcmp(flag, "--fault")) {
@@ -309,6 +315,7 @@ int main(int argc, char **argv)
     srv.cfg.history = 10000;
     srv.cfg.bookmark_ms = 1000;
     srv.cfg.threads = 2;
+    srv.cfg.h2_max_streams = 100;
     srv.cfg.seed = 1;
     parse_args(argc, argv, &srv.cfg, &dir_arg, &quiet);
     ts_log_set_quiet(quiet);

@@ -29,19 +29,20 @@ typedef struct ts_watch ts_watch;
 typedef struct ts_transport ts_transport;
 
 typedef struct ts_config {
-    char *dir;            /* absolute */
-    bool dir_is_temp;     /* made with mkdtemp: removed at exit */
-    char address[64];     /* "127.0.0.1" or "::1" */
-    unsigned port;        /* requested; 0 = any */
-    const char *token;    /* --token (points into argv), or NULL */
-    size_t history;       /* watch history ring size */
-    unsigned bookmark_ms; /* BOOKMARK period ... */
-    bool bookmarks_real;  /* ... or the apiserver's: every 60 s and 2 s before timeoutSeconds */
-    bool no_http2;        /* ALPN offers http/1.1 only */
-    unsigned threads;     /* transport threads, and as many libmicrohttpd workers */
-    uint64_t seed;        /* PRNG for fault probabilities */
-    bool verbose;         /* one log line per request */
-    json_t *faults;       /* --fault rules to install at start (array) */
+    char *dir;               /* absolute */
+    bool dir_is_temp;        /* made with mkdtemp: removed at exit */
+    char address[64];        /* "127.0.0.1" or "::1" */
+    unsigned port;           /* requested; 0 = any */
+    const char *token;       /* --token (points into argv), or NULL */
+    size_t history;          /* watch history ring size */
+    unsigned bookmark_ms;    /* BOOKMARK period ... */
+    bool bookmarks_real;     /* ... or the apiserver's: every 60 s and 2 s before timeoutSeconds */
+    bool no_http2;           /* ALPN offers http/1.1 only */
+    unsigned h2_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS we advertise */
+    unsigned threads;        /* transport threads, and as many libmicrohttpd workers */
+    uint64_t seed;           /* PRNG for fault probabilities */
+    bool verbose;            /* one log line per request */
+    json_t *faults;          /* --fault rules to install at start (array) */
 } ts_config;
 
 /* Counters for GET /testserver/v1/stats. */
