@@ -136,6 +136,8 @@ const char *bench_csv_mode(const bench_ctx *ctx, const char *mode);
 /* A field of /proc/self/status ("VmRSS", "Threads", ...) as a number (kB for
  * sizes), -1 if absent. */
 long proc_status_field(const char *field);
+/* Established TCP connections (IPv4 and IPv6) this process holds. */
+long proc_tcp_established(void);
 
 /* Print a progress line on stderr with the time since start. */
 #if defined(__GNUC__)

@@ -135,8 +135,8 @@ int scale_worker_main(int argc, char **argv)
     unsigned char *flags = NULL; /* per elector, during the window */
     bench_timing t = {15000, 10000, 2000};
     const char *kubeconfig = NULL;
-    int n = 1, poll_only = 0, elected = 0;
-    long rss_base, rss_client;
+    int n = 1, poll_only = 0, elected = 0, batch = BATCH;
+    long rss_base, rss_client, anon_client, hwm_client, conns_start, conns_end;
     uint64_t late = 0, not_leader = 0, leading_start = 0, leading_end = 0;
     double elect_s, cpu0, cpu1, window_s;
     totals before, after;
@@ -154,6 +154,8 @@ int scale_worker_main(int argc, char **argv)
             elect_ms = atoll(v);
         else if (!strcmp(k, "--poll-only"))
             poll_only = atoi(v);
+        else if (!strcmp(k, "--batch"))
+            batch = atoi(v);
         else if (!strcmp(k, "--timing"))
             sscanf(v, "%" SCNd64 "/%" SCNd64 "/%" SCNd64, &t.lease_duration_ms,
                    &t.renew_deadline_ms, &t.retry_period_ms);
@@ -177,13 +179,18 @@ int scale_worker_main(int argc, char **argv)
         return 1;
     }
     rss_client = proc_status_field("VmRSS");
+    anon_client = proc_status_field("RssAnon");
+    hwm_client = proc_status_field("VmHWM");
+    if (batch <= 0)
+        batch = n; /* all at once */
 
     t0 = bench_now_ns();
     end = t0 + elect_ms * NS_PER_MS;
-    for (int from = 0; from < n && bench_now_ns() < end; from += BATCH)
+    for (int from = 0; from < n && bench_now_ns() < end; from += batch)
         elected +=
-            start_batch(client, e, from, from + BATCH < n ? from + BATCH : n, &t, poll_only, end);
+            start_batch(client, e, from, from + batch < n ? from + batch : n, &t, poll_only, end);
     elect_s = (double)(bench_now_ns() - t0) / NS_PER_S;
+    conns_start = proc_tcp_established(); /* outside the CPU window: /proc is slow */
 
     /* Every elector renews once before the window opens; the window
      * watches those that lead when it opens. */
@@ -229,6 +236,7 @@ int scale_worker_main(int argc, char **argv)
         }
     }
     cpu1 = cpu_s();
+    conns_end = proc_tcp_established();
     after = sum(e, n);
     for (int i = 0; i < n; i++)
         leading_end += e[i] && k8slease_elector_is_leader(e[i]);
@@ -238,7 +246,8 @@ int scale_worker_main(int argc, char **argv)
            " elect_s=%.2f window_s=%.2f rss_base_kb=%ld "
            "rss_client_kb=%ld rss_kb=%ld threads=%ld cpu_s=%.4f renewals=%" PRIu64
            " requests=%" PRIu64 " errors=%" PRIu64 " late=%" PRIu64 " not_leader=%" PRIu64
-           " lost=%u renew_ms_mean=%.2f renew_ms_p99_bucket=%.0f\n",
+           " lost=%u renew_ms_mean=%.2f renew_ms_p99_bucket=%.0f anon_client_kb=%ld anon_kb=%ld"
+           " hwm_client_kb=%ld hwm_kb=%ld conns_start=%ld conns_end=%ld\n",
            n, elected, leading_start, leading_end, elect_s, window_s, rss_base, rss_client,
            proc_status_field("VmRSS"), proc_status_field("Threads"), cpu1 - cpu0,
            after.renewals - before.renewals, after.requests - before.requests,
@@ -246,7 +255,8 @@ int scale_worker_main(int argc, char **argv)
            after.renewals > before.renewals ? (after.latency_sum_s - before.latency_sum_s) * 1000 /
                                                   (double)(after.renewals - before.renewals)
                                             : NAN,
-           latency_pct(&before, &after, 99));
+           latency_pct(&before, &after, 99), anon_client, proc_status_field("RssAnon"), hwm_client,
+           proc_status_field("VmHWM"), conns_start, conns_end);
     fflush(stdout);
     /* No cleanup: freeing N electors one by one would only wait for their
      * requests in flight, and the driver resets the server next. */

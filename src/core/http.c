@@ -60,9 +60,19 @@
 /* Requests (not streams) handed to libcurl at a time; the others wait in
  * FIFO order without an easy handle. An easy handle costs about 22 KB (its
  * 16 KB receive buffer), so the burst of ten thousand elections starting at
- * once would otherwise leave hundreds of MB of fragmented heap behind; and
- * libcurl could not run more at once anyway (connections, HTTP/2 streams). */
-#define MAX_ACTIVE 256
+ * once would otherwise leave MBs of fragmented heap behind. Over HTTP/1.1
+ * libcurl could not run more at once anyway (REQUEST_CONNECTIONS); over
+ * HTTP/2 these and the open streams fit in one connection's streams. */
+#define MAX_ACTIVE 64
+/* Concurrent streams assumed per HTTP/2 connection: the fewest a server we
+ * know advertises (kube-apiserver v1.36.3: 100; v1.24.0: 250) and what RFC
+ * 9113 asks a server to allow at least. libcurl follows the server's
+ * SETTINGS on each connection; this only sizes how many connections it may
+ * open, so that streams never wait behind watches. */
+#define H2_STREAMS 100L
+/* Easy handles kept for reuse: a new one costs an allocation of its buffers
+ * and every option again. At most what can be active at once. */
+#define SPARE_EASY MAX_ACTIVE
 /* Until an elector asks for less: half of client-go's default renew
  * deadline. */
 #define DEFAULT_DEAD_MS 5000
@@ -88,10 +98,13 @@ typedef struct http {
     CURLM *multi;
 
     /* Loop thread only (and the freeing thread once the loop has stopped). */
-    kl__http_req *reqs;  /* every live request */
-    kl__http_req *ready; /* streams with an opening or bytes waiting for on_open/on_data */
-    long streams;        /* live requests with on_data */
-    long active;         /* requests (not streams) handed to libcurl */
+    kl__http_req *reqs;      /* every live request */
+    kl__http_req *ready;     /* streams with an opening or bytes waiting for on_open/on_data */
+    long streams;            /* live requests with on_data */
+    long active;             /* requests (not streams) handed to libcurl */
+    long version;            /* CURL_HTTP_VERSION_* of the last answer, 0: none yet */
+    CURL *spare[SPARE_EASY]; /* easy handles set up for this loop, idle */
+    int nspare;
     kl__http_req *wait_head, *wait_tail; /* requests waiting for a slot, FIFO */
     int destroying;
     int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
@@ -500,9 +513,19 @@ static CURLM *multi_init_cloexec(void)
 }
 #endif
 
+/*
+ * How many connections libcurl may open to the server. Over HTTP/1.1 each
+ * request and each stream needs its own. Over HTTP/2 they all share one
+ * connection as far as its streams go: libcurl would otherwise open a new
+ * connection whenever one is busy, up to the limit, and keep them all.
+ * Until the first answer says which, HTTP/1.1's (CURLOPT_PIPEWAIT keeps the
+ * requests of a burst waiting for the first connection's ALPN).
+ */
 static void set_limits(http *loop)
 {
-    long n = REQUEST_CONNECTIONS + loop->streams;
+    long n = loop->version == CURL_HTTP_VERSION_2_0
+                 ? (loop->streams + MAX_ACTIVE + H2_STREAMS - 1) / H2_STREAMS
+                 : REQUEST_CONNECTIONS + loop->streams;
 
     curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, n);
     curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, n);
@@ -680,6 +703,8 @@ static void pump(http *loop)
     }
 }
 
+static void easy_put(http *loop, CURL *e);
+
 static void req_free(http *loop, kl__http_req *req)
 {
     if (req->waiting) {
@@ -704,7 +729,7 @@ static void req_free(http *loop, kl__http_req *req)
     if (req->in_multi)
         curl_multi_remove_handle(loop->multi, req->easy);
     if (req->easy)
-        curl_easy_cleanup(req->easy);
+        easy_put(loop, req->easy);
     if (req->on_data) {
         loop->streams--;
         set_limits(loop);
@@ -791,6 +816,18 @@ static void on_req_timer(kl__timer *t, void *arg)
     req_fail(loop, req, K8SLEASE_ETIMEOUT, msg);
 }
 
+/* An answer came: size the connections for its protocol. */
+static void note_version(http *loop, CURL *e)
+{
+    long version = 0;
+
+    curl_easy_getinfo(e, CURLINFO_HTTP_VERSION, &version);
+    if (version && version != loop->version) {
+        loop->version = version;
+        set_limits(loop);
+    }
+}
+
 /* A transfer ended: retry once after a 401 with fresh credentials, else
  * report. */
 static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
@@ -807,6 +844,7 @@ static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
         return;
     }
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+    note_version(loop, req->easy);
     if (status == 401 && !req->retried && !req->authorization && (loop->token_file || loop->exec)) {
         req->retried = 1;
         /* Requests that left with older credentials must not refresh again. */
@@ -821,58 +859,31 @@ static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
     req_complete(loop, req);
 }
 
-static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
+/* The options every request of this loop shares, set once per easy handle. */
+static CURLcode easy_setup(http *loop, CURL *e)
 {
-    CURL *e = req->easy;
     struct curl_blob ca = {loop->ca_pem, loop->ca_pem_len, CURL_BLOB_COPY};
-    const char *method = req->method;
     CURLcode rc;
 
-    curl_easy_setopt(e, CURLOPT_PRIVATE, req);
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
-    curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
     curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
     curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
-    if (req->on_open) {
-        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_header);
-        curl_easy_setopt(e, CURLOPT_HEADERDATA, req);
-    }
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
-    if ((rc = curl_easy_setopt(e, CURLOPT_URL, url)) != CURLE_OK ||
-        (rc = curl_easy_setopt(e, CURLOPT_USERAGENT, loop->user_agent)) != CURLE_OK ||
+    if ((rc = curl_easy_setopt(e, CURLOPT_USERAGENT, loop->user_agent)) != CURLE_OK ||
 #if LIBCURL_VERSION_NUM >= 0x075500
-        (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, loop->protocols)) != CURLE_OK ||
+        (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, loop->protocols)) != CURLE_OK)
 #else
         (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS,
                                strcmp(loop->protocols, "http") == 0 ? CURLPROTO_HTTP
-                                                                    : CURLPROTO_HTTPS)) !=
-            CURLE_OK ||
+                                                                    : CURLPROTO_HTTPS)) != CURLE_OK)
 #endif
-        (loop->connect_to && !req->server &&
-         (rc = curl_easy_setopt(e, CURLOPT_CONNECT_TO, loop->connect_to)) != CURLE_OK))
         return rc;
-
-    if (req->has_body) {
-        /* req->body lives as long as the request: no second copy */
-        if ((rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len)) !=
-                CURLE_OK ||
-            (rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body)) != CURLE_OK)
-            return rc;
-        if (strcmp(method, "POST") == 0)
-            method = NULL;
-    } else if (strcmp(method, "GET") == 0) {
-        method = NULL;
-    }
-    if (method && (rc = curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method)) != CURLE_OK)
-        return rc;
-
     if (loop->insecure) {
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
         curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
@@ -895,20 +906,89 @@ static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
     return CURLE_OK;
 }
 
+/* What differs between requests; every option is set, as the handle may
+ * have served another request before. */
+static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
+{
+    CURL *e = req->easy;
+    const char *method = req->method;
+    CURLcode rc;
+
+    curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, req->on_open ? on_header : NULL);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, req->on_open ? req : NULL);
+    if ((rc = curl_easy_setopt(e, CURLOPT_URL, url)) != CURLE_OK ||
+        (rc = curl_easy_setopt(e, CURLOPT_CONNECT_TO, !req->server ? loop->connect_to : NULL)) !=
+            CURLE_OK)
+        return rc;
+
+    if (req->has_body) {
+        /* req->body lives as long as the request: no second copy */
+        if ((rc = curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)req->body_len)) !=
+                CURLE_OK ||
+            (rc = curl_easy_setopt(e, CURLOPT_POSTFIELDS, req->body)) != CURLE_OK)
+            return rc;
+        if (strcmp(method, "POST") == 0)
+            method = NULL;
+    } else {
+        curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+        if (strcmp(method, "GET") == 0)
+            method = NULL;
+    }
+    return curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+}
+
+/* An easy handle for a request: a spare one, or a new one set up. */
+static CURL *easy_get(http *loop, CURLcode *rc)
+{
+    CURL *e;
+
+    *rc = CURLE_OK;
+    if (loop->nspare > 0)
+        return loop->spare[--loop->nspare];
+    if (!(e = curl_easy_init())) {
+        *rc = CURLE_OUT_OF_MEMORY;
+        return NULL;
+    }
+    if ((*rc = easy_setup(loop, e)) != CURLE_OK) {
+        curl_easy_cleanup(e);
+        return NULL;
+    }
+    return e;
+}
+
+/* Keep a handle no transfer uses for the next request, or free it. Nothing
+ * of the request it served may stay reachable from it. */
+static void easy_put(http *loop, CURL *e)
+{
+    if (loop->destroying || loop->nspare == SPARE_EASY) {
+        curl_easy_cleanup(e);
+        return;
+    }
+    curl_easy_setopt(e, CURLOPT_PRIVATE, NULL);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, NULL);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, NULL);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, NULL);
+    curl_easy_setopt(e, CURLOPT_POSTFIELDS, NULL);
+    curl_easy_setopt(e, CURLOPT_HTTPGET, 1L);
+    loop->spare[loop->nspare++] = e;
+}
+
 /* Give a request its easy handle and launch it. -1 (error set, nothing to
  * undo but the request itself) when it cannot be set up. */
 static int dispatch(http *loop, kl__http_req *req)
 {
     char *url = kl__sprintf("%s%s", req->server ? req->server : loop->base, req->path);
-    CURLcode rc;
+    CURLcode rc = CURLE_OUT_OF_MEMORY;
 
-    if (!url || !(req->easy = curl_easy_init())) {
-        kl__free(url);
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    }
-    if ((rc = req_setup(loop, req, url)) != CURLE_OK) {
+    if (!url || !(req->easy = easy_get(loop, &rc)) ||
+        (rc = req_setup(loop, req, url)) != CURLE_OK) {
         kl__error_set(rc == CURLE_OUT_OF_MEMORY ? K8SLEASE_ENOMEM : K8SLEASE_EINVAL,
-                      "%s %s: libcurl: %s", req->method, url, curl_easy_strerror(rc));
+                      "%s %s%s: libcurl: %s", req->method, req->server ? req->server : loop->base,
+                      req->path, curl_easy_strerror(rc));
         kl__free(url);
         return -1;
     }
@@ -1287,6 +1367,8 @@ static void io_destroy(void *data)
     loop->destroying = 1;
     while (loop->reqs)
         req_free(loop, loop->reqs);
+    while (loop->nspare > 0)
+        curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
         curl_multi_cleanup(loop->multi);
     curl_slist_free_all(loop->connect_to);

@@ -453,15 +453,12 @@ out:
     return body;
 }
 
-char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
+/* spec written into root's "spec" object, and root dumped. */
+static char *encode_update(json_t *root, const kl__lease *base, const kl__lease_spec *spec)
 {
-    json_t *root, *obj;
+    json_t *obj = json_object_get(root, "spec");
     char *body = NULL;
 
-    root = json_deep_copy(base->root);
-    if (!root)
-        goto out;
-    obj = json_object_get(root, "spec");
     if (!json_is_object(obj)) {
         obj = json_object();
         /* set_new steals obj even when it fails. */
@@ -474,8 +471,26 @@ char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
 out:
     if (!body)
         encode_error(base->ns, base->name);
+    return body;
+}
+
+char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
+{
+    json_t *root = json_deep_copy(base->root);
+    char *body;
+
+    if (!root) {
+        encode_error(base->ns, base->name);
+        return NULL;
+    }
+    body = encode_update(root, base, spec);
     json_decref(root);
     return body;
+}
+
+char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *spec)
+{
+    return encode_update(base->root, base, spec);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -52,6 +52,10 @@ char *kl__lease_encode_create(const char *ns, const char *name, const kl__lease_
  * elector always sets them) and everything else, including
  * metadata.resourceVersion, kept. NULL on ENOMEM. */
 char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec);
+/* The same, writing into base->root instead of a copy of it (the renewal
+ * path, which parsed base for this alone): afterwards base's borrowed
+ * fields may dangle, so base is only good for kl__lease_free. */
+char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *spec);
 
 /* MicroTime: format as "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (UTC, 6 digits) into
  * buf (at least 32 bytes); returns buf. */

@@ -278,7 +278,7 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
     }
     if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
         return NULL;
-    body = kl__lease_encode_update(base, spec);
+    body = kl__lease_encode_update_in_place(base, spec);
     kl__lease_free(base);
     return body;
 }

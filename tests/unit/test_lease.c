@@ -430,6 +430,32 @@ static void test_encode_update_preserves_unknown(void **state)
     json_decref(root);
 }
 
+/* The renewal path's in-place encoding gives the very same body. */
+static void test_encode_update_in_place(void **state)
+{
+    kl__lease_spec spec = {"node-c", 20, T_CLIENTGO_ACQUIRE, T_CLIENTGO_RENEW2, 2};
+    json_t *root = rich_lease();
+    char *text = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    kl__lease *a = NULL, *b = NULL;
+    char *copied, *in_place;
+
+    (void)state;
+    assert_non_null(text);
+    assert_int_equal(kl__lease_parse(&a, text, strlen(text)), 0);
+    assert_int_equal(kl__lease_parse(&b, text, strlen(text)), 0);
+    copied = kl__lease_encode_update(a, &spec);
+    in_place = kl__lease_encode_update_in_place(b, &spec);
+    assert_non_null(copied);
+    assert_non_null(in_place);
+    assert_string_equal(in_place, copied);
+    kl__lease_free(a);
+    kl__lease_free(b);
+    kl__free(copied);
+    kl__free(in_place);
+    free(text);
+    json_decref(root);
+}
+
 static void test_encode_update_sparse_base(void **state)
 {
     static const char *bases[] = {
@@ -1275,6 +1301,7 @@ int main(void)
         cmocka_unit_test(test_encode_create),
         cmocka_unit_test(test_encode_create_escaping),
         cmocka_unit_test(test_encode_update_preserves_unknown),
+        cmocka_unit_test(test_encode_update_in_place),
         cmocka_unit_test(test_encode_update_sparse_base),
         cmocka_unit_test(test_encode_update_release_and_zero),
         cmocka_unit_test(test_microtime_known),
