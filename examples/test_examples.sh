@@ -12,20 +12,21 @@ set -u
 
 : "${K8SLEASE_TESTSERVER:=k8slease-testserver}"
 unset KUBECONFIG KUBERNETES_SERVICE_HOST KUBERNETES_SERVICE_PORT
+
+# start_testserver, wait_until, run, stop_all: testserver.sh, installed
+# beside this script with the examples, tests/lib/testserver.sh in the tree.
+_lib=$(dirname "$0")
+if [ -f "$_lib/testserver.sh" ]; then
+    . "$_lib/testserver.sh"
+else
+    . "$_lib/../tests/lib/testserver.sh"
+fi
+
 T=$(mktemp -d "${TMPDIR:-/tmp}/k8slease-examples.XXXXXX") || exit 1
 PIDS=
 
 cleanup() {
-    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
-    n=0
-    while [ $n -lt 50 ]; do
-        alive=
-        for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ -n "$alive" ] || break
-        sleep 0.1
-        n=$((n + 1))
-    done
-    for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
+    stop_all 50
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -41,36 +42,9 @@ fail() {
     exit 1
 }
 
-# wait_until SECONDS WHAT CMD...: poll CMD every 100 ms.
-wait_until() {
-    _secs=$1 _what=$2 _n=0
-    shift 2
-    until "$@" >/dev/null 2>&1; do
-        _n=$((_n + 1))
-        [ "$_n" -lt $((_secs * 10)) ] || fail "$_what: not within $_secs s"
-        sleep 0.1
-    done
-}
-
 # wait_line SECONDS NAME REGEX: a line of NAME's stdout matches REGEX.
 wait_line() {
     wait_until "$1" "$2: a line matching '$3'" grep -Eq "$3" "$T/$2.out"
-}
-
-# run NAME CMD...: CMD in the background; stdout in $T/NAME.out, stderr in
-# $T/NAME.err, exit status in $T/NAME.rc when it ends.
-run() {
-    _name=$1
-    shift
-    (
-        "$@" >"$T/$_name.out" 2>"$T/$_name.err" &
-        echo $! >"$T/$_name.pid"
-        wait $!
-        echo $? >"$T/$_name.rc"
-    ) &
-    PIDS="$PIDS $!"
-    wait_until 5 "$_name started" test -s "$T/$_name.pid"
-    PIDS="$PIDS $(cat "$T/$_name.pid")"
 }
 
 # stop NAME: SIGTERM, then expect exit status 0 within 20 s.
@@ -86,10 +60,16 @@ epoch() {
 }
 
 start_server() {
-    run ts "$K8SLEASE_TESTSERVER" --quiet --dir "$T/ts"
-    wait_line 15 ts '^ready '
-    KUBECONFIG=$(sed -n 's/^ready .*kubeconfig=\([^ ]*\).*/\1/p' "$T/ts.out")
-    PORT=$(sed -n 's/^ready port=\([0-9]*\).*/\1/p' "$T/ts.out")
+    start_testserver "$T/ts" "$T/ts.out" "$T/ts.err" 15
+    _rc=$?
+    PIDS="$PIDS $TESTSERVER_PID"
+    case $_rc in
+    0) ;;
+    1) fail "the test server exited before it was ready" ;;
+    *) fail "ts: a line matching '^ready ': not within 15 s" ;;
+    esac
+    KUBECONFIG=$TESTSERVER_KUBECONFIG
+    PORT=$TESTSERVER_PORT
     if [ -z "$KUBECONFIG" ] || [ -z "$PORT" ]; then fail "cannot parse the ready line"; fi
     export KUBECONFIG
 }

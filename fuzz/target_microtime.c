@@ -15,6 +15,7 @@
 #include <jansson.h>
 
 #include "core/common.h"
+#include "core/credential.h"
 #include "etcd/codec.h"
 #include "core/http.h"
 #include "k8s/kubeconfig.h"

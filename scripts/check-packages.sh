@@ -70,7 +70,7 @@ dpkg -L libk8slease0 libk8slease-dev k8slease | grep -E '/(bin|lib|include)/|\.p
 
 ex=/usr/share/doc/libk8slease-dev/examples
 mkdir "$tmp/src" "$tmp/pc"
-for f in elect.c storage_master.cpp seed_abi.c CMakeLists.txt test_examples.sh; do
+for f in elect.c storage_master.cpp seed_abi.c CMakeLists.txt test_examples.sh testserver.sh; do
     if [ -f "$ex/$f" ]; then
         cp "$ex/$f" "$tmp/src/"
     elif [ -f "$ex/$f.gz" ]; then

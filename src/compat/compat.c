@@ -1,13 +1,21 @@
 /* The seed's C ABI (libk8s_lease_wrapper.h) over the native API: a
  * process-wide client and maps "ns/name" -> election / watch, as the Go
  * library kept them. Blocking calls wait on the native elector; nothing
- * here runs a second election implementation. */
+ * here runs a second election implementation.
+ *
+ * Unlike the native API, the seed ABI prints: the Go library's client-go
+ * logged through klog on stderr, and programs written against it rely on
+ * those lines (see "Log lines" below and docs/migration.md). */
 #include "libk8s_lease_wrapper.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "core/client.h"
 #include "k8slease.h"
@@ -28,6 +36,446 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static k8slease_client *g_client;
 static entry *g_elections;
 static entry *g_watches;
+
+/* ---- Log lines ----------------------------------------------------------
+ *
+ * One line per event on stderr, each written with one write(2) to fd 2 (at
+ * most LINE_MAX_BYTES, below PIPE_BUF), so lines of several elections never
+ * interleave:
+ *
+ *   2026-12-01T14:14:00.443463Z k8slease[19004] info default/hs21363: successfully
+ *   acquired lease (epoch 3)
+ *
+ * (one line), that is: UTC time with microseconds, "k8slease[PID]", the
+ * level (error, warn, info, debug), the Lease "namespace/name" (for the
+ * watch of a whole namespace "namespace" followed by "/" and "*"; "-" for
+ * the process), ": " and the message.
+ * Control characters are escaped (\xNN). K8SLEASE_LOG_LEVEL (off, error,
+ * warn, info, debug; default info) is read once, at the first call.
+ *
+ * What the lines are made of: the seed calls themselves (attempting,
+ * cancel), the elector's callbacks (acquired, lost, holder changes), and
+ * the client's log callback, whose messages name the Lease they are about
+ * (docs/operations.md, "Logs"): "get|create|update lease NS/NAME: ..." is
+ * the outcome of an election's request ("ok ..." and "not found" are
+ * successes, at debug level), "lease NS/NAME: ..." the elector's own,
+ * "watch of lease NS/NAME: ...", "watch of the leases in namespace NS:
+ * ..." and "watch lease NS/NAME: ..." the watch's ("healthy" / "not
+ * healthy" at debug level). The client logs everything to us (debug); we
+ * choose. A failed request is named once per distinct error; the same
+ * error again is printed only after a success of that Lease's requests. */
+
+#define LINE_MAX_BYTES 2048
+#define LOG_OFF        (-1)
+#define ERRS_KEPT      8 /* distinct errors remembered between two successes */
+
+typedef struct log_subject {
+    struct log_subject *next;
+    char key[300];    /* "ns/name" (the watch of a namespace: "ns/" and "*") */
+    char *identity;   /* of the current election; NULL if none */
+    int renew_s;      /* its renew deadline */
+    int64_t epoch;    /* of our term */
+    int leading;      /* between started and stopped */
+    int led;          /* this election led at some point */
+    int stopping;     /* cancelled through the ABI (or WaitElected timed out) */
+    int deleted;      /* the Lease was not found while leading */
+    char holder[256]; /* another holder seen while leading ("" if none) */
+    int64_t holder_epoch;
+    uint64_t errs[ERRS_KEPT]; /* hashes of the request errors printed since the last success */
+    int nerrs;
+    char last_err[LINE_MAX_BYTES / 2]; /* the last request error since the last success */
+    uint64_t werrs[ERRS_KEPT];         /* the same for the watch, until it is healthy */
+    int nwerrs;
+    int watch_trouble; /* a watch problem was printed since it was last healthy */
+} log_subject;
+
+static pthread_once_t lg_once = PTHREAD_ONCE_INIT;
+/* Recursive: the client may log from inside a call made with it held
+ * (k8slease_elector_start, on the caller's thread). Never held while
+ * waiting for the loop thread. */
+static pthread_mutex_t lg_mu;
+static int lg_level = K8SLEASE_LOG_INFO; /* or LOG_OFF; set once, by lg_init */
+static log_subject *lg_subjects;
+
+static const char *const lg_names[] = {"error", "warn", "info", "debug"};
+
+static void lg_vwrite(k8slease_log_level level, const char *subject, const char *fmt, va_list ap)
+    KL_PRINTF(3, 0);
+
+static void lg_vwrite(k8slease_log_level level, const char *subject, const char *fmt, va_list ap)
+{
+    char line[LINE_MAX_BYTES], msg[LINE_MAX_BYTES];
+    struct timespec ts;
+    struct tm tm;
+    size_t n, room = sizeof(line) - 5; /* "...\n" and NUL */
+    const char *p;
+
+    if ((int)level > lg_level)
+        return;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    n = strftime(line, sizeof(line), "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t)snprintf(line + n, sizeof(line) - n, ".%06ldZ k8slease[%ld] %s ",
+                          ts.tv_nsec / 1000, (long)getpid(), lg_names[level]);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    /* The subject, ": ", the message; nothing can break the line. */
+    for (int part = 0; part < 2; part++) {
+        for (p = part ? msg : subject; *p && n < room; p++) {
+            unsigned char c = (unsigned char)*p;
+
+            if (c < 0x20 || c == 0x7f) {
+                if (n + 4 > room)
+                    break;
+                n += (size_t)snprintf(line + n, sizeof(line) - n, "\\x%02x", c);
+            } else {
+                line[n++] = (char)c;
+            }
+        }
+        if (!part && n + 2 <= room) {
+            line[n++] = ':';
+            line[n++] = ' ';
+        }
+    }
+    if (*p || n >= room) {
+        memcpy(line + n, "...", 3);
+        n += 3;
+    }
+    line[n++] = '\n';
+    for (size_t off = 0; off < n;) {
+        ssize_t w = write(2, line + off, n - off);
+
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break; /* stderr closed or full: nothing else to do */
+        off += (size_t)w;
+    }
+}
+
+static void lg_write(k8slease_log_level level, const char *subject, const char *fmt, ...)
+    KL_PRINTF(3, 4);
+
+static void lg_write(k8slease_log_level level, const char *subject, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    lg_vwrite(level, subject, fmt, ap);
+    va_end(ap);
+}
+
+static int lg_eq(const char *a, const char *b)
+{
+    for (; *a && *b; a++, b++)
+        if ((*a | 0x20) != (*b | 0x20))
+            return 0;
+    return *a == *b;
+}
+
+static void lg_init(void)
+{
+    pthread_mutexattr_t attr;
+    const char *v = getenv("K8SLEASE_LOG_LEVEL");
+
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&lg_mu, &attr);
+    pthread_mutexattr_destroy(&attr);
+    if (!v || !v[0])
+        return;
+    if (lg_eq(v, "off")) {
+        lg_level = LOG_OFF;
+        return;
+    }
+    for (int i = 0; i < 4; i++)
+        if (lg_eq(v, lg_names[i])) {
+            lg_level = i;
+            return;
+        }
+    lg_level = K8SLEASE_LOG_WARN; /* so that this one line is printed */
+    lg_write(K8SLEASE_LOG_WARN, "-",
+             "K8SLEASE_LOG_LEVEL=\"%.100s\" is not one of off, error, warn, info, debug: "
+             "using info",
+             v);
+    lg_level = K8SLEASE_LOG_INFO;
+}
+
+/* Every seed call starts here: the level is known before anything logs. */
+static void setup(void)
+{
+    pthread_once(&lg_once, lg_init);
+}
+
+/* lg_mu held. Never NULL: a subject that cannot be allocated is a static
+ * scratch one (its state is lost, its lines are not). */
+static log_subject *lg_subject(const char *key)
+{
+    static log_subject scratch;
+    log_subject *s;
+
+    for (s = lg_subjects; s; s = s->next)
+        if (strcmp(s->key, key) == 0)
+            return s;
+    if (!(s = calloc(1, sizeof(*s)))) {
+        s = &scratch;
+        free(s->identity);
+        memset(s, 0, sizeof(*s));
+        snprintf(s->key, sizeof(s->key), "%s", key);
+        return s;
+    }
+    snprintf(s->key, sizeof(s->key), "%s", key);
+    s->next = lg_subjects;
+    lg_subjects = s;
+    return s;
+}
+
+/* FNV-1a */
+static uint64_t lg_hash(const char *a, const char *b)
+{
+    uint64_t h = 1469598103934665603ULL;
+
+    for (; *a; a++)
+        h = (h ^ (unsigned char)*a) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;
+    for (; *b; b++)
+        h = (h ^ (unsigned char)*b) * 1099511628211ULL;
+    return h;
+}
+
+/* 1 when the error is new since the set was last cleared (and remembers it). */
+static int lg_first_time(uint64_t *set, int *n, uint64_t h)
+{
+    for (int i = 0; i < *n; i++)
+        if (set[i] == h)
+            return 0;
+    if (*n == ERRS_KEPT) {
+        memmove(set, set + 1, (ERRS_KEPT - 1) * sizeof(*set));
+        (*n)--;
+    }
+    set[(*n)++] = h;
+    return 1;
+}
+
+/* A new election for key (lg_mu held). */
+static void lg_election_begins(const char *key, const char *identity, int renew_s)
+{
+    log_subject *s = lg_subject(key);
+
+    free(s->identity);
+    s->identity = strdup(identity ? identity : "");
+    s->renew_s = renew_s;
+    s->epoch = -1;
+    s->leading = s->led = s->stopping = s->deleted = 0;
+    s->holder[0] = '\0';
+    s->nerrs = 0;
+    s->last_err[0] = '\0';
+}
+
+static void lg_stopping(const char *key)
+{
+    pthread_mutex_lock(&lg_mu);
+    lg_subject(key)->stopping = 1;
+    pthread_mutex_unlock(&lg_mu);
+}
+
+static void lg_on_started(int64_t epoch, void *user_data)
+{
+    const entry *e = user_data;
+    log_subject *s;
+
+    pthread_mutex_lock(&lg_mu);
+    s = lg_subject(e->key);
+    s->leading = s->led = 1;
+    s->epoch = epoch;
+    s->holder[0] = '\0';
+    s->nerrs = 0;
+    s->last_err[0] = '\0';
+    lg_write(K8SLEASE_LOG_INFO, s->key, "successfully acquired lease (epoch %lld)",
+             (long long)epoch);
+    pthread_mutex_unlock(&lg_mu);
+}
+
+static void lg_on_stopped(void *user_data)
+{
+    const entry *e = user_data;
+    log_subject *s;
+
+    pthread_mutex_lock(&lg_mu);
+    s = lg_subject(e->key);
+    s->leading = 0;
+    if (s->stopping)
+        lg_write(K8SLEASE_LOG_DEBUG, s->key, "stopped leading (cancelled) (epoch %lld)",
+                 (long long)s->epoch);
+    else if (s->holder[0])
+        lg_write(K8SLEASE_LOG_ERROR, s->key,
+                 "lost leadership (epoch %lld): lease now held by \"%s\" "
+                 "(epoch %lld)",
+                 (long long)s->epoch, s->holder, (long long)s->holder_epoch);
+    else if (s->deleted)
+        lg_write(K8SLEASE_LOG_ERROR, s->key, "lost leadership (epoch %lld): the lease was deleted",
+                 (long long)s->epoch);
+    else if (s->last_err[0])
+        lg_write(K8SLEASE_LOG_ERROR, s->key,
+                 "lost leadership (epoch %lld): failed to renew lease within %ds: %s",
+                 (long long)s->epoch, s->renew_s, s->last_err);
+    else
+        lg_write(K8SLEASE_LOG_ERROR, s->key,
+                 "lost leadership (epoch %lld): failed to renew lease within %ds",
+                 (long long)s->epoch, s->renew_s);
+    pthread_mutex_unlock(&lg_mu);
+}
+
+static void lg_on_new_leader(const char *identity, int64_t epoch, void *user_data)
+{
+    const entry *e = user_data;
+    log_subject *s;
+
+    pthread_mutex_lock(&lg_mu);
+    s = lg_subject(e->key);
+    if (!identity[0] && s->led && !s->leading) {
+        lg_write(K8SLEASE_LOG_INFO, s->key, "released lease (epoch %lld)", (long long)epoch);
+        s->led = 0; /* nothing left to release */
+    } else if (!identity[0]) {
+        lg_write(K8SLEASE_LOG_INFO, s->key, "lease has no holder (epoch %lld)", (long long)epoch);
+    } else if (!s->identity || strcmp(identity, s->identity) != 0) {
+        if (s->leading) {
+            snprintf(s->holder, sizeof(s->holder), "%s", identity);
+            s->holder_epoch = epoch;
+        }
+        lg_write(K8SLEASE_LOG_INFO, s->key, "lease held by \"%s\" (epoch %lld)", identity,
+                 (long long)epoch);
+    }
+    pthread_mutex_unlock(&lg_mu);
+}
+
+/* The end of an election ("lease NS/NAME: election over"). */
+static void lg_election_over(log_subject *s)
+{
+    if (s->led && s->stopping)
+        lg_write(K8SLEASE_LOG_WARN, s->key,
+                 "lease not released%s%s: other candidates wait for it to expire",
+                 s->last_err[0] ? ": " : "", s->last_err);
+    else if (!s->led && s->stopping && s->epoch < 0)
+        lg_write(K8SLEASE_LOG_INFO, s->key, "stopped campaigning");
+    s->led = 0;
+}
+
+/* "NS/NAME: rest" after prefix: the subject into key, the rest returned. */
+static const char *lg_after(const char *msg, const char *prefix, char *key, size_t size,
+                            int whole_namespace)
+{
+    size_t plen = strlen(prefix), n;
+    const char *colon;
+
+    if (strncmp(msg, prefix, plen) != 0 || !(colon = strstr(msg + plen, ": ")))
+        return NULL;
+    n = (size_t)(colon - (msg + plen));
+    if (n == 0 || n + 3 > size || memchr(msg + plen, ' ', n))
+        return NULL;
+    memcpy(key, msg + plen, n);
+    key[n] = '\0';
+    if (whole_namespace)
+        strcat(key, "/*");
+    else if (!strchr(key, '/'))
+        return NULL;
+    return colon + 2;
+}
+
+static void lg_strip(char *s, const char *suffix)
+{
+    size_t n = strlen(s), m = strlen(suffix);
+
+    if (n >= m && strcmp(s + n - m, suffix) == 0)
+        s[n - m] = '\0';
+}
+
+/* The outcome of a request of an election. */
+static void lg_request(log_subject *s, const char *verb, k8slease_log_level level, const char *rest)
+{
+    const char *what;
+
+    if (strncmp(rest, "ok", 2) == 0 || strcmp(rest, "not found") == 0) {
+        s->nerrs = 0;
+        s->last_err[0] = '\0';
+        if (rest[0] == 'n' && s->leading)
+            s->deleted = 1;
+        return;
+    }
+    if (level > K8SLEASE_LOG_WARN)
+        return; /* 409 Conflict: another candidate wrote first (debug) */
+    snprintf(s->last_err, sizeof(s->last_err), "%s", rest);
+    if (!lg_first_time(s->errs, &s->nerrs, lg_hash(verb, rest)))
+        return;
+    what = verb[0] == 'g'          ? "error retrieving lease"
+           : verb[0] == 'c'        ? "error creating lease"
+           : s->leading            ? "error renewing lease"
+           : s->stopping && s->led ? "error releasing lease"
+                                   : "error updating lease";
+    lg_write(K8SLEASE_LOG_WARN, s->key, "%s: %s", what, rest);
+}
+
+/* A message of the watch of a Lease (or of a namespace). */
+static void lg_watch(log_subject *s, k8slease_log_level level, const char *rest)
+{
+    char err[LINE_MAX_BYTES / 2];
+
+    if (level == K8SLEASE_LOG_DEBUG && strcmp(rest, "healthy") == 0) {
+        if (s->watch_trouble)
+            lg_write(K8SLEASE_LOG_INFO, s->key, "watch is back: no more polling");
+        s->watch_trouble = 0;
+        s->nwerrs = 0;
+    } else if (level == K8SLEASE_LOG_DEBUG && strcmp(rest, "not healthy") == 0) {
+        if (!s->watch_trouble)
+            lg_write(K8SLEASE_LOG_WARN, s->key,
+                     "watch not healthy (no event or bookmark in time): polling the lease until "
+                     "it is back");
+        s->watch_trouble = 1;
+    } else if (level <= K8SLEASE_LOG_WARN) {
+        snprintf(err, sizeof(err), "%s", rest);
+        lg_strip(err, "; retrying");
+        lg_strip(err, "; resuming");
+        if (!lg_first_time(s->werrs, &s->nwerrs, lg_hash("watch", err)))
+            return;
+        lg_write(K8SLEASE_LOG_WARN, s->key, "watch failed: %s: polling the lease until it is back",
+                 err);
+        s->watch_trouble = 1;
+    }
+}
+
+/* The client's log callback (any library thread, mostly the loop). */
+static void lg_native(k8slease_log_level level, const char *msg, void *user_data)
+{
+    static const char *const verbs[] = {"get", "create", "update"};
+    char key[300], prefix[32];
+    const char *rest = NULL;
+
+    (void)user_data;
+    pthread_mutex_lock(&lg_mu);
+    for (int i = 0; i < 3 && !rest; i++) {
+        snprintf(prefix, sizeof(prefix), "%s lease ", verbs[i]);
+        if ((rest = lg_after(msg, prefix, key, sizeof(key), 0))) {
+            lg_write(K8SLEASE_LOG_DEBUG, key, "%s", msg);
+            lg_request(lg_subject(key), verbs[i], level, rest);
+        }
+    }
+    if (rest) {
+        /* done */
+    } else if ((rest = lg_after(msg, "lease ", key, sizeof(key), 0))) {
+        /* The elector's: what it says at info level is said above in the
+         * words of the seed's users; its warnings and errors as they are. */
+        lg_write(level <= K8SLEASE_LOG_WARN ? level : K8SLEASE_LOG_DEBUG, key, "%s", rest);
+        if (strcmp(rest, "election over") == 0)
+            lg_election_over(lg_subject(key));
+    } else if ((rest = lg_after(msg, "watch of lease ", key, sizeof(key), 0)) ||
+               (rest = lg_after(msg, "watch lease ", key, sizeof(key), 0)) ||
+               (rest = lg_after(msg, "watch of the leases in namespace ", key, sizeof(key), 1))) {
+        lg_write(K8SLEASE_LOG_DEBUG, key, "%s", msg);
+        lg_watch(lg_subject(key), level, rest);
+    } else {
+        lg_write(level, "-", "%s", msg);
+    }
+    pthread_mutex_unlock(&lg_mu);
+}
 
 static int fail(char **errMsg, const char *fmt, ...) KL_PRINTF(2, 3);
 
@@ -51,11 +499,17 @@ static int fail_last(char **errMsg)
 
 static int ensure_client(char **errMsg)
 {
+    k8slease_client_options opts = K8SLEASE_CLIENT_OPTIONS_INIT;
     int err = 0;
 
+    setup();
+    if (lg_level != LOG_OFF) {
+        opts.log_cb = lg_native;
+        opts.log_level = K8SLEASE_LOG_DEBUG; /* lg_native picks what to print */
+    }
     pthread_mutex_lock(&g_mu);
     if (!g_client)
-        err = k8slease_client_new(&g_client, NULL);
+        err = k8slease_client_new(&g_client, &opts);
     pthread_mutex_unlock(&g_mu);
     if (err < 0)
         return fail(errMsg, "failed to build k8s config: %s", k8slease_error_last());
@@ -129,6 +583,7 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
     char key[600];
     int rc = 0;
 
+    setup();
     if (make_key(key, sizeof(key), ns, leaseName, errMsg) < 0 || ensure_client(errMsg) < 0)
         return -1;
     if (leaseDurationSec <= 0 || renewDeadlineSec <= 0 || retryPeriodSec <= 0)
@@ -148,6 +603,10 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
     opts.renew_deadline_ms = (int64_t)renewDeadlineSec * 1000;
     opts.retry_period_ms = (int64_t)retryPeriodSec * 1000;
     opts.release_on_cancel = 1;
+    opts.on_started_leading = lg_on_started;
+    opts.on_stopped_leading = lg_on_stopped;
+    opts.on_new_leader = lg_on_new_leader;
+    opts.user_data = e; /* outlives the elector: freed after it */
 
     pthread_mutex_lock(&g_mu);
     if ((old = find(g_elections, key))) {
@@ -161,11 +620,18 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
          * the map's reference to it goes with the unlinking. */
         unlink_entry(&g_elections, old);
     }
+    /* lg_mu from before the start until "attempting" is out: what the
+     * loop thread logs for this election comes after it. */
+    pthread_mutex_lock(&lg_mu);
     if (k8slease_elector_start(&e->elector, g_client, &opts) < 0) {
+        pthread_mutex_unlock(&lg_mu);
         pthread_mutex_unlock(&g_mu);
         rc = fail(errMsg, "failed to create leader elector: %s", k8slease_error_last());
         goto out;
     }
+    lg_election_begins(key, identity, renewDeadlineSec);
+    lg_write(K8SLEASE_LOG_INFO, key, "attempting to acquire leader lease as \"%s\"...", identity);
+    pthread_mutex_unlock(&lg_mu);
     e->next = g_elections;
     g_elections = e;
     e = NULL;
@@ -188,6 +654,7 @@ K8SLEASE_COMPAT_API int K8sLeaseWaitElected(char *ns, char *leaseName, int timeo
     int64_t epoch = 0;
     int err, rc = 0;
 
+    setup();
     if (make_key(key, sizeof(key), ns, leaseName, errMsg) < 0)
         return -1;
     if (!(e = ref_election(key)))
@@ -199,6 +666,7 @@ K8SLEASE_COMPAT_API int K8sLeaseWaitElected(char *ns, char *leaseName, int timeo
             *leaseTransitions = epoch;
     } else if (err == K8SLEASE_ETIMEOUT) {
         /* As the Go library: give up the candidacy before reporting. */
+        lg_stopping(key);
         k8slease_elector_stop(e->elector, -1);
         rc = fail(errMsg, "election timed out after %ds", timeoutSec);
     } else if (err == K8SLEASE_ESTATE && k8slease_elector_wait_lost(e->elector, 0) == 0) {
@@ -216,6 +684,7 @@ K8SLEASE_COMPAT_API int K8sLeaseWaitLost(char *ns, char *leaseName, char **errMs
     entry *e;
     int rc = 0;
 
+    setup();
     if (make_key(key, sizeof(key), ns, leaseName, errMsg) < 0)
         return -1;
     if (!(e = ref_election(key)))
@@ -232,10 +701,12 @@ K8SLEASE_COMPAT_API int K8sLeaseCancelElection(char *ns, char *leaseName, char *
     entry *e;
     int rc = 0;
 
+    setup();
     if (make_key(key, sizeof(key), ns, leaseName, errMsg) < 0)
         return -1;
     if (!(e = ref_election(key)))
         return 0;
+    lg_stopping(key);
     if (kl__elector_stop_async(e->elector, -1) < 0)
         rc = fail_last(errMsg);
     unref_election(e);
@@ -248,6 +719,7 @@ K8SLEASE_COMPAT_API int K8sLeaseGetHolder(char *ns, char *leaseName, char **hold
     k8slease_holder *h = NULL;
     int err;
 
+    setup();
     if (!holderIdentity || !leaseTransitions)
         return fail(errMsg, "holderIdentity and leaseTransitions must not be NULL");
     *holderIdentity = NULL;
@@ -289,6 +761,7 @@ K8SLEASE_COMPAT_API int K8sLeaseWatchHolder(char *ns, char *leaseName, void *cal
     char key[600];
     int rc = 0;
 
+    setup();
     if (!callbackFunc)
         return fail(errMsg, "callback function is NULL");
     if (make_key(key, sizeof(key), ns, leaseName, errMsg) < 0 || ensure_client(errMsg) < 0)
@@ -322,6 +795,7 @@ K8SLEASE_COMPAT_API int K8sLeaseCancelWatch(char *ns, char *leaseName, char **er
     char key[600];
     entry *e;
 
+    setup();
     if (make_key(key, sizeof(key), ns, leaseName, errMsg) < 0)
         return -1;
     pthread_mutex_lock(&g_mu);
@@ -340,6 +814,7 @@ K8SLEASE_COMPAT_API int K8sLeaseCancelWatch(char *ns, char *leaseName, char **er
 
 static int pod_label(char *ns, char *podName, char *labelKey, char *labelValue, char **errMsg)
 {
+    setup();
     if (!ns || !podName || !labelKey)
         return fail(errMsg, "namespace, pod name and label key must not be NULL");
     if (ensure_client(errMsg) < 0)

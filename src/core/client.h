@@ -6,7 +6,7 @@
 #include "core/backend.h"
 #include "core/common.h"
 #include "core/http.h"
-#include "k8s/kubeconfig.h"
+#include "core/restconfig.h"
 
 /* Backend state, defined by the backends (k8s/informer.h, etcd/client.h). */
 typedef struct kl__informer kl__informer;

@@ -47,6 +47,13 @@ const char *kl__error_get(void)
     return errmsg;
 }
 
+const char *kl__strerror(int e, char *buf, size_t size)
+{
+    if (strerror_r(e, buf, size) != 0)
+        snprintf(buf, size, "error %d", e);
+    return buf;
+}
+
 K8SLEASE_API const char *k8slease_error_last(void)
 {
     return errmsg;

@@ -60,6 +60,9 @@ int kl__utf8_valid(const char *s, size_t len);
 int kl__error_wrap(int code, const char *fmt, ...) KL_PRINTF(2, 3);
 void kl__error_clear(void);
 const char *kl__error_get(void);
+/* strerror_r's text for errno value e in buf ("error <e>" if it has none);
+ * returns buf. Thread-safe, unlike strerror. */
+const char *kl__strerror(int e, char *buf, size_t size);
 
 /* Allocation. Every allocation of the library goes through these so that a
  * test build can fail the Nth one (see kl__alloc_fail_after). */

@@ -38,6 +38,7 @@
 #include <jansson.h>
 
 #include "core/clock.h"
+#include "core/credential.h"
 
 #if LIBCURL_VERSION_NUM < 0x074d00
 #error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"

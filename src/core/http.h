@@ -12,7 +12,7 @@
 
 #include "core/common.h"
 #include "core/loop.h"
-#include "k8s/kubeconfig.h"
+#include "core/restconfig.h"
 
 typedef struct kl__http_req kl__http_req;
 

@@ -9,6 +9,18 @@ static int is_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
+void kl__trim(char *s)
+{
+    size_t start = 0, end = strlen(s);
+
+    while (start < end && is_space(s[start]))
+        start++;
+    while (end > start && is_space(s[end - 1]))
+        end--;
+    memmove(s, s + start, end - start);
+    s[end - start] = '\0';
+}
+
 /* ------------------------------------------------------------------------ */
 /* Line framing                                                             */
 /* ------------------------------------------------------------------------ */

@@ -1,6 +1,6 @@
 /* Text helpers the codecs share: line framing of streams (Kubernetes and
- * etcd watches) and base64 decoding (kubeconfig data fields, etcd keys and
- * values). */
+ * etcd watches), base64 decoding (kubeconfig data fields, etcd keys and
+ * values), and trimming (token files, exec plugin messages). */
 #ifndef KL_CORE_TEXT_H
 #define KL_CORE_TEXT_H
 
@@ -27,5 +27,8 @@ void kl__line_splitter_free(kl__line_splitter *s);
  * Returns a malloc'ed NUL-terminated buffer or NULL with *ok = 0 on a bad
  * input (no error set), NULL with *ok = 1 on ENOMEM. */
 char *kl__base64_decode(const char *in, size_t in_len, size_t *out_len, int *ok);
+
+/* Strip leading and trailing ASCII whitespace from s, in place. */
+void kl__trim(char *s);
 
 #endif

@@ -14,8 +14,8 @@
 
 #include "core/client.h"
 #include "core/clock.h"
-#include "k8s/election.h"
 #include "core/elector.h"
+#include "core/timings.h"
 #include "etcd/client.h"
 #include "etcd/election.h"
 
@@ -496,21 +496,6 @@ static void destroy(k8slease_elector *pub)
     kl__free(e);
 }
 
-/* The timing rules and identity checks of the Kubernetes backend, by its
- * own validation, so both backends say the same thing about the same
- * options. */
-static int check_like_k8s(const k8slease_elector_options *opts, int64_t ld, int64_t rd, int64_t rp)
-{
-    kl__elector_config cfg = {0};
-    kl__elector probe;
-
-    cfg.identity = opts->identity;
-    cfg.lease_duration_ns = ld * KL_NS_PER_MS;
-    cfg.renew_deadline_ns = rd * KL_NS_PER_MS;
-    cfg.retry_period_ns = rp * KL_NS_PER_MS;
-    return kl__elector_init(&probe, &cfg);
-}
-
 static int create(k8slease_elector **out, k8slease_client *client,
                   const k8slease_elector_options *opts)
 {
@@ -532,7 +517,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
                              "durations must be positive (lease_duration %lld ms, renew_deadline "
                              "%lld ms, retry_period %lld ms)",
                              (long long)ld, (long long)rd, (long long)rp);
-    if ((err = check_like_k8s(opts, ld, rd, rp)) < 0)
+    /* The Kubernetes backend's rules, so both backends say the same thing
+     * about the same options. */
+    if ((err = kl__identity_check(opts->identity)) < 0 ||
+        (err = kl__timings_check(ld * KL_NS_PER_MS, rd * KL_NS_PER_MS, rp * KL_NS_PER_MS)) < 0)
         return err;
     if (ld < 1000)
         return kl__error_set(K8SLEASE_EINVAL,

@@ -8,6 +8,7 @@
 
 #include "core/clock.h" /* KL_NS_PER_* only: the machine never reads a clock */
 #include "core/common.h"
+#include "core/timings.h" /* kl__duration_format */
 
 /* Hook to watch every state change (e.g. printf in a debugging build). */
 #ifndef KL_ETCD_ELECTION_TRACE
@@ -845,16 +846,6 @@ const char *kl__etcd_election_state_name(kl__etcd_election_state s)
 /* Configuration                                                            */
 /* ------------------------------------------------------------------------ */
 
-/* "5000 ms", or "1500001 ns" when milliseconds would hide the value. */
-static const char *fmt_duration(int64_t ns, char *buf, size_t size)
-{
-    if (ns % KL_NS_PER_MS == 0)
-        snprintf(buf, size, "%lld ms", (long long)(ns / KL_NS_PER_MS));
-    else
-        snprintf(buf, size, "%lld ns", (long long)ns);
-    return buf;
-}
-
 static int validate(const kl__etcd_election_config *cfg)
 {
     int64_t ka = cfg->keepalive_interval_ns;
@@ -870,17 +861,17 @@ static int validate(const kl__etcd_election_config *cfg)
         return kl__error_set(K8SLEASE_EINVAL, "value longer than %d bytes", KL_EE_VALUE_MAX - 1);
     if (cfg->ttl_ns < KL_NS_PER_S)
         return kl__error_set(K8SLEASE_EINVAL, "ttl (%s) must be at least 1 s",
-                             fmt_duration(cfg->ttl_ns, a, sizeof(a)));
+                             kl__duration_format(cfg->ttl_ns, a, sizeof(a)));
     if (ka < 0)
         return kl__error_set(K8SLEASE_EINVAL, "keepalive_interval (%s) must not be negative",
-                             fmt_duration(ka, a, sizeof(a)));
+                             kl__duration_format(ka, a, sizeof(a)));
     if (ka >= cfg->ttl_ns)
         return kl__error_set(K8SLEASE_EINVAL, "keepalive_interval (%s) must be less than ttl (%s)",
-                             fmt_duration(ka, a, sizeof(a)),
-                             fmt_duration(cfg->ttl_ns, b, sizeof(b)));
+                             kl__duration_format(ka, a, sizeof(a)),
+                             kl__duration_format(cfg->ttl_ns, b, sizeof(b)));
     if (cfg->retry_period_ns <= 0)
         return kl__error_set(K8SLEASE_EINVAL, "retry_period (%s) must be greater than zero",
-                             fmt_duration(cfg->retry_period_ns, a, sizeof(a)));
+                             kl__duration_format(cfg->retry_period_ns, a, sizeof(a)));
     return 0;
 }
 

@@ -17,6 +17,7 @@
 #include "k8s/api.h"
 #include "k8s/codec.h"
 #include "k8s/informer.h"
+#include "k8s/kubeconfig.h"
 #include "k8s/watch.h"
 
 #define DEFAULT_SYNC_TIMEOUT_MS 10000

@@ -537,50 +537,14 @@ const char *kl__elector_state_name(kl__elector_state s)
     return "?";
 }
 
-/* "5000 ms", or "1500001 ns" when milliseconds would hide the value. */
-static const char *fmt_duration(int64_t ns, char *buf, size_t size)
-{
-    if (ns % KL_NS_PER_MS == 0)
-        snprintf(buf, size, "%lld ms", (long long)(ns / KL_NS_PER_MS));
-    else
-        snprintf(buf, size, "%lld ns", (long long)ns);
-    return buf;
-}
-
-static int check_positive(const char *name, int64_t ns)
-{
-    char buf[32];
-
-    if (ns > 0)
-        return 0;
-    return kl__error_set(K8SLEASE_EINVAL, "%s (%s) must be greater than zero", name,
-                         fmt_duration(ns, buf, sizeof(buf)));
-}
-
 static int validate(const kl__elector_config *cfg)
 {
-    int64_t ld = cfg->lease_duration_ns, rd = cfg->renew_deadline_ns, rp = cfg->retry_period_ns;
-    char a[32], b[32];
     int err;
 
-    if (!cfg->identity || !cfg->identity[0])
-        return kl__error_set(K8SLEASE_EINVAL, "identity must not be empty");
-    if (strnlen(cfg->identity, KL_IDENTITY_MAX) == KL_IDENTITY_MAX)
-        return kl__error_set(K8SLEASE_EINVAL, "identity longer than %d bytes", KL_IDENTITY_MAX - 1);
-    if ((err = check_positive("lease_duration", ld)) < 0 ||
-        (err = check_positive("renew_deadline", rd)) < 0 ||
-        (err = check_positive("retry_period", rp)) < 0)
+    if ((err = kl__identity_check(cfg->identity)) < 0 ||
+        (err = kl__timings_check(cfg->lease_duration_ns, cfg->renew_deadline_ns,
+                                 cfg->retry_period_ns)) < 0)
         return err;
-    if (ld <= rd)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "lease_duration (%s) must be greater than renew_deadline (%s)",
-                             fmt_duration(ld, a, sizeof(a)), fmt_duration(rd, b, sizeof(b)));
-    /* rd is whole nanoseconds, so rd > 1.2 * rp is rd > floor(1.2 * rp). An
-     * rp so large that 1.2 * rp overflows can never be met. */
-    if (rp > INT64_MAX / 6 * 5 || rd <= rp + rp / 5)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "renew_deadline (%s) must be greater than 1.2 * retry_period (%s)",
-                             fmt_duration(rd, a, sizeof(a)), fmt_duration(rp, b, sizeof(b)));
     return 0;
 }
 

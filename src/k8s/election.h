@@ -4,8 +4,9 @@
  * kl__elector_timer().
  *
  * Rules (client-go's tools/leaderelection with the Lease lock, plus ours):
- *  - Validation: lease_duration > renew_deadline > 1.2 * retry_period > 0,
- *    identity non-empty and shorter than KL_IDENTITY_MAX.
+ *  - Validation (core/timings.h, shared with etcd): lease_duration >
+ *    renew_deadline > 1.2 * retry_period > 0, identity non-empty and shorter
+ *    than KL_IDENTITY_MAX.
  *  - Acquire attempt: GET. 404 -> CREATE {holder=self, transitions=0,
  *    acquire=renew=now, duration=LD}. Got a record: if it differs from the
  *    observed one (holder, duration, acquire, renew, transitions), it becomes
@@ -79,9 +80,9 @@
 
 #include <stdint.h>
 
+#include "core/timings.h" /* KL_IDENTITY_MAX, the validation rules */
 #include "k8s/codec.h"
 
-#define KL_IDENTITY_MAX        512
 #define KL_ELECTOR_MAX_ACTIONS 8
 
 typedef enum kl__elector_state {

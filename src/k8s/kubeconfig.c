@@ -1,56 +1,29 @@
 /* Rest configuration from a kubeconfig chain or the in-cluster service
- * account, and exec credential plugins. */
+ * account. The exec plugins a kubeconfig names are run by core/credential.c. */
 #include "k8s/kubeconfig.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <limits.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <jansson.h>
 #include <yaml.h>
 
-#include "core/clock.h"
 #include "core/common.h"
+#include "core/credential.h" /* the exec apiVersions a kubeconfig may name */
+#include "core/text.h"
 
-/* POSIX leaves declaring environ to the application. */
-extern char **environ;
-
-#define KC_FILE_MAX             (16u << 20)
-#define SA_FILE_MAX             (1u << 20)
-#define EXEC_STDOUT_MAX         (1u << 20)
-#define EXEC_STDERR_MAX         200
-#define EXEC_TIMEOUT_MS_DEFAULT 30000
-#define WHERE_MAX               320
-#define API_V1                  "client.authentication.k8s.io/v1"
-#define API_V1BETA1             "client.authentication.k8s.io/v1beta1"
-
-static _Atomic int64_t exec_timeout_ms = EXEC_TIMEOUT_MS_DEFAULT;
+#define KC_FILE_MAX (16u << 20)
+#define SA_FILE_MAX (1u << 20)
+#define WHERE_MAX   320
 
 static int nomem(void)
 {
     return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-}
-
-static const char *errstr(int e, char *buf, size_t size)
-{
-    if (strerror_r(e, buf, size) != 0)
-        snprintf(buf, size, "error %d", e);
-    return buf;
-}
-
-static int api_supported(const char *api)
-{
-    return api && (!strcmp(api, API_V1) || !strcmp(api, API_V1BETA1));
 }
 
 /* 0 when path is a readable non-directory, else an errno value. Opening it
@@ -122,25 +95,8 @@ out:
         return nomem();
     if (*errnum)
         return kl__error_set(K8SLEASE_ECONFIG, "%s: cannot read: %s", path,
-                             errstr(*errnum, ebuf, sizeof(ebuf)));
+                             kl__strerror(*errnum, ebuf, sizeof(ebuf)));
     return 0;
-}
-
-static int is_space(char c)
-{
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
-}
-
-static void trim(char *s)
-{
-    size_t start = 0, end = strlen(s);
-
-    while (start < end && is_space(s[start]))
-        start++;
-    while (end > start && is_space(s[end - 1]))
-        end--;
-    memmove(s, s + start, end - start);
-    s[end - start] = '\0';
 }
 
 /* ------------------------------------------------------------------------ */
@@ -406,7 +362,7 @@ static int file_field(kc_file *k, yaml_node_t *map, const char *where, const cha
     if (!(*out = resolve_path(k->dir, v)))
         return nomem();
     if ((e = check_readable(*out)) != 0)
-        return field_error(k, where, key, "%s: %s", *out, errstr(e, ebuf, sizeof(ebuf)));
+        return field_error(k, where, key, "%s: %s", *out, kl__strerror(e, ebuf, sizeof(ebuf)));
     return 0;
 }
 
@@ -455,24 +411,6 @@ static int load_cluster(kc_file *k, yaml_node_t *c, const char *where, kl__restc
         (err = dup_opt(sni, &cfg->tls_server_name)) < 0)
         return err;
     return 0;
-}
-
-static void exec_config_free(kl__exec_config *exec)
-{
-    char **p;
-
-    if (!exec)
-        return;
-    for (p = exec->args; p && *p; p++)
-        kl__free(*p);
-    for (p = exec->env; p && *p; p++)
-        kl__free(*p);
-    kl__free(exec->args);
-    kl__free(exec->env);
-    kl__free(exec->api_version);
-    kl__free(exec->command);
-    kl__free(exec->config_dir);
-    kl__free(exec);
 }
 
 /* exec.args (strings) or exec.env ({name, value} mappings) into a
@@ -533,9 +471,9 @@ static int load_exec(kc_file *k, yaml_node_t *e, const char *where, kl__exec_con
         return err;
     if (!api)
         return field_error(k, where, "apiVersion", "not set");
-    if (!api_supported(api))
+    if (!kl__exec_api_supported(api))
         return field_error(k, where, "apiVersion", "\"%s\" is not supported (use %s or %s)", api,
-                           API_V1, API_V1BETA1);
+                           KL_EXEC_API_V1, KL_EXEC_API_V1BETA1);
     if (!command)
         return field_error(k, where, "command", "not set");
     if (!(exec->api_version = kl__strdup(api)) || !(exec->config_dir = kl__strdup(k->dir)))
@@ -770,20 +708,20 @@ int kl__restconfig_incluster(kl__restconfig **out, const char *sa_dir)
     /* Read once to fail early; the HTTP layer re-reads it as it rotates. */
     if ((err = read_file(cfg->token_file, SA_FILE_MAX, &token, &len, &e)) < 0)
         goto out;
-    trim(token);
+    kl__trim(token);
     if (!*token) {
         err = kl__error_set(K8SLEASE_ECONFIG, "%s: empty", cfg->token_file);
         goto out;
     }
     if ((e = check_readable(cfg->ca_file)) != 0) {
         err = kl__error_set(K8SLEASE_ECONFIG, "%s: cannot read: %s", cfg->ca_file,
-                            errstr(e, ebuf, sizeof(ebuf)));
+                            kl__strerror(e, ebuf, sizeof(ebuf)));
         goto out;
     }
     if ((err = read_file(ns_path, SA_FILE_MAX, &ns, &len, &e)) < 0 && e != ENOENT)
         goto out;
     if (ns)
-        trim(ns);
+        kl__trim(ns);
     if (!(cfg->ns = kl__strdup(ns && *ns ? ns : "default"))) {
         err = nomem();
         goto out;
@@ -822,506 +760,5 @@ int kl__restconfig_load(kl__restconfig **out, const char *path, const char *cont
     if (err == K8SLEASE_ECONFIG)
         err = kl__error_wrap(err, "in-cluster config: %s; kubeconfig", incluster_msg);
     kl__free(incluster_msg);
-    return err;
-}
-
-void kl__restconfig_free(kl__restconfig *cfg)
-{
-    if (!cfg)
-        return;
-    kl__free(cfg->server);
-    kl__free(cfg->source);
-    kl__free(cfg->ns);
-    kl__free(cfg->ca_file);
-    kl__free(cfg->ca_pem);
-    kl__free(cfg->tls_server_name);
-    kl__free(cfg->cert_file);
-    kl__free(cfg->cert_pem);
-    kl__free(cfg->key_file);
-    kl__free(cfg->key_pem);
-    kl__free(cfg->token);
-    kl__free(cfg->token_file);
-    exec_config_free(cfg->exec);
-    kl__free(cfg);
-}
-
-/* ------------------------------------------------------------------------ */
-/* Exec credential plugins                                                  */
-/* ------------------------------------------------------------------------ */
-
-void kl__exec_set_timeout_ms(int64_t ms)
-{
-    exec_timeout_ms = ms > 0 ? ms : EXEC_TIMEOUT_MS_DEFAULT;
-}
-
-static int parse_digits(const char **p, int n, int *out)
-{
-    *out = 0;
-    for (; n > 0; n--, (*p)++) {
-        if (**p < '0' || **p > '9')
-            return 0;
-        *out = *out * 10 + (**p - '0');
-    }
-    return 1;
-}
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
- * days_from_civil); avoids timegm, which is not POSIX. */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    int64_t era, yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = y - era * 400;
-    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static int days_in_month(int y, int m)
-{
-    static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    int leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-
-    return days[m - 1] + (m == 2 && leap);
-}
-
-/* RFC 3339 date-time to µs since the epoch; -1 if malformed. */
-static int parse_rfc3339(const char *s, int64_t *out_us)
-{
-    const char *p = s;
-    int y, mo, d, h, mi, sec, oh = 0, om = 0, sign = 0;
-    int64_t frac_us = 0, scale = 100000, secs;
-
-    if (!parse_digits(&p, 4, &y) || *p++ != '-' || !parse_digits(&p, 2, &mo) || *p++ != '-' ||
-        !parse_digits(&p, 2, &d) || (*p != 'T' && *p != 't'))
-        return -1;
-    p++;
-    if (!parse_digits(&p, 2, &h) || *p++ != ':' || !parse_digits(&p, 2, &mi) || *p++ != ':' ||
-        !parse_digits(&p, 2, &sec))
-        return -1;
-    if (*p == '.') {
-        p++;
-        if (*p < '0' || *p > '9')
-            return -1;
-        for (; *p >= '0' && *p <= '9'; p++, scale /= 10)
-            frac_us += (*p - '0') * scale;
-    }
-    if (*p == 'Z' || *p == 'z') {
-        p++;
-    } else if (*p == '+' || *p == '-') {
-        sign = *p++ == '-' ? -1 : 1;
-        if (!parse_digits(&p, 2, &oh) || *p++ != ':' || !parse_digits(&p, 2, &om))
-            return -1;
-    } else {
-        return -1;
-    }
-    if (*p || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 ||
-        sec > 59 || oh > 23 || om > 59)
-        return -1;
-    secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
-    secs -= sign * (oh * 3600 + om * 60);
-    *out_us = secs * 1000000 + frac_us;
-    return 0;
-}
-
-/* status.<key>: a string (kept unless ""), or absent/null. */
-static int cred_str(json_t *status, const char *key, char **out)
-{
-    json_t *v = json_object_get(status, key);
-
-    if (!v || json_is_null(v))
-        return 0;
-    if (!json_is_string(v))
-        return kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: status.%s: expected a string", key);
-    if (json_string_length(v) && !(*out = kl__strdup(json_string_value(v))))
-        return nomem();
-    return 0;
-}
-
-int kl__exec_credential_parse(const char *json, size_t len, const char *expected_api_version,
-                              kl__exec_credential *out)
-{
-    json_error_t jerr;
-    json_t *root = NULL, *status;
-    char *expiry = NULL;
-    const char *api, *kind;
-    int err = 0;
-
-    memset(out, 0, sizeof(*out));
-    if (!(root = json_loadb(json, len, 0, &jerr))) {
-        if (json_error_code(&jerr) == json_error_out_of_memory)
-            err = nomem();
-        else
-            err = kl__error_set(K8SLEASE_ECONFIG,
-                                "ExecCredential: invalid JSON: line %d column %d: %s", jerr.line,
-                                jerr.column, jerr.text);
-        goto out;
-    }
-    if (!json_is_object(root)) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: expected a JSON object");
-        goto out;
-    }
-    api = json_string_value(json_object_get(root, "apiVersion"));
-    kind = json_string_value(json_object_get(root, "kind"));
-    if (!api_supported(api)) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: apiVersion: \"%s\" is not supported",
-                            api ? api : "");
-        goto out;
-    }
-    if (expected_api_version && strcmp(api, expected_api_version) != 0) {
-        err = kl__error_set(K8SLEASE_ECONFIG,
-                            "ExecCredential: apiVersion: \"%s\" does not match the configured "
-                            "\"%s\"",
-                            api, expected_api_version);
-        goto out;
-    }
-    if (!kind || strcmp(kind, "ExecCredential") != 0) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: kind: \"%s\" is not ExecCredential",
-                            kind ? kind : "");
-        goto out;
-    }
-    if (!json_is_object(status = json_object_get(root, "status"))) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: status: missing");
-        goto out;
-    }
-    if ((err = cred_str(status, "token", &out->token)) < 0 ||
-        (err = cred_str(status, "clientCertificateData", &out->cert_pem)) < 0 ||
-        (err = cred_str(status, "clientKeyData", &out->key_pem)) < 0 ||
-        (err = cred_str(status, "expirationTimestamp", &expiry)) < 0)
-        goto out;
-    if (expiry && parse_rfc3339(expiry, &out->expiry_us) < 0) {
-        err = kl__error_set(K8SLEASE_ECONFIG,
-                            "ExecCredential: status.expirationTimestamp: \"%s\" is not an RFC "
-                            "3339 time",
-                            expiry);
-        goto out;
-    }
-    if (!out->cert_pem != !out->key_pem) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: status: clientCertificateData and "
-                                              "clientKeyData must be set together");
-        goto out;
-    }
-    if (!out->token && !out->cert_pem) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "ExecCredential: status: neither token nor "
-                                              "clientCertificateData/clientKeyData is set");
-        goto out;
-    }
-out:
-    json_decref(root);
-    kl__free(expiry);
-    if (err < 0)
-        kl__exec_credential_clear(out);
-    return err;
-}
-
-void kl__exec_credential_clear(kl__exec_credential *cred)
-{
-    if (!cred)
-        return;
-    kl__free(cred->token);
-    kl__free(cred->cert_pem);
-    kl__free(cred->key_pem);
-    memset(cred, 0, sizeof(*cred));
-}
-
-/* environ minus what the plugin config overrides, then the plugin's env,
- * then info. The strings are borrowed; only the array is allocated. */
-static char **build_env(const kl__exec_config *exec, char *info)
-{
-    size_t n = 2, i = 0;
-    char **envp, **e, **x;
-
-    for (e = environ; e && *e; e++)
-        n++;
-    for (x = exec->env; x && *x; x++)
-        n++;
-    if (!(envp = kl__calloc(n, sizeof(*envp))))
-        return NULL;
-    for (e = environ; e && *e; e++) {
-        size_t name_len = strcspn(*e, "=");
-        int overridden = !strncmp(*e, "KUBERNETES_EXEC_INFO=", name_len + 1);
-
-        for (x = exec->env; !overridden && x && *x; x++)
-            overridden = !strncmp(*x, *e, name_len + 1);
-        if (!overridden)
-            envp[i++] = *e;
-    }
-    for (x = exec->env; x && *x; x++)
-        envp[i++] = *x;
-    envp[i] = info;
-    return envp;
-}
-
-static char **build_argv(const kl__exec_config *exec)
-{
-    size_t n = 2, i = 0;
-    char **argv, **a;
-
-    for (a = exec->args; a && *a; a++)
-        n++;
-    if (!(argv = kl__calloc(n, sizeof(*argv))))
-        return NULL;
-    argv[i++] = exec->command;
-    for (a = exec->args; a && *a; a++)
-        argv[i++] = *a;
-    return argv;
-}
-
-static int make_pipe(int fds[2])
-{
-    if (pipe(fds) < 0)
-        return -1;
-    fcntl(fds[0], F_SETFD, FD_CLOEXEC);
-    fcntl(fds[1], F_SETFD, FD_CLOEXEC);
-    return 0;
-}
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
-/* Collects the plugin's stdout (capped) and the head of its stderr until
- * both close, then reaps it (*pid = -1), all before the deadline. */
-static int exec_collect(const char *cmd, pid_t *pid, int *out_fd, int *err_fd, kl__buf *sout,
-                        char *serr, size_t *serr_len, int *status)
-{
-    int *fds[2] = {out_fd, err_fd};
-    int64_t deadline = kl__clock_mono_ns() + exec_timeout_ms * KL_NS_PER_MS;
-    char chunk[4096], ebuf[128];
-
-    for (;;) {
-        struct pollfd pfd[2];
-        int64_t left = deadline - kl__clock_mono_ns();
-        int nfds = 0, i, rc, wait_ms;
-
-        if (left <= 0)
-            return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": timed out after %lld ms",
-                                 cmd, (long long)exec_timeout_ms);
-        wait_ms = left / KL_NS_PER_MS + 1 > INT_MAX ? INT_MAX : (int)(left / KL_NS_PER_MS + 1);
-        if (*out_fd < 0 && *err_fd < 0) {
-            pid_t r = waitpid(*pid, status, WNOHANG);
-
-            if (r == *pid) {
-                *pid = -1;
-                return 0;
-            }
-            if (r < 0 && errno != EINTR)
-                return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": waitpid: %s", cmd,
-                                     errstr(errno, ebuf, sizeof(ebuf)));
-            /* Output closed but not exited yet: usually a matter of
-             * microseconds, so a short nap beats a SIGCHLD handler. */
-            poll(NULL, 0, wait_ms < 2 ? wait_ms : 2);
-            continue;
-        }
-        for (i = 0; i < 2; i++) {
-            if (*fds[i] >= 0) {
-                pfd[nfds].fd = *fds[i];
-                pfd[nfds].events = POLLIN;
-                pfd[nfds].revents = 0;
-                nfds++;
-            }
-        }
-        rc = poll(pfd, (nfds_t)nfds, wait_ms);
-        if (rc < 0 && errno != EINTR)
-            return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": poll: %s", cmd,
-                                 errstr(errno, ebuf, sizeof(ebuf)));
-        for (i = 0; rc > 0 && i < nfds; i++) {
-            int *fd = pfd[i].fd == *out_fd ? out_fd : err_fd;
-            ssize_t n;
-
-            if (!pfd[i].revents)
-                continue;
-            n = read(*fd, chunk, sizeof(chunk));
-            if (n < 0 && (errno == EINTR || errno == EAGAIN))
-                continue;
-            if (n <= 0) {
-                close_fd(fd);
-            } else if (fd == out_fd) {
-                if (sout->len + (size_t)n > EXEC_STDOUT_MAX)
-                    return kl__error_set(K8SLEASE_ECONFIG,
-                                         "exec plugin \"%s\": output exceeds %u bytes", cmd,
-                                         EXEC_STDOUT_MAX);
-                if (kl__buf_append(sout, chunk, (size_t)n) < 0)
-                    return nomem();
-            } else if (*serr_len < EXEC_STDERR_MAX) {
-                size_t take = (size_t)n < EXEC_STDERR_MAX - *serr_len ? (size_t)n
-                                                                      : EXEC_STDERR_MAX - *serr_len;
-
-                memcpy(serr + *serr_len, chunk, take);
-                *serr_len += take;
-            }
-        }
-    }
-}
-
-/* 0 when path is an executable regular file, else an errno value. */
-static int check_executable(const char *path)
-{
-    struct stat st;
-
-    if (stat(path, &st) < 0)
-        return errno;
-    if (S_ISDIR(st.st_mode))
-        return EACCES;
-    return access(path, X_OK) < 0 ? errno : 0;
-}
-
-/* The PATH search of execvp, done here so that "not found" is reported the
- * same way whatever posix_spawn does (under valgrind, say, a failed exec in
- * the child only shows as exit status 127). */
-static int find_executable(const char *cmd, char **out)
-{
-    const char *path = getenv("PATH"), *p, *end;
-    char ebuf[128];
-    int e = ENOENT, e_dir;
-
-    *out = NULL;
-    if (strchr(cmd, '/')) {
-        if ((e = check_executable(cmd)) == 0 && !(*out = kl__strdup(cmd)))
-            return nomem();
-    } else {
-        for (p = path && *path ? path : "/usr/local/bin:/usr/bin:/bin"; !*out; p = end + 1) {
-            end = strchr(p, ':');
-            if (!end)
-                end = p + strlen(p);
-            /* An empty entry is the current directory. */
-            if (!(*out = kl__sprintf("%.*s%s%s", (int)(end - p), p, end > p ? "/" : "", cmd)))
-                return nomem();
-            /* As execvp: report EACCES if that is all we found. */
-            if ((e_dir = check_executable(*out)) != 0) {
-                if (e_dir != ENOENT && e_dir != ENOTDIR)
-                    e = e_dir;
-                kl__free(*out);
-                *out = NULL;
-            }
-            if (!*end)
-                break;
-        }
-    }
-    if (!*out)
-        return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": cannot run: %s", cmd,
-                             errstr(e, ebuf, sizeof(ebuf)));
-    return 0;
-}
-
-/* posix_spawn rather than fork: the caller may be multi-threaded, and a
- * forked child must not touch malloc locks held by another thread. */
-static int spawn_plugin(const kl__exec_config *exec, const char *file, char **argv, char **envp,
-                        int out_fd, int err_fd, pid_t *pid)
-{
-    posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attr;
-    sigset_t sigs;
-    char ebuf[128];
-    int rc, have_actions = 0, have_attr = 0;
-
-    *pid = -1;
-    if ((rc = posix_spawn_file_actions_init(&actions)) != 0)
-        goto out;
-    have_actions = 1;
-    if ((rc = posix_spawnattr_init(&attr)) != 0)
-        goto out;
-    have_attr = 1;
-    /* The host may block signals or ignore SIGPIPE; the plugin should not
-     * inherit that. */
-    sigemptyset(&sigs);
-    if ((rc = posix_spawnattr_setsigmask(&attr, &sigs)) != 0)
-        goto out;
-    sigaddset(&sigs, SIGPIPE);
-    if ((rc = posix_spawnattr_setsigdefault(&attr, &sigs)) != 0 ||
-        (rc = posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF)) !=
-            0 ||
-        (rc = posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)) != 0 ||
-        (rc = posix_spawn_file_actions_adddup2(&actions, out_fd, 1)) != 0 ||
-        (rc = posix_spawn_file_actions_adddup2(&actions, err_fd, 2)) != 0)
-        goto out;
-    if ((rc = posix_spawn(pid, file, &actions, &attr, argv, envp)) != 0)
-        *pid = -1;
-out:
-    if (have_actions)
-        posix_spawn_file_actions_destroy(&actions);
-    if (have_attr)
-        posix_spawnattr_destroy(&attr);
-    if (rc != 0)
-        return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": cannot run: %s", exec->command,
-                             errstr(rc, ebuf, sizeof(ebuf)));
-    return 0;
-}
-
-int kl__exec_credential_run(const kl__exec_config *exec, kl__exec_credential *out)
-{
-    char **argv = NULL, **envp = NULL, *info = NULL, *file = NULL;
-    char serr[EXEC_STDERR_MAX + 1], ebuf[128];
-    int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1};
-    int err = 0, status = 0;
-    size_t serr_len = 0;
-    kl__buf sout = {0};
-    pid_t pid = -1;
-
-    memset(out, 0, sizeof(*out));
-    if (!exec || !exec->command || !*exec->command)
-        return kl__error_set(K8SLEASE_ECONFIG, "exec plugin: no command");
-    if (!api_supported(exec->api_version))
-        return kl__error_set(K8SLEASE_ECONFIG,
-                             "exec plugin \"%s\": apiVersion \"%s\" is not supported",
-                             exec->command, exec->api_version ? exec->api_version : "");
-    /* api_version is one of two constants: nothing to escape. */
-    if (!(info = kl__sprintf("KUBERNETES_EXEC_INFO={\"apiVersion\":\"%s\",\"kind\":"
-                             "\"ExecCredential\",\"spec\":{\"interactive\":false}}",
-                             exec->api_version)) ||
-        !(argv = build_argv(exec)) || !(envp = build_env(exec, info))) {
-        err = nomem();
-        goto out;
-    }
-    if (make_pipe(out_pipe) < 0 || make_pipe(err_pipe) < 0) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": pipe: %s", exec->command,
-                            errstr(errno, ebuf, sizeof(ebuf)));
-        goto out;
-    }
-    if ((err = find_executable(exec->command, &file)) < 0 ||
-        (err = spawn_plugin(exec, file, argv, envp, out_pipe[1], err_pipe[1], &pid)) < 0)
-        goto out;
-    /* Our copies of the write ends would keep EOF from ever arriving. */
-    close_fd(&out_pipe[1]);
-    close_fd(&err_pipe[1]);
-    if ((err = exec_collect(exec->command, &pid, &out_pipe[0], &err_pipe[0], &sout, serr, &serr_len,
-                            &status)) < 0)
-        goto out;
-
-    serr[serr_len] = '\0';
-    trim(serr);
-    if (WIFSIGNALED(status)) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": killed by signal %d%s%s",
-                            exec->command, WTERMSIG(status), *serr ? ": " : "", serr);
-        goto out;
-    }
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": exited with status %d%s%s",
-                            exec->command, WEXITSTATUS(status), *serr ? ": " : "", serr);
-        goto out;
-    }
-    err = kl__exec_credential_parse(sout.data ? sout.data : "", sout.len, exec->api_version, out);
-    if (err == K8SLEASE_ECONFIG)
-        kl__error_wrap(err, "exec plugin \"%s\"", exec->command);
-out:
-    if (pid > 0) {
-        kill(pid, SIGKILL);
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
-            ;
-    }
-    close_fd(&out_pipe[0]);
-    close_fd(&out_pipe[1]);
-    close_fd(&err_pipe[0]);
-    close_fd(&err_pipe[1]);
-    kl__buf_free(&sout);
-    kl__free(argv);
-    kl__free(envp);
-    kl__free(info);
-    kl__free(file);
     return err;
 }

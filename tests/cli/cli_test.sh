@@ -28,16 +28,7 @@ cleanup() {
         [ ! -s "$f" ] || PIDS="$PIDS $(cat "$f")"
     done
     # TERM first: a k8slease elect stops its CMD's process group.
-    for p in $PIDS; do kill -TERM "$p" 2>/dev/null; done
-    n=0
-    while [ $n -lt 30 ]; do
-        alive=
-        for p in $PIDS; do kill -0 "$p" 2>/dev/null && alive=1; done
-        [ -n "$alive" ] || break
-        sleep 0.1
-        n=$((n + 1))
-    done
-    for p in $PIDS; do kill -KILL "$p" 2>/dev/null; done
+    stop_all 30
     rm -rf "$T"
 }
 trap cleanup EXIT
@@ -53,33 +44,9 @@ fail() {
     exit 1
 }
 
-# wait_until SECONDS WHAT CMD...: poll CMD every 100 ms.
-wait_until() {
-    _secs=$1 _what=$2 _n=0
-    shift 2
-    until "$@" >/dev/null 2>&1; do
-        _n=$((_n + 1))
-        [ "$_n" -lt $((_secs * 10)) ] || fail "$_what: not within $_secs s"
-        sleep 0.1
-    done
-}
-
-# run NAME CMD...: CMD in the background; stdout in $T/NAME.out, stderr in
-# $T/NAME.err, pid in $T/NAME.pid, exit status in $T/NAME.rc when it ends.
-run() {
-    _name=$1
-    shift
-    rm -f "$T/$_name.rc" "$T/$_name.pid"
-    (
-        "$@" >"$T/$_name.out" 2>"$T/$_name.err" &
-        echo $! >"$T/$_name.pid"
-        wait $!
-        echo $? >"$T/$_name.rc"
-    ) &
-    PIDS="$PIDS $!"
-    wait_until 5 "$_name started" test -s "$T/$_name.pid"
-    PIDS="$PIDS $(cat "$T/$_name.pid")"
-}
+# The test server (start_testserver) and wait_until, run, stop_all:
+# tests/lib/testserver.sh.
+. "$(dirname "$0")/../lib/testserver.sh"
 
 sig() { kill -"$1" "$(cat "$T/$2.pid")" || fail "kill -$1 $2"; }
 
@@ -121,9 +88,6 @@ gone() {
 }
 # same ACTUAL EXPECTED WHAT
 same() { [ "$1" = "$2" ] || fail "$3: got \"$1\", expected \"$2\""; }
-
-# The test server: tests/lib/testserver.sh.
-. "$(dirname "$0")/../lib/testserver.sh"
 
 start_server() {
     start_testserver "$T/server" "$T/server.ready" "$T/server.err" 10

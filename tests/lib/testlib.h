@@ -1,7 +1,9 @@
 /* Helpers every cmocka suite may use (unit and integration): reading test
- * files. Linked into every k8slease_test() program (tests/CMakeLists.txt).
- * The test server and etcd launchers are harness.h and etcd_harness.h, the
- * end-to-end setup and the candidate recorder e2e.h, all in this directory. */
+ * files, a port nothing listens on. Linked into every k8slease_test()
+ * program (tests/CMakeLists.txt). The test server and etcd launchers are
+ * harness.h and etcd_harness.h, the end-to-end setup and the candidate
+ * recorder e2e.h, the fake HTTP(S) server of the unit tests fakehttp.h, all
+ * in this directory. */
 #ifndef K8SLEASE_TESTLIB_H
 #define K8SLEASE_TESTLIB_H
 
@@ -12,5 +14,9 @@
 char *kl_test_read_file(const char *path, size_t *len);
 /* kl_test_read_file of tests/data/DIR/NAME. */
 char *kl_test_read_data(const char *dir, const char *name, size_t *len);
+
+/* A loopback TCP port nothing listens on (bound, then closed): connecting
+ * to it is refused. Fails the running cmocka test if none can be had. */
+int kl_test_closed_port(void);
 
 #endif

@@ -29,6 +29,7 @@
 #include "core/common.h"
 #include "etcd/client.h"
 #include "etcd/codec.h"
+#include "fakehttp.h"
 #include "testlib.h"
 
 #ifndef K8SLEASE_TEST_DATA
@@ -166,9 +167,7 @@ typedef struct req_rec {
 } req_rec;
 
 typedef struct fake {
-    struct MHD_Daemon *daemon;
-    int port;
-    char url[64];
+    kl_fakehttp http; /* http.url: "http://127.0.0.1:PORT" */
     pthread_mutex_t mu;
     route routes[8];
     int nroutes;
@@ -182,54 +181,27 @@ typedef struct fake {
     int nreqs;
 } fake;
 
-typedef struct upload {
-    char body[1024];
-    size_t len;
-} upload;
-
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    enum MHD_Result ret;
-
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return kl_fakehttp_reply(c, status, "application/json", body);
 }
 
-static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
-                              const char *method, const char *version, const char *data,
-                              size_t *data_size, void **con_cls)
+static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *method,
+                              const char *url, const char *body, size_t body_len)
 {
-    fake *f = cls;
-    upload *u = *con_cls;
+    fake *f = arg;
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     char out[256];
     req_rec *rec;
 
     (void)method;
-    (void)version;
-    if (!u) {
-        *con_cls = calloc(1, sizeof(upload));
-        return *con_cls ? MHD_YES : MHD_NO;
-    }
-    if (*data_size) {
-        size_t n =
-            *data_size < sizeof(u->body) - 1 - u->len ? *data_size : sizeof(u->body) - 1 - u->len;
-
-        memcpy(u->body + u->len, data, n);
-        u->len += n;
-        *data_size = 0;
-        return MHD_YES;
-    }
+    (void)body_len;
     pthread_mutex_lock(&f->mu);
     if (f->nreqs < MAX_REQS) {
         rec = &f->reqs[f->nreqs++];
         snprintf(rec->path, sizeof(rec->path), "%s", url);
         snprintf(rec->auth, sizeof(rec->auth), "%s", auth ? auth : "");
-        snprintf(rec->body, sizeof(rec->body), "%s", u->body);
+        snprintf(rec->body, sizeof(rec->body), "%s", body);
     }
     if (f->unavailable) {
         pthread_mutex_unlock(&f->mu);
@@ -244,7 +216,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                          "{\"error\":\"etcdserver: authentication is not enabled\",\"message\":"
                          "\"etcdserver: authentication is not enabled\",\"code\":9}");
         }
-        if (!strstr(u->body, "\"password\":\"" PASSWORD "\"")) {
+        if (!strstr(body, "\"password\":\"" PASSWORD "\"")) {
             pthread_mutex_unlock(&f->mu);
             return reply(c, 400,
                          "{\"error\":\"etcdserver: authentication failed, invalid user ID or "
@@ -270,12 +242,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     for (int i = 0; i < f->nroutes; i++) {
         if (strcmp(f->routes[i].path, url) == 0) {
             unsigned status = f->routes[i].status;
-            char *body = strdup(f->routes[i].body);
+            char *answer = strdup(f->routes[i].body);
             enum MHD_Result ret;
 
             pthread_mutex_unlock(&f->mu);
-            ret = reply(c, status, body ? body : "");
-            free(body);
+            ret = reply(c, status, answer ? answer : "");
+            free(answer);
             return ret;
         }
     }
@@ -283,36 +255,13 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     return reply(c, 404, "Not Found");
 }
 
-static void completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                      enum MHD_RequestTerminationCode toe)
-{
-    (void)cls;
-    (void)c;
-    (void)toe;
-    free(*con_cls);
-    *con_cls = NULL;
-}
-
 static fake *fake_start(void)
 {
     fake *f = calloc(1, sizeof(*f));
-    struct sockaddr_in sa;
-    const union MHD_DaemonInfo *info;
 
     assert_non_null(f);
     pthread_mutex_init(&f->mu, NULL);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    f->daemon =
-        MHD_start_daemon(MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD, 0, NULL,
-                         NULL, handle, f, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
-                         MHD_OPTION_NOTIFY_COMPLETED, completed, NULL, MHD_OPTION_END);
-    assert_non_null(f->daemon);
-    info = MHD_get_daemon_info(f->daemon, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    f->port = info->port;
-    snprintf(f->url, sizeof(f->url), "http://127.0.0.1:%d", f->port);
+    kl_fakehttp_start(&f->http, handle, f, NULL, NULL, NULL);
     return f;
 }
 
@@ -342,29 +291,11 @@ static int fake_count(fake *f, const char *path)
 
 static void fake_stop(fake *f)
 {
-    MHD_stop_daemon(f->daemon);
+    kl_fakehttp_stop(&f->http);
     for (int i = 0; i < f->nroutes; i++)
         free(f->routes[i].body);
     pthread_mutex_destroy(&f->mu);
     free(f);
-}
-
-/* A loopback port nobody listens on (bound, then closed). */
-static int closed_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0), port;
-
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -454,19 +385,20 @@ static void answers_mapped(void **state)
     fake_route(f, "/v3/lease/revoke", 404, "lease_revoke_unknown.json");
     fake_route(f, "/v3/lease/grant", 400, "lease_grant_ttl_too_large.json");
     fake_route(f, "/v3/kv/txn", 500, "upstream connect error");
-    c = client_new(f->url, NULL, NULL);
+    c = client_new(f->http.url, NULL, NULL);
 
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
     assert_int_equal(post(c, "/v3/lease/revoke", "{\"ID\":\"1\"}"), K8SLEASE_ENOTFOUND);
     snprintf(want, sizeof(want),
-             "etcd %s/v3/lease/revoke: requested lease not found (HTTP 404, gRPC code 5)", f->url);
+             "etcd %s/v3/lease/revoke: requested lease not found (HTTP 404, gRPC code 5)",
+             f->http.url);
     assert_string_equal(k8slease_error_last(), want);
     assert_int_equal(post(c, "/v3/lease/grant", "{}"), K8SLEASE_ESERVER); /* gRPC 11 */
     assert_non_null(strstr(k8slease_error_last(), "(HTTP 400, gRPC code 11)"));
     /* not the gateway: named as such, never taken for an etcd answer */
     assert_int_equal(post(c, "/v3/no/such", "{}"), K8SLEASE_EPROTOCOL);
     snprintf(want, sizeof(want),
-             "etcd %s/v3/no/such: HTTP 404: Not Found (not an etcd gateway answer)", f->url);
+             "etcd %s/v3/no/such: HTTP 404: Not Found (not an etcd gateway answer)", f->http.url);
     assert_string_equal(k8slease_error_last(), want);
     assert_int_equal(post(c, "/v3/kv/txn", "{}"), K8SLEASE_ESERVER);
     assert_non_null(strstr(k8slease_error_last(), "HTTP 500: upstream connect error"));
@@ -482,16 +414,16 @@ static void failover_on_refused_connection(void **state)
 
     (void)state;
     fake_route(f, "/v3/kv/range", 200, "kv_range_empty.json");
-    snprintf(first, sizeof(first), "http://127.0.0.1:%d", closed_port());
-    snprintf(eps, sizeof(eps), "%s,%s", first, f->url);
+    snprintf(first, sizeof(first), "http://127.0.0.1:%d", kl_test_closed_port());
+    snprintf(eps, sizeof(eps), "%s,%s", first, f->http.url);
     c = client_new(eps, NULL, NULL);
     assert_string_equal(kl__etcd_conn_endpoint(c->etcd), first);
     /* refused: never sent, so tried at once on the next endpoint */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), f->url);
+    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), f->http.url);
     snprintf(want, sizeof(want), "etcd: %s failed (connect: ", first);
     assert_true(log_has(want));
-    snprintf(want, sizeof(want), "; trying %s", f->url);
+    snprintf(want, sizeof(want), "; trying %s", f->http.url);
     assert_true(log_has(want));
     k8slease_client_free(c);
 
@@ -513,20 +445,20 @@ static void failover_on_unavailable(void **state)
     (void)state;
     a->unavailable = 1;
     fake_route(b, "/v3/kv/range", 200, "kv_range_empty.json");
-    snprintf(eps, sizeof(eps), "%s,%s", a->url, b->url);
+    snprintf(eps, sizeof(eps), "%s,%s", a->http.url, b->http.url);
     c = client_new(eps, NULL, NULL);
     /* etcd answered "no leader": the call fails (it may have been applied
      * by a member that lost its leader) and the next one goes elsewhere */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_ETRANSPORT);
     assert_non_null(strstr(k8slease_error_last(), "no leader (HTTP 503, gRPC code 14)"));
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), b->url);
+    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), b->http.url);
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
     assert_int_equal(fake_count(b, "/v3/kv/range"), 1);
     /* round robin: b failing sends us back to a */
     b->unavailable = 1;
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_ETRANSPORT);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), a->url);
+    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), a->http.url);
     k8slease_client_free(c);
     fake_stop(a);
     fake_stop(b);
@@ -541,7 +473,7 @@ static void auth_token_and_renewal(void **state)
     f->auth = 1;
     fake_route(f, "/v3/kv/range", 200, "kv_range_empty.json");
     fake_route(f, "/v3/lease/keepalive", 200, "lease_keepalive.json");
-    c = client_new(f->url, "root", PASSWORD);
+    c = client_new(f->http.url, "root", PASSWORD);
     /* no request before the first call */
     assert_int_equal(fake_count(f, "/v3/auth/authenticate"), 0);
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
@@ -582,7 +514,7 @@ static void auth_refused_twice(void **state)
     (void)state;
     f->auth = 1;
     fake_route(f, "/v3/kv/range", 200, "kv_range_empty.json");
-    c = client_new(f->url, "root", PASSWORD);
+    c = client_new(f->http.url, "root", PASSWORD);
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
     pthread_mutex_lock(&f->mu);
     f->refuse_tokens = 1;
@@ -602,10 +534,10 @@ static void auth_wrong_password(void **state)
 
     (void)state;
     f->auth = 1;
-    c = client_new(f->url, "root", "wrong");
+    c = client_new(f->http.url, "root", "wrong");
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_EAUTH);
     snprintf(want, sizeof(want), "etcd %s: authentication failed, invalid user ID or password",
-             f->url);
+             f->http.url);
     assert_string_equal(k8slease_error_last(), want);
     assert_int_equal(fake_count(f, "/v3/kv/range"), 0);
     /* the next call tries again (the password may have been fixed) */
@@ -624,7 +556,7 @@ static void auth_not_enabled(void **state)
     (void)state;
     f->auth_disabled = 1;
     fake_route(f, "/v3/kv/range", 200, "kv_range_empty.json");
-    c = client_new(f->url, "root", PASSWORD);
+    c = client_new(f->http.url, "root", PASSWORD);
     /* as clientv3: a user name for a cluster without auth is no error */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
@@ -744,7 +676,7 @@ static void stream_messages(void **state)
     (void)state;
     /* created, a PUT, a DELETE, then the server ends the response */
     fake_route(f, "/v3/watch", 200, "watch_predecessor_delete.jsonl");
-    stream_test_init(&t, client_new(f->url, NULL, NULL));
+    stream_test_init(&t, client_new(f->http.url, NULL, NULL));
     assert_int_equal(kl__loop_call(t.c->loop, st_start, &t), 0);
     assert_int_equal(st_wait(&t, &t.ended, 1, WAIT_MS), 1);
     assert_int_equal(t.msgs, 3);
@@ -769,7 +701,7 @@ static void stream_cancel_from_message(void **state)
 
     (void)state;
     fake_route(f, "/v3/watch", 200, "watch_predecessor_delete.jsonl");
-    stream_test_init(&t, client_new(f->url, NULL, NULL));
+    stream_test_init(&t, client_new(f->http.url, NULL, NULL));
     t.cancel_after = 1; /* the other lines arrive in the same piece */
     assert_int_equal(kl__loop_call(t.c->loop, st_start, &t), 0);
     assert_int_equal(st_wait(&t, &t.msgs, 1, WAIT_MS), 1);
@@ -791,7 +723,7 @@ static void stream_bad_line(void **state)
     fake_route(f, "/v3/watch", 200,
                "{\"result\":{\"header\":{\"revision\":\"4\"},\"created\":true}}\n{not json}\n"
                "{\"result\":{\"header\":{\"revision\":\"5\"}}}\n");
-    stream_test_init(&t, client_new(f->url, NULL, NULL));
+    stream_test_init(&t, client_new(f->http.url, NULL, NULL));
     assert_int_equal(kl__loop_call(t.c->loop, st_start, &t), 0);
     assert_int_equal(st_wait(&t, &t.ended, 1, WAIT_MS), 1);
     assert_int_equal(t.msgs, 1);
@@ -810,7 +742,7 @@ static void stream_error_status(void **state)
 
     (void)state;
     fake_route(f, "/v3/watch", 500, "watch_bad_base64.json");
-    stream_test_init(&t, client_new(f->url, NULL, NULL));
+    stream_test_init(&t, client_new(f->http.url, NULL, NULL));
     assert_int_equal(kl__loop_call(t.c->loop, st_start, &t), 0);
     assert_int_equal(st_wait(&t, &t.ended, 1, WAIT_MS), 1);
     assert_int_equal(t.msgs, 0);
@@ -834,7 +766,7 @@ static void holder_get(void **state)
     (void)state;
     fake_route(f, "/v3/kv/range", 200, "kv_range_leader.json");
     fake_route(f, "/v3/lease/timetolive", 200, "lease_timetolive_keys.json");
-    c = client_new(f->url, NULL, NULL);
+    c = client_new(f->http.url, NULL, NULL);
     assert_int_equal(k8slease_holder_get(c, NULL, "samples/election", 2000, &h), 0);
     assert_string_equal(h->identity, "host-a:8080");
     assert_int_equal(h->epoch, 2);
@@ -866,7 +798,7 @@ static void holder_get_no_candidate_and_no_ttl(void **state)
 
     (void)state;
     fake_route(f, "/v3/kv/range", 200, "kv_range_empty.json");
-    c = client_new(f->url, NULL, NULL);
+    c = client_new(f->http.url, NULL, NULL);
     assert_int_equal(k8slease_holder_get(c, NULL, "samples/election", 2000, &h),
                      K8SLEASE_ENOTFOUND);
     assert_string_equal(k8slease_error_last(), "get etcd election samples/election: no candidate");
@@ -875,7 +807,7 @@ static void holder_get_no_candidate_and_no_ttl(void **state)
 
     /* timetolive failing is not the holder's failure */
     fake_route(g, "/v3/kv/range", 200, "kv_range_leader.json");
-    c = client_new(g->url, NULL, NULL);
+    c = client_new(g->http.url, NULL, NULL);
     assert_int_equal(k8slease_holder_get(c, NULL, "samples/election", 2000, &h), 0);
     assert_string_equal(h->identity, "host-a:8080");
     assert_int_equal(h->lease_duration_s, 0);
@@ -893,7 +825,7 @@ static void release(void **state)
     (void)state;
     fake_route(f, "/v3/kv/range", 200, "kv_range_leader.json");
     fake_route(f, "/v3/lease/revoke", 200, "lease_revoke.json");
-    c = client_new(f->url, NULL, NULL);
+    c = client_new(f->http.url, NULL, NULL);
     assert_int_equal(k8slease_lease_release(c, NULL, "samples/election", "other:1", 0, 2000),
                      K8SLEASE_ECONFLICT);
     assert_string_equal(k8slease_error_last(),
@@ -921,13 +853,13 @@ static void release_nobody_or_gone(void **state)
 
     (void)state;
     fake_route(f, "/v3/kv/range", 200, "kv_range_empty.json");
-    c = client_new(f->url, NULL, NULL);
+    c = client_new(f->http.url, NULL, NULL);
     assert_int_equal(k8slease_lease_release(c, NULL, "samples/election", "x:1", 0, 2000), 0);
     k8slease_client_free(c);
     /* the lease expired between the range and the revoke: released */
     fake_route(g, "/v3/kv/range", 200, "kv_range_leader.json");
     fake_route(g, "/v3/lease/revoke", 404, "lease_revoke_unknown.json");
-    c = client_new(g->url, NULL, NULL);
+    c = client_new(g->http.url, NULL, NULL);
     assert_int_equal(k8slease_lease_release(c, NULL, "samples/election", "host-a:8080", 0, 2000),
                      0);
     k8slease_client_free(c);
@@ -962,7 +894,7 @@ static void failalloc(void **state)
         k8slease_holder *h = NULL;
         int e1, e2, e3;
 
-        snprintf(eps, sizeof(eps), "http://127.0.0.1:%d, %s", closed_port(), f->url);
+        snprintf(eps, sizeof(eps), "http://127.0.0.1:%d, %s", kl_test_closed_port(), f->http.url);
         c = client_new(eps, "root", PASSWORD);
         kl__alloc_fail_after(n);
         e1 = kl__etcd_endpoints_parse(eps, &eps_out, &neps);

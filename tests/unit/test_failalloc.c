@@ -100,23 +100,6 @@ static void write_file(const char *path, const char *content)
     assert_int_equal(fclose(f), 0);
 }
 
-/* A port nothing listens on: bound, then closed. */
-static int refused_port(void)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
 static int setup(void **state)
 {
     char path[PATH_MAX], text[16384];
@@ -126,7 +109,7 @@ static int setup(void **state)
     strcpy(T.dir, "/tmp/kl_failalloc_XXXXXX");
     if (!mkdtemp(T.dir))
         return -1;
-    T.port = refused_port();
+    T.port = kl_test_closed_port();
     snprintf(path, sizeof(path), "%s/tls/ca.crt", K8SLEASE_TEST_DATA);
     ca = slurp(path, NULL);
     snprintf(path, sizeof(path), "%s/tls/client.crt", K8SLEASE_TEST_DATA);

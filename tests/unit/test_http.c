@@ -33,7 +33,9 @@
 
 #include "core/clock.h"
 #include "core/http.h"
+#include "fakehttp.h"
 #include "k8s/api.h"
+#include "testlib.h"
 
 #ifndef K8SLEASE_TEST_DATA
 #error "K8SLEASE_TEST_DATA must name tests/data"
@@ -129,9 +131,7 @@ typedef struct seen {
 } seen;
 
 static struct server {
-    struct MHD_Daemon *daemon;
-    int port;
-    char url[64];
+    kl_fakehttp http; /* .url: "https://127.0.0.1:PORT" */
     pthread_mutex_t mu;
     pthread_cond_t cond;
     char accept_token[64]; /* /auth accepts only "Bearer <this>" */
@@ -143,10 +143,7 @@ static struct server {
 static seen S; /* snapshot of srv.rec */
 
 /* A second server with certificates made by the test (test_expired_*). */
-static struct {
-    struct MHD_Daemon *daemon;
-    char url[64];
-} expiry;
+static kl_fakehttp expiry;
 
 static void snap(void)
 {
@@ -162,30 +159,11 @@ static void set_accept_token(const char *token)
     pthread_mutex_unlock(&srv.mu);
 }
 
-typedef struct conn_ctx {
-    char body[4096];
-    size_t len;
-} conn_ctx;
-
 static void copy_header(struct MHD_Connection *c, const char *name, char *dst, size_t len)
 {
     const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
 
     snprintf(dst, len, "%s", v ? v : "");
-}
-
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned int status,
-                             const char *content_type, const char *body)
-{
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(strlen(body), (void *)body, MHD_RESPMEM_MUST_COPY);
-    enum MHD_Result ret;
-
-    if (content_type)
-        MHD_add_response_header(r, "Content-Type", content_type);
-    ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
 }
 
 static int client_cert_ok(struct MHD_Connection *c)
@@ -262,30 +240,13 @@ static enum MHD_Result reply_stream(struct MHD_Connection *c, uint64_t size,
     return ret;
 }
 
-static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
-                              const char *method, const char *version, const char *upload,
-                              size_t *upload_size, void **con_cls)
+static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *method,
+                              const char *url, const char *body, size_t body_len)
 {
-    conn_ctx *ctx = *con_cls;
     char auth[256];
     int ok;
 
-    (void)cls;
-    (void)version;
-    if (!ctx) {
-        *con_cls = calloc(1, sizeof(conn_ctx));
-        return *con_cls ? MHD_YES : MHD_NO;
-    }
-    if (*upload_size) {
-        size_t n = *upload_size;
-
-        if (n > sizeof(ctx->body) - ctx->len)
-            n = sizeof(ctx->body) - ctx->len;
-        memcpy(ctx->body + ctx->len, upload, n);
-        ctx->len += n;
-        *upload_size = 0;
-        return MHD_YES;
-    }
+    (void)arg;
     copy_header(c, "Authorization", auth, sizeof(auth));
     pthread_mutex_lock(&srv.mu);
     srv.rec.requests++;
@@ -296,33 +257,35 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     copy_header(c, "Content-Type", srv.rec.content_type, sizeof(srv.rec.content_type));
     copy_header(c, "Accept", srv.rec.accept, sizeof(srv.rec.accept));
     copy_header(c, "User-Agent", srv.rec.user_agent, sizeof(srv.rec.user_agent));
-    memcpy(srv.rec.body, ctx->body, ctx->len);
-    srv.rec.body_len = ctx->len;
+    memcpy(srv.rec.body, body, body_len);
+    srv.rec.body_len = body_len;
     if (strcmp(url, "/auth") == 0 && srv.rec.auth_requests++ == 0)
         snprintf(srv.rec.auth_first, sizeof(srv.rec.auth_first), "%s", auth);
     ok = strncmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, srv.accept_token) == 0;
     pthread_mutex_unlock(&srv.mu);
 
     if (strcmp(url, "/json") == 0)
-        return reply(c, 200, "application/json", "{\"kind\":\"Lease\",\"metadata\":{}}");
+        return kl_fakehttp_reply(c, 200, "application/json",
+                                 "{\"kind\":\"Lease\",\"metadata\":{}}");
     if (strcmp(url, "/echo") == 0)
-        return reply(c, 201, "application/json", "{}");
+        return kl_fakehttp_reply(c, 201, "application/json", "{}");
     if (strcmp(url, "/notfound") == 0)
-        return reply(c, 404, "application/json",
-                     "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
-                     "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
-                     "\"reason\":\"NotFound\",\"code\":404}");
+        return kl_fakehttp_reply(
+            c, 404, "application/json",
+            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+            "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
+            "\"reason\":\"NotFound\",\"code\":404}");
     if (strcmp(url, "/auth") == 0)
-        return ok ? reply(c, 200, "application/json", "{}")
-                  : reply(c, 401, "application/json",
-                          "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
-                          "\"reason\":\"Unauthorized\",\"code\":401}");
+        return ok ? kl_fakehttp_reply(c, 200, "application/json", "{}")
+                  : kl_fakehttp_reply(c, 401, "application/json",
+                                      "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
+                                      "\"reason\":\"Unauthorized\",\"code\":401}");
     if (strcmp(url, "/cert") == 0)
-        return client_cert_ok(c) ? reply(c, 200, "application/json", "{}")
-                                 : reply(c, 401, "application/json", "{}");
+        return client_cert_ok(c) ? kl_fakehttp_reply(c, 200, "application/json", "{}")
+                                 : kl_fakehttp_reply(c, 401, "application/json", "{}");
     if (strcmp(url, "/block") == 0) {
         wait_released();
-        return reply(c, 200, "application/json", "{}");
+        return kl_fakehttp_reply(c, 200, "application/json", "{}");
     }
     if (strcmp(url, "/stream") == 0)
         return reply_stream(c, MHD_SIZE_UNKNOWN, read_stream);
@@ -330,40 +293,12 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return reply_stream(c, MHD_SIZE_UNKNOWN, read_stall);
     if (strcmp(url, "/big") == 0)
         return reply_stream(c, BIG_BODY, read_big);
-    return reply(c, 500, "text/plain", "no such test route");
-}
-
-static void request_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-                              enum MHD_RequestTerminationCode code)
-{
-    (void)cls;
-    (void)c;
-    (void)code;
-    free(*con_cls);
-    *con_cls = NULL;
+    return kl_fakehttp_reply(c, 500, "text/plain", "no such test route");
 }
 
 static void server_start(void)
 {
-    struct sockaddr_in sa;
-    const union MHD_DaemonInfo *info;
-
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_port = 0;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    /* A thread per connection: handlers block on purpose. */
-    srv.daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_TLS, 0, NULL,
-        NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_HTTPS_MEM_KEY,
-        fx.server_key, MHD_OPTION_HTTPS_MEM_CERT, fx.server_cert, MHD_OPTION_HTTPS_MEM_TRUST, fx.ca,
-        MHD_OPTION_NOTIFY_COMPLETED, request_completed, NULL, MHD_OPTION_END);
-    assert_non_null(srv.daemon);
-    info = MHD_get_daemon_info(srv.daemon, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    srv.port = info->port;
-    assert_true(srv.port > 0);
-    snprintf(srv.url, sizeof(srv.url), "https://127.0.0.1:%d", srv.port);
+    kl_fakehttp_start(&srv.http, handle, NULL, fx.server_key, fx.server_cert, fx.ca);
 }
 
 static void server_release(void)
@@ -548,7 +483,7 @@ static kl__restconfig cfg_default(void)
 {
     kl__restconfig c = {0};
 
-    c.server = srv.url;
+    c.server = srv.http.url;
     c.source = "test";
     c.ca_pem = fx.ca;
     c.ca_pem_len = strlen(fx.ca);
@@ -632,11 +567,8 @@ static int teardown(void **state)
     kl__loop_free(T.loop);
     T.loop = NULL;
     server_release();
-    MHD_stop_daemon(srv.daemon);
-    srv.daemon = NULL;
-    if (expiry.daemon)
-        MHD_stop_daemon(expiry.daemon);
-    expiry.daemon = NULL;
+    kl_fakehttp_stop(&srv.http);
+    kl_fakehttp_stop(&expiry);
     rm_tmpdir();
     return 0;
 }
@@ -1002,7 +934,7 @@ static void test_wrong_ca(void **state)
     run("GET", "/json", &T.r[0]);
     assert_int_equal(T.r[0].err, K8SLEASE_ETLS);
     assert_int_equal(T.r[0].status, 0);
-    assert_true(strncmp(T.r[0].errmsg, srv.url, strlen(srv.url)) == 0);
+    assert_true(strncmp(T.r[0].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
     assert_non_null(strstr(T.r[0].errmsg, ": TLS: "));
     assert_int_equal(S.requests, 0);
 }
@@ -1057,7 +989,7 @@ static void test_tls_server_name(void **state)
     run("GET", "/json", &T.r[0]);
     assert_int_equal(T.r[0].err, 0);
     assert_int_equal(T.r[0].status, 200);
-    snprintf(host, sizeof(host), "localhost:%d", srv.port);
+    snprintf(host, sizeof(host), "localhost:%d", srv.http.port);
     assert_string_equal(S.host, host);
     kl__loop_free(T.loop);
     T.loop = NULL;
@@ -1068,7 +1000,7 @@ static void test_tls_server_name(void **state)
     loop_start(&cfg);
     run("GET", "/json", &T.r[1]);
     assert_int_equal(T.r[1].err, K8SLEASE_ETLS);
-    assert_non_null(strstr(T.r[1].errmsg, srv.url));
+    assert_non_null(strstr(T.r[1].errmsg, srv.http.url));
 }
 
 /* An ECDSA key and a certificate for it: a CA (CN=name) or a server
@@ -1149,8 +1081,6 @@ static void tls_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf
     gnutls_x509_crt_t ca, leaf;
     gnutls_x509_privkey_t ca_key, leaf_key;
     char *ca_pem, *leaf_pem, *key_pem;
-    struct sockaddr_in sa;
-    const union MHD_DaemonInfo *info;
     kl__restconfig cfg = cfg_default();
 
     make_cert("k8slease test CA", 1, now + ca_from, now + ca_to, NULL, NULL, &ca, &ca_key);
@@ -1163,20 +1093,9 @@ static void tls_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf
     gnutls_x509_privkey_deinit(ca_key);
     gnutls_x509_privkey_deinit(leaf_key);
 
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    expiry.daemon = MHD_start_daemon(
-        MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_TLS, 0, NULL,
-        NULL, handle, NULL, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa, MHD_OPTION_HTTPS_MEM_KEY,
-        key_pem, MHD_OPTION_HTTPS_MEM_CERT, leaf_pem, MHD_OPTION_NOTIFY_COMPLETED,
-        request_completed, NULL, MHD_OPTION_END);
+    kl_fakehttp_start(&expiry, handle, NULL, key_pem, leaf_pem, NULL);
     free(leaf_pem);
     free(key_pem);
-    assert_non_null(expiry.daemon);
-    info = MHD_get_daemon_info(expiry.daemon, MHD_DAEMON_INFO_BIND_PORT);
-    assert_non_null(info);
-    snprintf(expiry.url, sizeof(expiry.url), "https://127.0.0.1:%d", info->port);
 
     cfg.server = expiry.url;
     cfg.ca_pem = ca_pem;
@@ -1186,8 +1105,7 @@ static void tls_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf
     run("GET", "/json", r);
     kl__loop_free(T.loop);
     T.loop = NULL;
-    MHD_stop_daemon(expiry.daemon);
-    expiry.daemon = NULL;
+    kl_fakehttp_stop(&expiry);
 }
 
 /* The certificates the test makes work while current (so a failure below
@@ -1253,21 +1171,10 @@ static void test_timeout(void **state)
 static void test_connection_refused(void **state)
 {
     kl__restconfig cfg = cfg_default();
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
     char url[64];
-    int fd;
 
     (void)state;
-    fd = socket(AF_INET, SOCK_STREAM, 0);
-    assert_true(fd >= 0);
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    assert_int_equal(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
-    assert_int_equal(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
-    close(fd); /* bound, never listened, closed: nothing answers there */
-    snprintf(url, sizeof(url), "https://127.0.0.1:%d", ntohs(sa.sin_port));
+    snprintf(url, sizeof(url), "https://127.0.0.1:%d", kl_test_closed_port());
     cfg.server = url;
     loop_start(&cfg);
     run("GET", "/json", &T.r[0]);
@@ -1286,7 +1193,7 @@ static void test_body_cap(void **state)
     loop_start(&cfg);
     run("GET", "/big", &T.r[0]);
     assert_int_equal(T.r[0].err, K8SLEASE_EPROTOCOL);
-    snprintf(expect, sizeof(expect), "response body from %s/big larger than 16 MiB", srv.url);
+    snprintf(expect, sizeof(expect), "response body from %s/big larger than 16 MiB", srv.http.url);
     assert_string_equal(T.r[0].errmsg, expect);
 }
 
@@ -1487,7 +1394,7 @@ static int client_socket(int *fd_out)
         int fd = atoi(de->d_name);
 
         if (de->d_name[0] == '.' || getpeername(fd, (struct sockaddr *)&peer, &len) != 0 ||
-            peer.sin_family != AF_INET || ntohs(peer.sin_port) != srv.port)
+            peer.sin_family != AF_INET || ntohs(peer.sin_port) != srv.http.port)
             continue;
         *fd_out = fd;
         found = 1;

@@ -21,6 +21,7 @@
 
 #include "core/clock.h"
 #include "core/common.h"
+#include "core/credential.h"
 #include "k8s/kubeconfig.h"
 
 #define API_V1      "client.authentication.k8s.io/v1"

@@ -1,0 +1,31 @@
+/* The rules an elector's options meet in every backend, so that both say
+ * the same thing about the same options: client-go's timing rules and the
+ * identity's bounds. k8s/election.c applies them when an elector is
+ * initialised, etcd/driver.c when one is created.
+ *
+ * PURE: no I/O, no clock reads, no allocation; the one side effect is
+ * kl__error_set naming the rule broken. Any thread. */
+#ifndef KL_TIMINGS_H
+#define KL_TIMINGS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Buffer size for an identity: the longest accepted is one byte less. */
+#define KL_IDENTITY_MAX 512
+
+/* "5000 ms", or "1500001 ns" when milliseconds would hide the value; in
+ * buf, which it returns. For the messages of the rules. */
+const char *kl__duration_format(int64_t ns, char *buf, size_t size);
+
+/* identity non-NULL, not empty and shorter than KL_IDENTITY_MAX bytes.
+ * 0 or K8SLEASE_EINVAL ("identity must not be empty"). */
+int kl__identity_check(const char *identity);
+
+/* lease_duration > renew_deadline > 1.2 * retry_period > 0 (nanoseconds).
+ * 0 or K8SLEASE_EINVAL naming the rule, e.g. "lease_duration (5000 ms) must
+ * be greater than renew_deadline (5000 ms)". */
+int kl__timings_check(int64_t lease_duration_ns, int64_t renew_deadline_ns,
+                      int64_t retry_period_ns);
+
+#endif
