@@ -3,10 +3,10 @@
  *
  * One program with three roles:
  *   k8slease-bench [--quick] ...          the driver: starts the test server,
- *                                         runs benchmarks 1-5, writes results
+ *                                         runs benchmarks 1-6, writes results
  *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3),
  *                                         on the test server or on etcd
- *   k8slease-bench scale-worker ...       N elections in one client (benchmark 4)
+ *   k8slease-bench scale-worker ...       N elections in one client (4 and 6)
  * The driver never creates a k8slease client itself: it only forks and execs
  * the other roles, so every measured client lives in a process of its own
  * and the driver stays single-threaded (safe to fork).
@@ -60,6 +60,7 @@ enum {
     CELL_LEADER,
     CELL_SCALE,
     CELL_FOOTPRINT,
+    CELL_HTTP,
     CELL_COUNT
 };
 
@@ -136,8 +137,6 @@ const char *bench_csv_mode(const bench_ctx *ctx, const char *mode);
 /* A field of /proc/self/status ("VmRSS", "Threads", ...) as a number (kB for
  * sizes), -1 if absent. */
 long proc_status_field(const char *field);
-/* Established TCP connections (IPv4 and IPv6) this process holds. */
-long proc_tcp_established(void);
 
 /* Print a progress line on stderr with the time since start. */
 #if defined(__GNUC__)
@@ -264,6 +263,7 @@ void bench_failover(bench_ctx *ctx);  /* 2 */
 void bench_api_load(bench_ctx *ctx);  /* 3 */
 void bench_scale(bench_ctx *ctx);     /* 4 */
 void bench_footprint(bench_ctx *ctx); /* 5 */
+void bench_http(bench_ctx *ctx);      /* 6 */
 
 /* Run argv (argv[0] searched in PATH), read its stdout until it exits or
  * timeout_ms passes (then SIGKILL); the last line starting with "RESULT "

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench.h"
+#include "procnet.h"
 #include "k8slease.h"
 
 #define BATCH        500   /* electors started before waiting for them */
@@ -136,7 +137,7 @@ int scale_worker_main(int argc, char **argv)
     bench_timing t = {15000, 10000, 2000};
     const char *kubeconfig = NULL;
     int n = 1, poll_only = 0, elected = 0, batch = BATCH;
-    long rss_base, rss_client, anon_client, hwm_client, conns_start, conns_end;
+    long rss_base, rss_client, anon_client, hwm_client, conns_base, conns_start, conns_end;
     uint64_t late = 0, not_leader = 0, leading_start = 0, leading_end = 0;
     double elect_s, cpu0, cpu1, window_s;
     totals before, after;
@@ -172,6 +173,9 @@ int scale_worker_main(int argc, char **argv)
         return 1;
 
     rss_base = proc_status_field("VmRSS");
+    /* Connections inherited from the driver (its control requests) are not
+     * the client's. */
+    conns_base = kl_test_tcp_established(0);
     co.kubeconfig = kubeconfig;
     co.user_agent = "bench scale-worker";
     if (k8slease_client_new(&client, &co) < 0) {
@@ -190,7 +194,8 @@ int scale_worker_main(int argc, char **argv)
         elected +=
             start_batch(client, e, from, from + batch < n ? from + batch : n, &t, poll_only, end);
     elect_s = (double)(bench_now_ns() - t0) / NS_PER_S;
-    conns_start = proc_tcp_established(); /* outside the CPU window: /proc is slow */
+    /* Outside the CPU window: reading /proc is slow. */
+    conns_start = kl_test_tcp_established(0) - conns_base;
 
     /* Every elector renews once before the window opens; the window
      * watches those that lead when it opens. */
@@ -236,7 +241,7 @@ int scale_worker_main(int argc, char **argv)
         }
     }
     cpu1 = cpu_s();
-    conns_end = proc_tcp_established();
+    conns_end = kl_test_tcp_established(0) - conns_base;
     after = sum(e, n);
     for (int i = 0; i < n; i++)
         leading_end += e[i] && k8slease_elector_is_leader(e[i]);
@@ -270,6 +275,7 @@ typedef struct scale_result {
     double elected, leading_start, leading_end, elect_s, window_s;
     double rss_client_kb, rss_kb, threads, cpu_s, renewals, errors;
     double late, not_leader, lost, renew_ms_mean, renew_ms_p99_bucket;
+    double anon_client_kb, anon_kb, hwm_client_kb, hwm_kb, conns_start, conns_end;
 } scale_result;
 
 static void decode(const char *line, scale_result *r)
@@ -279,10 +285,12 @@ static void decode(const char *line, scale_result *r)
         size_t offset;
     } fields[] = {
 #define F(name) {#name, offsetof(scale_result, name)}
-        F(elected),    F(leading_start), F(leading_end),   F(elect_s),
-        F(window_s),   F(rss_client_kb), F(rss_kb),        F(threads),
-        F(cpu_s),      F(renewals),      F(errors),        F(late),
-        F(not_leader), F(lost),          F(renew_ms_mean), F(renew_ms_p99_bucket),
+        F(elected),        F(leading_start), F(leading_end),   F(elect_s),
+        F(window_s),       F(rss_client_kb), F(rss_kb),        F(threads),
+        F(cpu_s),          F(renewals),      F(errors),        F(late),
+        F(not_leader),     F(lost),          F(renew_ms_mean), F(renew_ms_p99_bucket),
+        F(anon_client_kb), F(anon_kb),       F(hwm_client_kb), F(hwm_kb),
+        F(conns_start),    F(conns_end),
 #undef F
     };
 
@@ -290,24 +298,39 @@ static void decode(const char *line, scale_result *r)
         *(double *)((char *)r + fields[i].offset) = result_field(line, fields[i].key);
 }
 
-/* Run the worker for one size; 0 with *r filled, or its exit status. */
-static int run_worker(bench_ctx *ctx, int size, int64_t window_ms, int64_t elect_ms,
-                      scale_result *r)
+/* Run the worker for one size, its electors started in batches of batch
+ * (0: all at once), on the current server (emptied first), or on the
+ * server of kubeconfig when not NULL (a fresh one of the caller's); 0 with
+ * *r filled, or its exit status. */
+static int run_worker(bench_ctx *ctx, const char *kubeconfig, int size, int batch,
+                      int64_t window_ms, int64_t elect_ms, scale_result *r)
 {
     const bench_timing *t = &ctx->regular;
-    char count[16], window[24], elect[24], timing[64], result[1024];
-    char *argv[] = {ctx->self_exe, "scale-worker", "--kubeconfig", (char *)srv_kubeconfig(ctx),
-                    "--count",     count,          "--window-ms",  window,
-                    "--elect-ms",  elect,          "--timing",     timing,
+    char count[16], nbatch[16], window[24], elect[24], timing[64], result[1024];
+    char *argv[] = {ctx->self_exe,
+                    "scale-worker",
+                    "--kubeconfig",
+                    (char *)(kubeconfig ? kubeconfig : srv_kubeconfig(ctx)),
+                    "--count",
+                    count,
+                    "--batch",
+                    nbatch,
+                    "--window-ms",
+                    window,
+                    "--elect-ms",
+                    elect,
+                    "--timing",
+                    timing,
                     NULL};
     int rc;
 
     snprintf(count, sizeof(count), "%d", size);
+    snprintf(nbatch, sizeof(nbatch), "%d", batch);
     snprintf(window, sizeof(window), "%" PRId64, window_ms);
     snprintf(elect, sizeof(elect), "%" PRId64, elect_ms);
     snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64, t->lease_duration_ms,
              t->renew_deadline_ms, t->retry_period_ms);
-    if (srv_reset(ctx) < 0)
+    if (!kubeconfig && srv_reset(ctx) < 0)
         return -1;
     rc = bench_run_child(argv, elect_ms + t->retry_period_ms + window_ms + WORKER_SLACK, result,
                          sizeof(result));
@@ -395,7 +418,7 @@ void bench_scale(bench_ctx *ctx)
 
         snprintf(n, sizeof(n), "%d", size);
         bench_log("4 scale: %d election(s), %.0f s window", size, (double)window_ms / 1000);
-        if ((rc = run_worker(ctx, size, window_ms, elect_ms, &r)) != 0) {
+        if ((rc = run_worker(ctx, NULL, size, BATCH, window_ms, elect_ms, &r)) != 0) {
             bench_row_add(ctx, "4 scale", "watch", n, last ? target : "", -2,
                           "the worker failed (exit status %d)", rc);
             snprintf(limit, sizeof(limit), "at %d: the worker failed", size);
@@ -476,6 +499,80 @@ void bench_scale(bench_ctx *ctx)
             bench_cell(ctx, CELL_SCALE, "none held; %s", limit);
     } else if (limit[0]) {
         bench_cell(ctx, CELL_SCALE, "not all held: %s", limit);
+    }
+    if (csv)
+        fclose(csv);
+}
+
+/* ---- benchmark 6: HTTP efficiency ------------------------------------------ */
+
+/*
+ * 1,000 elections started at once in one client (client-go's timings), as
+ * benchmark 4's worker does them, over HTTP/2 and over HTTP/1.1 on the test
+ * server (a second one, started with --no-http2) and over HTTP/2 on a real
+ * kube-apiserver: the TCP connections the process holds after the start
+ * burst and after the window, the growth of RssAnon (after the burst) and of
+ * VmHWM (its peak) per election over the client alone, and CPU per renewal.
+ */
+void bench_http(bench_ctx *ctx)
+{
+    enum { N = 1000 };
+    const char *target = "HTTP/2: 1 connection; < 8 KB, peak < 16 KB/election; < 30 us/renewal";
+    int64_t window_ms = ctx->quick ? 6000 : 16000, elect_ms = ctx->quick ? 30000 : 60000;
+    int real = ctx->tgt->kind != TARGET_TESTSERVER;
+    FILE *csv;
+
+    if (ctx->tgt->kind == TARGET_CLUSTER) {
+        bench_row_add(ctx, "6 HTTP, 1,000 at once", "HTTP/2", "", "", -1,
+                      "skipped: 500 PUT/s is too much for a shared cluster");
+        return;
+    }
+    csv = bench_csv_open(ctx, "http.csv",
+                         "mode,protocol,elections,conns_after_start,conns_after_window,"
+                         "anon_kb_per_election,hwm_kb_per_election,cpu_us_per_renewal,renewals,"
+                         "missed_renewals,terms_lost,renew_ms_mean");
+    for (int h1 = 0; h1 <= (real ? 0 : 1); h1++) {
+        static const char *const no_h2[] = {"--no-http2", NULL};
+        const char *proto = h1 ? "HTTP/1.1" : "HTTP/2";
+        ts_server *own = NULL;
+        scale_result r;
+        double anon, hwm, us;
+        int rc, met;
+
+        bench_log("6 HTTP: %d elections at once over %s, %.0f s window", N, proto,
+                  (double)window_ms / 1000);
+        if (h1 && ts_start(&own, no_h2) < 0) {
+            bench_row_add(ctx, "6 HTTP, 1,000 at once", proto, "1000", "", -2,
+                          "could not start a test server with --no-http2");
+            continue;
+        }
+        rc = run_worker(ctx, own ? ts_kubeconfig(own) : NULL, N, 0, window_ms, elect_ms, &r);
+        ts_stop(own);
+        if (rc != 0) {
+            bench_row_add(ctx, "6 HTTP, 1,000 at once", proto, "1000", h1 ? "" : target, -2,
+                          "the worker failed (exit status %d)", rc);
+            continue;
+        }
+        anon = (r.anon_kb - r.anon_client_kb) / N;
+        hwm = (r.hwm_kb - r.hwm_client_kb) / N;
+        us = r.renewals > 0 ? r.cpu_s * 1e6 / r.renewals : NAN;
+        met = r.conns_start == 1 && r.conns_end == 1 && anon < 8 && hwm < 16 && us < 30 &&
+              held(&r, N);
+        bench_row_add(ctx, "6 HTTP, 1,000 at once", proto, "1000", h1 ? "" : target, h1 ? -1 : met,
+                      "%.0f TCP connection(s) after the start, %.0f after the window; RssAnon "
+                      "+%.1f KB/election, VmHWM +%.1f KB/election; %.1f us CPU/renewal; missed "
+                      "%.0f, terms lost %.0f; renew mean %.1f ms",
+                      r.conns_start, r.conns_end, anon, hwm, us, r.late, r.lost, r.renew_ms_mean);
+        if (!h1)
+            bench_cell(
+                ctx, CELL_HTTP,
+                "%.0f TCP connection(s); RssAnon +%.1f KB, peak +%.1f KB per election; %.0f us "
+                "CPU/renewal",
+                r.conns_end, anon, hwm, us);
+        if (csv)
+            fprintf(csv, "%s,%s,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.0f,%.0f,%.0f,%.2f\n",
+                    bench_csv_mode(ctx, "watch"), proto, N, r.conns_start, r.conns_end, anon, hwm,
+                    us, r.renewals, r.late, r.lost, r.renew_ms_mean);
     }
     if (csv)
         fclose(csv);

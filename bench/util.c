@@ -1,6 +1,5 @@
 /* Small helpers of the benchmark driver: clocks, percentiles, the result
  * table, CSV files, /proc, child processes. */
-#include <dirent.h>
 #include <errno.h>
 #include <math.h>
 #include <poll.h>
@@ -168,56 +167,6 @@ long proc_status_field(const char *field)
     }
     fclose(f);
     return v;
-}
-
-/* Is socket inode ino one of this process's descriptors? */
-static int own_socket(unsigned long ino)
-{
-    char want[48], path[300], target[64];
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *de;
-    int found = 0;
-
-    if (!d)
-        return 0;
-    snprintf(want, sizeof(want), "socket:[%lu]", ino);
-    while (!found && (de = readdir(d))) {
-        ssize_t n;
-
-        snprintf(path, sizeof(path), "/proc/self/fd/%s", de->d_name);
-        n = readlink(path, target, sizeof(target) - 1);
-        if (n > 0) {
-            target[n] = '\0';
-            found = !strcmp(target, want);
-        }
-    }
-    closedir(d);
-    return found;
-}
-
-long proc_tcp_established(void)
-{
-    static const char *const files[] = {"/proc/self/net/tcp", "/proc/self/net/tcp6"};
-    long n = 0;
-
-    for (size_t f = 0; f < sizeof(files) / sizeof(files[0]); f++) {
-        FILE *fp = fopen(files[f], "r");
-        char line[512];
-
-        if (!fp)
-            continue;
-        while (fgets(line, sizeof(line), fp)) {
-            unsigned st;
-            unsigned long ino;
-
-            /* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
-            if (sscanf(line, " %*s %*s %*s %x %*s %*s %*s %*s %*s %lu", &st, &ino) == 2 &&
-                st == 1 /* TCP_ESTABLISHED */ && ino && own_socket(ino))
-                n++;
-        }
-        fclose(fp);
-    }
-    return n;
 }
 
 void bench_log(const char *fmt, ...)

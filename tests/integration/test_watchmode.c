@@ -25,6 +25,7 @@
 #include <jansson.h>
 
 #include "e2e.h"
+#include "procnet.h"
 #include "harness.h"
 #include "k8slease.h"
 
@@ -750,7 +751,7 @@ static void many_elections_one_thread(void **state)
     static k8slease_elector *e[N];
     k8slease_client *c = new_client("wm-many");
     int64_t t0, all_at;
-    long rss0, rss1, open = 0;
+    long rss0, rss1, open = 0, conns0, conns1;
     int th0;
     char *body = NULL;
     long status = 0;
@@ -766,6 +767,7 @@ static void many_elections_one_thread(void **state)
         wait_watches_open(open); /* the other tests' streams are gone */
     th0 = threads();
     rss0 = rss_kb();
+    conns0 = kl_test_tcp_established(e2e_port());
     t0 = e2e_mono_ms();
     for (int k = 0; k < N; k++) {
         char name[32];
@@ -791,11 +793,19 @@ static void many_elections_one_thread(void **state)
                          (unsigned long long)st.http_5xx, (unsigned long long)st.transport_errors);
             }
     rss1 = rss_kb();
+    conns1 = kl_test_tcp_established(e2e_port());
+    print_message("%d elections and their watch over %ld TCP connection(s) to the server\n", N,
+                  conns1 - conns0);
     print_message("%d elections in one client: all elected in %lld ms; %d threads before, %d "
                   "after; RSS +%ld kB (%.1f kB per election, connections included)\n",
                   N, (long long)(all_at - t0), th0, threads(), rss1 - rss0,
                   (double)(rss1 - rss0) / N);
     assert_int_equal(threads(), th0);
+    /* HTTP/2 (both servers speak it): the client's requests and stream share
+     * one connection, as client-go's do; 64 before the connections were
+     * sized by protocol. Others of this process may have closed meanwhile. */
+    assert_true(conns0 >= 0 && conns1 >= 0);
+    assert_true(conns1 - conns0 <= 1);
     for (int k = 0; k < N; k++) {
         assert_true(k8slease_elector_is_leader(e[k]));
         assert_true(stats(e[k]).watch_healthy);
@@ -817,6 +827,55 @@ static void many_elections_one_thread(void **state)
     k8slease_client_free(c);
 }
 
+/* Over HTTP/1.1 (a server or proxy without h2) each request in flight needs
+ * its own connection: many elections still run, on a bounded number of them.
+ * Only the test server can be asked to refuse h2. */
+static void many_elections_over_http11(void **state)
+{
+    enum { N = 150 };
+    static const timing relaxed = {8000, 5000, 1000, 0, 1};
+    static const char *const args[] = {"--no-http2", NULL};
+    static k8slease_elector *e[N];
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+    ts_server *s = NULL;
+    long conns;
+
+    (void)state;
+    if (!e2e_is_testserver()) {
+        print_message("skipped: only the test server can be made to speak HTTP/1.1 only\n");
+        skip();
+    }
+    assert_int_equal(ts_start(&s, args), 0);
+    o.kubeconfig = ts_kubeconfig(s);
+    o.user_agent = "wm-http11";
+    o.log_cb = e2e_log_to_stderr;
+    o.log_level = K8SLEASE_LOG_WARN;
+    assert_int_equal(k8slease_client_new(&c, &o), 0);
+    for (int k = 0; k < N; k++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "h1-%03d", k);
+        e[k] = start_with(c, "default", name, "h1:1", NULL, &relaxed);
+    }
+    for (int k = 0; k < N; k++)
+        elected(e[k], "over HTTP/1.1");
+    for (int k = 0; k < N; k++)
+        for (int64_t deadline = e2e_mono_ms() + WAIT_MS; stats(e[k]).renewals < 1; e2e_pause_ms(50))
+            if (e2e_mono_ms() > deadline)
+                fail_msg("election %d over HTTP/1.1: no renewal within %d ms", k, WAIT_MS);
+    conns = kl_test_tcp_established(ts_port(s));
+    print_message("%d elections over HTTP/1.1: %ld TCP connections\n", N, conns);
+    /* At most 64 requests at once and the watch: never one per election. */
+    assert_true(conns >= 1 && conns <= 65);
+    for (int k = 0; k < N; k++) {
+        assert_true(k8slease_elector_is_leader(e[k]));
+        k8slease_elector_free(e[k]);
+    }
+    k8slease_client_free(c);
+    assert_int_equal(ts_stop(s), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -830,6 +889,7 @@ int main(void)
         cmocka_unit_test(holder_watch_shares_the_stream),
         cmocka_unit_test(namespace_watch_forbidden_goes_back),
         cmocka_unit_test(many_elections_one_thread),
+        cmocka_unit_test(many_elections_over_http11),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
