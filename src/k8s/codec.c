@@ -494,6 +494,272 @@ char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *sp
 }
 
 /* ------------------------------------------------------------------------ */
+/* Updates without a parse                                                  */
+/* ------------------------------------------------------------------------ */
+
+/*
+ * A renewal PUTs the object it saw last with new spec fields. Parsing that
+ * text into a tree (about 6 KB of allocations for a Lease with
+ * managedFields) only to dump it again was the largest cost of a renewal,
+ * so the text is spliced instead: the top-level "spec" value is written as
+ * set_spec would leave it and every other byte is copied. The splice
+ * declines whatever it is not sure of (a key with an escape, a duplicate
+ * key, deep nesting, more members than it keeps, a holder that is not
+ * ASCII, text that is not JSON) and the caller takes the jansson path,
+ * which gives the same JSON value (test_lease and the fuzz target
+ * lease_splice compare the two).
+ */
+#define SPLICE_DEPTH   64
+#define SPLICE_MEMBERS 32
+
+typedef struct sp_member {
+    const char *key; /* inside the quotes; no escapes */
+    size_t key_len;
+    const char *start; /* the key's opening quote */
+    const char *value, *end;
+} sp_member;
+
+typedef struct sp_object {
+    sp_member m[SPLICE_MEMBERS];
+    size_t n;
+    const char *close; /* the closing brace */
+} sp_object;
+
+static const char *sp_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r'))
+        p++;
+    return p;
+}
+
+/* Past the string opening at p; NULL if there is none. *esc set if it has
+ * an escape. */
+static const char *sp_string(const char *p, const char *end, int *esc)
+{
+    if (p >= end || *p != '"')
+        return NULL;
+    for (p++; p < end; p++) {
+        if (*p == '\\') {
+            *esc = 1;
+            if (++p == end)
+                return NULL;
+        } else if (*p == '"') {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+static const char *sp_value(const char *p, const char *end, int depth);
+
+/* The members of the object opening at p (at '{'); 0, or -1 to decline. */
+static int sp_members(const char *p, const char *end, int depth, sp_object *o)
+{
+    o->n = 0;
+    if (depth > SPLICE_DEPTH || p >= end || *p != '{')
+        return -1;
+    p = sp_ws(p + 1, end);
+    if (p < end && *p == '}') {
+        o->close = p;
+        return 0;
+    }
+    for (;;) {
+        sp_member *m = &o->m[o->n];
+        const char *k = p;
+        int esc = 0;
+
+        if (o->n == SPLICE_MEMBERS || !(p = sp_string(p, end, &esc)) || esc)
+            return -1;
+        m->start = k;
+        m->key = k + 1;
+        m->key_len = (size_t)(p - k - 2);
+        for (size_t i = 0; i < o->n; i++)
+            if (o->m[i].key_len == m->key_len && !memcmp(o->m[i].key, m->key, m->key_len))
+                return -1; /* jansson would keep one of them */
+        p = sp_ws(p, end);
+        if (p == end || *p != ':')
+            return -1;
+        m->value = sp_ws(p + 1, end);
+        if (!(m->end = sp_value(m->value, end, depth + 1)))
+            return -1;
+        o->n++;
+        p = sp_ws(m->end, end);
+        if (p < end && *p == '}') {
+            o->close = p;
+            return 0;
+        }
+        if (p == end || *p != ',')
+            return -1;
+        p = sp_ws(p + 1, end);
+    }
+}
+
+/* Past the value at p; NULL if it is not one. */
+static const char *sp_value(const char *p, const char *end, int depth)
+{
+    const char *s = p;
+    int esc = 0;
+
+    if (p >= end || depth > SPLICE_DEPTH)
+        return NULL;
+    if (*p == '"')
+        return sp_string(p, end, &esc);
+    if (*p == '{' || *p == '[') {
+        /* Copied as it is: duplicate keys in here mean the same to the
+         * server (the last one wins) whether copied or parsed. */
+        char close = *p == '{' ? '}' : ']';
+
+        p = sp_ws(p + 1, end);
+        if (p < end && *p == close)
+            return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (!(p = sp_string(p, end, &esc)))
+                    return NULL;
+                p = sp_ws(p, end);
+                if (p == end || *p != ':')
+                    return NULL;
+                p = sp_ws(p + 1, end);
+            }
+            if (!(p = sp_value(p, end, depth + 1)))
+                return NULL;
+            p = sp_ws(p, end);
+            if (p < end && *p == close)
+                return p + 1;
+            if (p == end || *p != ',')
+                return NULL;
+            p = sp_ws(p + 1, end);
+        }
+    }
+    /* A number, true, false or null. */
+    while (p < end && ((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'z') || *p == '-' ||
+                       *p == '+' || *p == '.' || *p == 'E'))
+        p++;
+    return p > s ? p : NULL;
+}
+
+static int sp_key_is(const sp_member *m, const char *key)
+{
+    return m->key_len == strlen(key) && !memcmp(m->key, key, m->key_len);
+}
+
+/* The spec fields set_spec writes, in its order. */
+static const char *const sp_fields[] = {"holderIdentity", "leaseDurationSeconds", "acquireTime",
+                                        "renewTime", "leaseTransitions"};
+#define SP_NFIELDS (sizeof(sp_fields) / sizeof(sp_fields[0]))
+
+/* Field i of spec as `"key":value`, after a comma unless *first; nothing
+ * for a field set_spec deletes. 0 or K8SLEASE_ENOMEM. */
+static int sp_field(kl__buf *b, size_t i, const kl__lease_spec *spec, int *first)
+{
+    char t[KL_MICROTIME_BUFLEN];
+    int64_t us = i == 2 ? spec->acquire_us : spec->renew_us;
+    int err = 0;
+
+    if ((i == 1 && spec->duration_s == 0) || ((i == 2 || i == 3) && us == 0))
+        return 0;
+    if ((err = kl__buf_printf(b, "%s\"%s\":", *first ? "" : ",", sp_fields[i])) < 0)
+        return err;
+    *first = 0;
+    switch (i) {
+    case 0: /* checked by the caller: ASCII */
+        err = kl__buf_append(b, "\"", 1);
+        for (const char *h = spec->holder ? spec->holder : ""; !err && *h; h++) {
+            if (*h == '"' || *h == '\\')
+                err = kl__buf_printf(b, "\\%c", *h);
+            else if ((unsigned char)*h < 0x20)
+                err = kl__buf_printf(b, "\\u%04x", (unsigned)*h);
+            else
+                err = kl__buf_append(b, h, 1);
+        }
+        return err ? err : kl__buf_append(b, "\"", 1);
+    case 1:
+        return kl__buf_printf(b, "%lld", (long long)spec->duration_s);
+    case 2:
+    case 3:
+        return kl__buf_printf(b, "\"%s\"", kl__microtime_format(us, t));
+    default:
+        return kl__buf_printf(b, "%lld", (long long)spec->transitions);
+    }
+}
+
+/* A whole spec object: what set_spec writes into an empty one, or into the
+ * members of old (unknown ones copied, ours in place, missing ones after). */
+static int sp_spec(kl__buf *b, const sp_object *old, const kl__lease_spec *spec)
+{
+    int first = 1, seen[SP_NFIELDS] = {0}, err;
+
+    if ((err = kl__buf_append(b, "{", 1)) < 0)
+        return err;
+    for (size_t k = 0; old && k < old->n; k++) {
+        const sp_member *m = &old->m[k];
+        size_t i = 0;
+
+        while (i < SP_NFIELDS && !sp_key_is(m, sp_fields[i]))
+            i++;
+        if (i < SP_NFIELDS) {
+            seen[i] = 1;
+            err = sp_field(b, i, spec, &first);
+        } else {
+            if (!first && (err = kl__buf_append(b, ",", 1)) < 0)
+                return err;
+            first = 0;
+            err = kl__buf_append(b, m->start, (size_t)(m->end - m->start));
+        }
+        if (err < 0)
+            return err;
+    }
+    for (size_t i = 0; i < SP_NFIELDS; i++)
+        if (!seen[i] && (err = sp_field(b, i, spec, &first)) < 0)
+            return err;
+    return kl__buf_append(b, "}", 1);
+}
+
+int kl__lease_splice_update(const char *base, size_t len, const kl__lease_spec *spec, char **out)
+{
+    const char *end = base + len, *p = sp_ws(base, end);
+    sp_object root_members, old_members, *root = &root_members, *old = &old_members;
+    const sp_member *s = NULL;
+    kl__buf b = {0};
+    int err;
+
+    *out = NULL;
+    for (const char *h = spec->holder ? spec->holder : ""; *h; h++)
+        if ((unsigned char)*h >= 0x80)
+            return 1; /* jansson checks the UTF-8 */
+    if (sp_members(p, end, 0, root) < 0 || sp_ws(root->close + 1, end) != end)
+        return 1;
+    for (size_t k = 0; k < root->n && !s; k++)
+        if (sp_key_is(&root->m[k], "spec"))
+            s = &root->m[k];
+    if (s && *s->value == '{' && sp_members(s->value, end, 1, old) < 0)
+        return 1;
+    if (s) {
+        /* In place, as jansson replaces an existing key's value. */
+        err = kl__buf_append(&b, base, (size_t)(s->value - base));
+        if (!err)
+            err = sp_spec(&b, *s->value == '{' ? old : NULL, spec);
+        if (!err)
+            err = kl__buf_append(&b, s->end, (size_t)(end - s->end));
+    } else {
+        /* Appended, as jansson adds a new key. */
+        err = kl__buf_append(&b, base, (size_t)(root->close - base));
+        if (!err)
+            err = kl__buf_append(&b, root->n ? ",\"spec\":" : "\"spec\":", root->n ? 8 : 7);
+        if (!err)
+            err = sp_spec(&b, NULL, spec);
+        if (!err)
+            err = kl__buf_append(&b, root->close, (size_t)(end - root->close));
+    }
+    if (err < 0) {
+        kl__buf_free(&b);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    *out = b.data;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
 /* Status                                                                   */
 /* ------------------------------------------------------------------------ */
 

@@ -56,6 +56,11 @@ char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
  * path, which parsed base for this alone): afterwards base's borrowed
  * fields may dangle, so base is only good for kl__lease_free. */
 char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *spec);
+/* The body kl__lease_encode_update would give for the Lease whose JSON text
+ * is base, by copying the text around a new spec instead of parsing it
+ * (the renewal path). 0 with *out set (kl__free); 1 when it declines the
+ * text (see codec.c: take the jansson path); K8SLEASE_ENOMEM. */
+int kl__lease_splice_update(const char *base, size_t len, const kl__lease_spec *spec, char **out);
 
 /* MicroTime: format as "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (UTC, 6 digits) into
  * buf (at least 32 bytes); returns buf. */

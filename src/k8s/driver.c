@@ -276,6 +276,15 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
         kl__error_set(K8SLEASE_ESTATE, "no Lease read yet to base an update on");
         return NULL;
     }
+    /* Almost always: the text around a new spec, without a parse. */
+    switch (kl__lease_splice_update(e->base, strlen(e->base), spec, &body)) {
+    case 0:
+        return body;
+    case 1:
+        break;
+    default:
+        return NULL;
+    }
     if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
         return NULL;
     body = kl__lease_encode_update_in_place(base, spec);

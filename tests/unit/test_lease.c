@@ -456,6 +456,120 @@ static void test_encode_update_in_place(void **state)
     json_decref(root);
 }
 
+/* The splice and the jansson path give the same JSON value; *declined: the
+ * splice said no (the jansson path must still work). */
+static void splice_vs_jansson(const char *base, const kl__lease_spec *spec, int *declined)
+{
+    kl__lease *l = NULL;
+    char *spliced = NULL, *parsed;
+    json_t *a, *b;
+    int rc = kl__lease_splice_update(base, strlen(base), spec, &spliced);
+
+    assert_true(rc == 0 || rc == 1);
+    *declined = rc == 1;
+    assert_int_equal(kl__lease_parse(&l, base, strlen(base)), 0);
+    parsed = kl__lease_encode_update(l, spec);
+    assert_non_null(parsed);
+    if (rc == 0) {
+        a = json_loads(spliced, 0, NULL);
+        b = json_loads(parsed, 0, NULL);
+        if (!a || !json_equal(a, b))
+            fail_msg("splice differs from jansson:\n  base    %s\n  splice  %s\n  jansson %s", base,
+                     spliced, parsed);
+        /* The same order too: the server's, ours where jansson puts them. */
+        {
+            char *da = json_dumps(a, JSON_COMPACT | JSON_PRESERVE_ORDER);
+            char *db = json_dumps(b, JSON_COMPACT | JSON_PRESERVE_ORDER);
+
+            assert_string_equal(da, db);
+            free(da);
+            free(db);
+        }
+        json_decref(a);
+        json_decref(b);
+    } else {
+        assert_null(spliced);
+    }
+    kl__free(spliced);
+    kl__free(parsed);
+    kl__lease_free(l);
+}
+
+static void test_splice_update(void **state)
+{
+    json_t *rich = rich_lease();
+    char *rich_text = json_dumps(rich, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    char *rich_pretty = json_dumps(rich, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
+    size_t len;
+    char *sample = read_sample("200_update.json", &len);
+    const char *spliced_bases[] = {
+        rich_text,
+        rich_pretty,
+        sample,
+        "{\"metadata\":{\"name\":\"x\",\"resourceVersion\":\"5\"}}",
+        "{\"metadata\":{\"name\":\"x\",\"resourceVersion\":\"5\"},\"spec\":null}",
+        "{\"metadata\":{\"name\":\"x\",\"resourceVersion\":\"5\"},\"spec\":{}}",
+        "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"renewTime\":\"2026-01-01T00:00:00.000000Z\","
+        "\"x\":[1,{\"a\":\"}\"},\"\\\"\"],\"holderIdentity\":\"old\",\"leaseDurationSeconds\":9}}",
+        " {\"spec\":{\"leaseTransitions\":3},\"metadata\":{\"name\":\"x\",\"a\":{\"a\":1,\"a\":2}}}"
+        " ",
+    };
+    const char *declined_bases[] = {
+        "{\"metadata\":{\"name\":\"x\"},\"sp\\u0065c\":{}}",       /* escaped key */
+        "{\"metadata\":{\"name\":\"x\"},\"spec\":{},\"spec\":{}}", /* duplicate */
+        "{\"metadata\":{\"name\":\"x\"},\"spec\":{\"renewTime\":1,\"renewTime\":2}}",
+    };
+    const kl__lease_spec specs[] = {
+        {"node-c", 20, T_CLIENTGO_ACQUIRE, T_CLIENTGO_RENEW2, 2},
+        {NULL, 0, 0, 0, 0},
+        {"a \"quoted\\\" one\n\x01", 15, 0, T_CLIENTGO_RENEW2, 7},
+    };
+    const kl__lease_spec utf8 = {"n\xc3\xb6" "de", 15, 1, 2, 3};
+    int declined;
+
+    (void)state;
+    assert_non_null(rich_text);
+    for (size_t i = 0; i < sizeof(spliced_bases) / sizeof(spliced_bases[0]); i++)
+        for (size_t k = 0; k < sizeof(specs) / sizeof(specs[0]); k++) {
+            splice_vs_jansson(spliced_bases[i], &specs[k], &declined);
+            if (declined)
+                fail_msg("base %zu, spec %zu: the splice declined", i, k);
+        }
+    for (size_t i = 0; i < sizeof(declined_bases) / sizeof(declined_bases[0]); i++) {
+        char *out = NULL;
+
+        assert_int_equal(
+            kl__lease_splice_update(declined_bases[i], strlen(declined_bases[i]), &specs[0], &out),
+            1);
+        assert_null(out);
+    }
+    /* Not JSON, or not an object: declined, nothing read out of bounds. */
+    {
+        static const char *bad[] = {"",
+                                    "{",
+                                    "{\"a\"",
+                                    "{\"a\":",
+                                    "{\"a\":[1,",
+                                    "[]",
+                                    "{}x",
+                                    "{\"a\":\"unterminated}",
+                                    "{\"a\":{\"b\":1}"};
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            char *out = NULL;
+
+            assert_int_equal(kl__lease_splice_update(bad[i], strlen(bad[i]), &specs[0], &out), 1);
+            assert_null(out);
+        }
+    }
+    /* A holder that is not ASCII: jansson's path, which checks the UTF-8. */
+    splice_vs_jansson(rich_text, &utf8, &declined);
+    assert_true(declined);
+    free(rich_text);
+    free(rich_pretty);
+    kl__free(sample);
+    json_decref(rich);
+}
+
 static void test_encode_update_sparse_base(void **state)
 {
     static const char *bases[] = {
@@ -1302,6 +1416,7 @@ int main(void)
         cmocka_unit_test(test_encode_create_escaping),
         cmocka_unit_test(test_encode_update_preserves_unknown),
         cmocka_unit_test(test_encode_update_in_place),
+        cmocka_unit_test(test_splice_update),
         cmocka_unit_test(test_encode_update_sparse_base),
         cmocka_unit_test(test_encode_update_release_and_zero),
         cmocka_unit_test(test_microtime_known),
