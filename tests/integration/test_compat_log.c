@@ -45,7 +45,7 @@ extern char **environ;
 
 static void *many_one(void *arg)
 {
-    char *lease = arg, id[80], *err = NULL;
+    char *lease = arg, id[200], *err = NULL;
     long long t = -1;
     int rc;
 
@@ -87,7 +87,7 @@ static int child_main(void)
         } else if (strcmp(cmd, "waitlost") == 0) {
             rc = K8sLeaseWaitLost((char *)NS, a, &err);
         } else if (strcmp(cmd, "many") == 0) {
-            static char leases[MANY][64];
+            static char leases[MANY][160];
             pthread_t th[MANY];
             void *res;
 
