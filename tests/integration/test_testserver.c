@@ -301,7 +301,7 @@ static void wait_open_watches(ts_server *s, long long n)
 static CURLcode raw_get(const char *url, const char *token, const char *cert_dir, const char *agent,
                         long *status, char **body)
 {
-    tc_buf b = {NULL, 0};
+    ts_buf b = {NULL, 0};
     struct curl_slist *hdr = NULL;
     char *auth = token ? tc_fmt("Authorization: Bearer %s", token) : NULL;
     char *ca = tc_fmt("%s/ca.crt", ts_dir(srv));
@@ -316,7 +316,7 @@ static CURLcode raw_get(const char *url, const char *token, const char *cert_dir
     curl_easy_setopt(h, CURLOPT_USERAGENT, agent ? agent : "raw");
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tc_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     if (crt) {
         curl_easy_setopt(h, CURLOPT_SSLCERT, crt);
@@ -1074,12 +1074,12 @@ static void test_discovery(void **state)
     char *tok = ts_token(srv);
     char *auth = tc_fmt("Authorization: Bearer %s", tok);
     struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, auth), accept);
-    tc_buf b = {NULL, 0};
+    ts_buf b = {NULL, 0};
     CURL *h = curl_easy_init();
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tc_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     assert_int_equal(curl_easy_perform(h), CURLE_OK);
     resp = b.data;
@@ -1195,14 +1195,14 @@ static void test_fault_errors(void **state)
     CURL *h = curl_easy_init();
     struct curl_slist *hdr = NULL;
     char *auth = tc_fmt("Authorization: Bearer %s", tok);
-    tc_buf hb = {NULL, 0}, bb = {NULL, 0};
+    ts_buf hb = {NULL, 0}, bb = {NULL, 0};
     hdr = curl_slist_append(hdr, auth);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, tc_buf_write);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &hb);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tc_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &bb);
     assert_int_equal(curl_easy_perform(h), CURLE_OK);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
@@ -1396,11 +1396,11 @@ static void test_token_rotation(void **state)
     for (int i = 0; i < 2; i++) {
         char *auth = tc_fmt("Authorization: Bearer %s", i == 0 ? old : fresh);
         struct curl_slist *hdr = curl_slist_append(NULL, auth);
-        tc_buf b = {NULL, 0};
+        ts_buf b = {NULL, 0};
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_CAINFO, ca);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, tc_buf_write);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
         assert_int_equal(curl_easy_perform(h), CURLE_OK);
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
@@ -1619,11 +1619,11 @@ static int blast(int n, int par, bool create, long want, double *secs)
         h[i] = curl_easy_init();
         curl_easy_setopt(h[i], CURLOPT_CAINFO, ts_ca_file(srv));
         curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, tc_buf_write);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, ts_buf_write);
         curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 30L);
         curl_easy_setopt(h[i], CURLOPT_PRIVATE, (char *)(intptr_t)i);
     }
-    tc_buf sink[16] = {{0}};
+    ts_buf sink[16] = {{0}};
     for (int i = 0; i < par && next < n; i++, next++) {
         free(urls[i]);
         free(bodies[i]);

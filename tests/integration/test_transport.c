@@ -98,7 +98,7 @@ static void setup_easy(CURL *h, ts_server *s, long version, const char *agent, b
 static void req(client *c, const char *method, const char *path, const char *body, reply *r)
 {
     struct curl_slist *hdr;
-    tc_buf b = {0};
+    ts_buf b = {0};
     memset(r, 0, sizeof(*r));
     if (!c->h)
         assert_non_null(c->h = curl_easy_init());
@@ -109,7 +109,7 @@ static void req(client *c, const char *method, const char *path, const char *bod
     curl_easy_setopt(c->h, CURLOPT_URL, url);
     curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, tc_buf_write);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c->h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c->h, CURLOPT_HEADERDATA, r);
@@ -182,7 +182,7 @@ typedef struct watcher {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    tc_buf line;
+    ts_buf line;
     event *ev;
     size_t nev;
     bool done, stop;
@@ -197,7 +197,7 @@ static size_t watch_data(char *p, size_t size, size_t n, void *ud)
     pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < size * n; i++) {
         if (p[i] != '\n') {
-            tc_buf_write(p + i, 1, 1, &w->line);
+            ts_buf_write(p + i, 1, 1, &w->line);
             continue;
         }
         json_t *j = json_loads(w->line.data ? w->line.data : "", 0, NULL);

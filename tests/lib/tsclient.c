@@ -67,20 +67,6 @@ char *tc_fmt(const char *f, ...)
     return s;
 }
 
-size_t tc_buf_write(char *p, size_t size, size_t n, void *ud)
-{
-    tc_buf *b = ud;
-    char *d = realloc(b->data, b->len + size * n + 1);
-
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, size * n);
-    b->len += size * n;
-    d[b->len] = '\0';
-    b->data = d;
-    return size * n;
-}
-
 json_t *tc_at(json_t *j, const char *path)
 {
     char tmp[256];
@@ -169,7 +155,7 @@ char *tc_run(int *status, const char *f, ...)
 {
     va_list ap;
     char *cmd, chunk[4096];
-    tc_buf b = {0};
+    ts_buf b = {0};
     size_t r;
     FILE *p;
     int rc;
@@ -180,7 +166,7 @@ char *tc_run(int *status, const char *f, ...)
     p = popen(cmd, "r");
     assert_non_null(p);
     while ((r = fread(chunk, 1, sizeof(chunk), p)) > 0)
-        tc_buf_write(chunk, 1, r, &b);
+        ts_buf_write(chunk, 1, r, &b);
     rc = pclose(p);
     *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
     if (*status != 0)

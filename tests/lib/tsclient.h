@@ -1,8 +1,8 @@
 /* Helpers of the suites that test k8slease-testserver itself with libcurl
  * and jansson alone, no library under test (tests/integration:
- * test_testserver.c, test_transport.c): time, formatting, response
- * buffers, JSON paths, the server's stats and control API, bounded waits
- * on its stats, shell commands.
+ * test_testserver.c, test_transport.c): time, formatting, JSON paths,
+ * the server's stats and control API, bounded waits on its stats, shell
+ * commands. Response buffers: ts_buf (harness.h).
  *
  * Anything that goes wrong fails the running cmocka test. */
 #ifndef K8SLEASE_TEST_TSCLIENT_H
@@ -25,14 +25,6 @@ struct timespec tc_deadline_in(clockid_t clock, long ms);
 
 /* printf into a malloc'ed string (free()). */
 char *tc_fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-
-/* A growing NUL-terminated buffer; tc_buf_write is a CURLOPT_WRITEFUNCTION
- * (userdata: the tc_buf). free(data) when done. */
-typedef struct tc_buf {
-    char *data;
-    size_t len;
-} tc_buf;
-size_t tc_buf_write(char *p, size_t size, size_t n, void *ud);
 
 /* j at a dotted path ("metadata.name", "details.causes.0.field",
  * "connections.h2.total"); NULL when absent. Borrowed. */
