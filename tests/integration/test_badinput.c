@@ -45,6 +45,7 @@
 #include "harness.h"
 #include "k8slease.h"
 #include "libk8s_lease_wrapper.h"
+#include "testlib.h"
 
 #define LD_MS   3000
 #define RD_MS   2000
@@ -1085,47 +1086,6 @@ static void wrong_ca(void **state)
 /* Security: no credentials in logs                                         */
 /* ------------------------------------------------------------------------ */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static char *base64(const char *s)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t n = strlen(s), o = 0;
-    char *out = malloc(n / 3 * 4 + 8);
-
-    assert_non_null(out);
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned char)s[i] << 16;
-
-        if (i + 1 < n)
-            v |= (unsigned char)s[i + 1] << 8;
-        if (i + 2 < n)
-            v |= (unsigned char)s[i + 2];
-        out[o++] = tab[(v >> 18) & 63];
-        out[o++] = tab[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? tab[v & 63] : '=';
-    }
-    out[o] = '\0';
-    return out;
-}
-
 /* The secrets to look for: tokens, their base64, the client key's PEM
  * (each of its base64 lines) and the base64 of the whole PEM file (what
  * client-key-data holds). */
@@ -1156,12 +1116,12 @@ static void secrets_add_token(const char *token, const char *what)
     assert_non_null(token);
     assert_true(strlen(token) >= 16);
     secret_add(strdup(token), what);
-    secret_add(base64(token), what);
+    secret_add(kl_test_base64(token), what);
 }
 
 static void secrets_add_key(const char *key_file)
 {
-    char *pem = slurp(key_file);
+    char *pem = kl_test_read_file(key_file, NULL);
     char *line, *save = NULL, *copy = strdup(pem);
     int lines = 0;
 
@@ -1175,7 +1135,7 @@ static void secrets_add_key(const char *key_file)
     }
     assert_true(lines >= 1);
     free(copy);
-    secret_add(base64(pem), "the base64 of the client key's PEM (client-key-data)");
+    secret_add(kl_test_base64(pem), "the base64 of the client key's PEM (client-key-data)");
     free(pem);
 }
 
