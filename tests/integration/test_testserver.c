@@ -968,11 +968,7 @@ static void test_watch_client_gone(void **state)
     watcher *w = watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dnobody", NULL);
     wait_open_watches(srv, open0 + 1);
     watch_stop(w);
-    long long end = tc_now_ms() + 10000;
-    while (tc_stat_or0(srv, "watches.open") > open0 && tc_now_ms() < end) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    tc_wait_stat_at_most(srv, "watches.open", open0, 10000);
     assert_int_equal(tc_stat_or0(srv, "watches.open"), open0);
 }
 
@@ -1282,11 +1278,7 @@ static void test_fault_reset_latency_hang(void **state)
     tc_control(srv, "POST", "/testserver/v1/faults",
                "{\"kind\":\"hang\",\"match\":{\"user_agent\":\"held-client\"}}", 201);
     watcher *w = watch_start(srv, LEASES "?limit=1", "held-client");
-    long long end = tc_now_ms() + 10000;
-    while (tc_stat_or0(srv, "suspended") < 1 && tc_now_ms() < end) {
-        struct timespec ts = {0, 5 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    tc_wait_stat(srv, "suspended", 1, 10000);
     assert_true(tc_stat_or0(srv, "suspended") >= 1);
     assert_false(watch_wait_done(w, 300)); /* bounded check that it is still held */
     clear_faults();                        /* ...and released by the delete */
@@ -1365,11 +1357,7 @@ static void test_fault_watch_freeze_and_close(void **state)
     assert_int_not_equal(w->result, CURLE_OK);
     watch_stop(w);
     assert_int_equal(tc_stat_or0(srv, "faults.close_watch"), closed + 2);
-    long long end = tc_now_ms() + 10000;
-    while (tc_stat_or0(srv, "watches.open") > open0 && tc_now_ms() < end) {
-        struct timespec ts = {0, 5 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    tc_wait_stat_at_most(srv, "watches.open", open0, 10000);
     assert_int_equal(tc_stat_or0(srv, "watches.open"), open0);
 }
 
