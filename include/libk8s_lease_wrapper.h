@@ -16,6 +16,25 @@
  * callback runs on the library's loop thread and must not block: from it,
  * only K8sLeaseCancelWatch and K8sLeaseCancelElection may be called. Its
  * holder string is freed after it returns.
+ *
+ * Log lines. As the Go library (client-go's klog), and unlike k8slease's
+ * native API (k8slease.h, which never prints), these functions print what
+ * happens on stderr: attempting to acquire, acquired (with the epoch),
+ * a failed request with the server's message, lost leadership and why,
+ * released, the watch falling back to polling. One line per event, each
+ * written with a single write(2) to file descriptor 2 (lines of several
+ * elections never mix), in a stable format:
+ *
+ *   TIME k8slease[PID] LEVEL NAMESPACE/NAME: MESSAGE
+ *   2026-12-01T14:14:00.443463Z k8slease[19004] info default/x: successfully acquired lease (epoch 3)
+ *
+ * TIME is UTC with microseconds; LEVEL error, warn, info or debug;
+ * NAMESPACE/NAME the Lease ("-" for the process). A failed request is
+ * logged once per distinct error, again only after a success. Tokens and
+ * keys never appear. The environment variable K8SLEASE_LOG_LEVEL (off,
+ * error, warn, info, debug; default info) sets the level; it is read once,
+ * by K8sLeaseInit or by the first call when K8sLeaseInit is not called.
+ * The lines are listed in docs/migration.md, "Log lines".
  */
 #ifndef LIBK8S_LEASE_WRAPPER_H
 #define LIBK8S_LEASE_WRAPPER_H
@@ -37,11 +56,13 @@ extern "C" {
 typedef void (*holder_change_cb_t)(void *ctx, const char *holder, size_t holderSize,
                                    int64_t leaseTransitions);
 
-/** Create the process-wide client (idempotent). */
+/** Create the process-wide client (idempotent). Reads K8SLEASE_LOG_LEVEL
+ * (see above) unless an earlier call did. */
 K8SLEASE_COMPAT_API extern int K8sLeaseInit(char **errMsg);
 
 /** Start campaigning for ns/leaseName (release on cancel). Fails if an
- * election for the same key is running; a finished one may be restarted. */
+ * election for the same key is running; a finished one may be restarted.
+ * Logs "attempting to acquire leader lease", then what the election does. */
 K8SLEASE_COMPAT_API extern int K8sLeaseRunElection(char *ns, char *leaseName, char *identity,
                                                    int leaseDurationSec, int renewDeadlineSec,
                                                    int retryPeriodSec, char **errMsg);

@@ -229,16 +229,29 @@ static log_subject *lg_subject(const char *key)
     return s;
 }
 
-/* FNV-1a */
+/* FNV-1a of a, a separator and b, where a run of digits counts as one
+ * digit except after "HTTP ": "timed out after 1003 milliseconds" is the
+ * same error as after 1000, a 403 is not a 503. */
 static uint64_t lg_hash(const char *a, const char *b)
 {
     uint64_t h = 1469598103934665603ULL;
 
-    for (; *a; a++)
-        h = (h ^ (unsigned char)*a) * 1099511628211ULL;
+    for (const char *p = a; *p; p++)
+        h = (h ^ (unsigned char)*p) * 1099511628211ULL;
     h = (h ^ 0xff) * 1099511628211ULL;
-    for (; *b; b++)
-        h = (h ^ (unsigned char)*b) * 1099511628211ULL;
+    for (const char *p = b; *p; p++) {
+        int status = p - b >= 5 && strncmp(p - 5, "HTTP ", 5) == 0;
+
+        if (*p < '0' || *p > '9' || status) {
+            for (; status && p[1] >= '0' && p[1] <= '9'; p++)
+                h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+            h = (h ^ (unsigned char)*p) * 1099511628211ULL;
+            continue;
+        }
+        h = (h ^ '0') * 1099511628211ULL;
+        while (p[1] >= '0' && p[1] <= '9')
+            p++;
+    }
     return h;
 }
 

@@ -45,6 +45,7 @@
 #include "harness.h"
 #include "k8slease.h"
 #include "libk8s_lease_wrapper.h"
+#include "testlib.h"
 
 #define LD_MS   3000
 #define RD_MS   2000
@@ -74,14 +75,6 @@ static int teardown(void **state)
     if (system(cmd) != 0)
         fprintf(stderr, "cannot remove %s\n", tmpdir);
     return e2e_teardown(client);
-}
-
-static void need_testserver(const char *why)
-{
-    if (!e2e_is_testserver()) {
-        print_message("skipped on a real API server: %s\n", why);
-        skip();
-    }
 }
 
 /* What the canned-answer tests feed the client: no real server sends it. */
@@ -188,25 +181,6 @@ static k8slease_client *client_logged(const char *kc)
 /* Test server helpers                                                      */
 /* ------------------------------------------------------------------------ */
 
-/* Add a fault rule; returns its id. */
-static long add_fault(const char *json)
-{
-    char *resp = NULL;
-    long status = 0, id;
-    json_t *root;
-
-    assert_int_equal(
-        ts_control(e2e_server(), "POST", "/testserver/v1/faults", json, &status, &resp), 0);
-    if (status != 201)
-        fail_msg("fault %s refused: HTTP %ld %s", json, status, resp ? resp : "");
-    root = json_loads(resp, 0, NULL);
-    id = (long)json_integer_value(json_object_get(root, "id"));
-    json_decref(root);
-    free(resp);
-    assert_true(id > 0);
-    return id;
-}
-
 /* A respond rule over the GETs of one Lease: fields is the JSON of the
  * answer without braces ("\"body\":\"...\""), count how many GETs. */
 static long add_respond(const char *lease, int count, const char *fields)
@@ -217,26 +191,7 @@ static long add_respond(const char *lease, int count, const char *fields)
              "{\"kind\":\"respond\",%s,\"count\":%d,\"match\":{\"verb\":\"get\","
              "\"path_prefix\":\"" LEASES "/%s\"}}",
              fields, count, lease);
-    return add_fault(json);
-}
-
-/* Wait (bounded) until rule id is gone (count used up). */
-static void wait_fault_retired(long id)
-{
-    char path[64];
-    int64_t deadline = e2e_mono_ms() + WAIT_MS;
-
-    snprintf(path, sizeof(path), "/testserver/v1/faults/%ld", id);
-    for (;;) {
-        long status = 0;
-
-        assert_int_equal(ts_control(e2e_server(), "GET", path, NULL, &status, NULL), 0);
-        if (status == 404)
-            return;
-        if (e2e_mono_ms() > deadline)
-            fail_msg("fault %ld not used up after %d ms", id, WAIT_MS);
-        e2e_pause_ms(20);
-    }
+    return e2e_add_fault(json);
 }
 
 /* holder_get expecting an error: returns the code, message in msg. */
@@ -333,7 +288,7 @@ static void elector_survives(const char *lease, int count, const char *fields, c
      * (in watch mode the watch's list could show the Lease first, and the
      * elector would act on that instead of reading again). */
     e = start_elector_mode(c, lease, "survivor:1", 1);
-    wait_fault_retired(id);
+    e2e_wait_fault_retired(id, WAIT_MS);
     elected(e, "the elector after the bad answers");
     snprintf(line, sizeof(line), "WARN get lease default/%s: ", lease);
     if (!logs_line(line, expect)) {
@@ -433,7 +388,7 @@ static void testserver_respond_fault(void **state)
     char *resp = NULL;
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     /* A redirect: status, Location, Content-Type and body as given. */
     add_respond("badinput-respond", 1,
                 "\"status\":307,\"location\":\"https://127.0.0.2:1/x\",\"content_type\":"
@@ -636,7 +591,7 @@ static void garbage_json(void **state)
     char msg[1024];
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     add_respond("badinput-garbage", 1,
                 "\"body\":\"{\\\"kind\\\":\\\"Lease\\\",\\\"metadata\\\":{\"");
     assert_int_equal(holder_fails(client, "badinput-garbage", 5000, msg, sizeof(msg)),
@@ -655,7 +610,7 @@ static void wrong_content_type(void **state)
     k8slease_holder *h = NULL;
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     /* A proxy's HTML page with 200 is not taken for a Lease. */
     add_respond("badinput-html", 1, html);
     assert_int_equal(holder_fails(client, "badinput-html", 5000, msg, sizeof(msg)),
@@ -684,7 +639,7 @@ static void huge_body(void **state)
     int64_t t0;
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     /* 100 MiB, a Lease padded with spaces: valid JSON, only too big. */
     add_respond("badinput-huge", 1,
                 "\"size\":104857600,\"body\":\"{\\\"kind\\\":\\\"Lease\\\",\\\"apiVersion\\\":"
@@ -707,7 +662,7 @@ static void slowloris(void **state)
     int64_t t0, took;
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     /* Headers at once, then one byte a second of a 100000-byte body. */
     add_respond("badinput-slow", 1, "\"size\":100000,\"interval_ms\":1000");
     t0 = e2e_mono_ms();
@@ -770,7 +725,7 @@ static void redirect_refused(void **state)
     long id;
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     fd = other_host(host, sizeof(host), &port);
     for (size_t i = 0; i < sizeof(codes) / sizeof(codes[0]); i++) {
         snprintf(fields, sizeof(fields),
@@ -802,8 +757,8 @@ static void redirect_refused(void **state)
              "/badinput-redirect-put\",\"count\":1,\"match\":{\"verb\":\"update\","
              "\"path_prefix\":\"" LEASES "/badinput-redirect-put\"}}",
              host, port);
-    id = add_fault(fields);
-    wait_fault_retired(id);
+    id = e2e_add_fault(fields);
+    e2e_wait_fault_retired(id, WAIT_MS);
     renewals(e, 2);
     assert_true(logs_contain("update lease default/badinput-redirect-put: HTTP 307"));
     assert_int_equal(connected_to(fd), 0);
@@ -850,7 +805,7 @@ static void negative_transitions(void **state)
     char lease[1024], fields[1200], msg[1024];
 
     (void)state;
-    need_testserver(CANNED);
+    e2e_need_testserver(CANNED);
     snprintf(lease, sizeof(lease), lease_json_fmt, "badinput-negative", "5",
              ",\"spec\":{\"holderIdentity\":\"evil:1\",\"leaseDurationSeconds\":3600,"
              "\"leaseTransitions\":-1}");
@@ -1131,47 +1086,6 @@ static void wrong_ca(void **state)
 /* Security: no credentials in logs                                         */
 /* ------------------------------------------------------------------------ */
 
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    rewind(f);
-    buf = malloc((size_t)n + 1);
-    assert_non_null(buf);
-    assert_int_equal(fread(buf, 1, (size_t)n, f), (size_t)n);
-    buf[n] = '\0';
-    fclose(f);
-    return buf;
-}
-
-static char *base64(const char *s)
-{
-    static const char tab[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t n = strlen(s), o = 0;
-    char *out = malloc(n / 3 * 4 + 8);
-
-    assert_non_null(out);
-    for (size_t i = 0; i < n; i += 3) {
-        unsigned v = (unsigned char)s[i] << 16;
-
-        if (i + 1 < n)
-            v |= (unsigned char)s[i + 1] << 8;
-        if (i + 2 < n)
-            v |= (unsigned char)s[i + 2];
-        out[o++] = tab[(v >> 18) & 63];
-        out[o++] = tab[(v >> 12) & 63];
-        out[o++] = i + 1 < n ? tab[(v >> 6) & 63] : '=';
-        out[o++] = i + 2 < n ? tab[v & 63] : '=';
-    }
-    out[o] = '\0';
-    return out;
-}
-
 /* The secrets to look for: tokens, their base64, the client key's PEM
  * (each of its base64 lines) and the base64 of the whole PEM file (what
  * client-key-data holds). */
@@ -1202,12 +1116,12 @@ static void secrets_add_token(const char *token, const char *what)
     assert_non_null(token);
     assert_true(strlen(token) >= 16);
     secret_add(strdup(token), what);
-    secret_add(base64(token), what);
+    secret_add(kl_test_base64(token), what);
 }
 
 static void secrets_add_key(const char *key_file)
 {
-    char *pem = slurp(key_file);
+    char *pem = kl_test_read_file(key_file, NULL);
     char *line, *save = NULL, *copy = strdup(pem);
     int lines = 0;
 
@@ -1221,7 +1135,7 @@ static void secrets_add_key(const char *key_file)
     }
     assert_true(lines >= 1);
     free(copy);
-    secret_add(base64(pem), "the base64 of the client key's PEM (client-key-data)");
+    secret_add(kl_test_base64(pem), "the base64 of the client key's PEM (client-key-data)");
     free(pem);
 }
 
@@ -1340,8 +1254,8 @@ static void exercise(const char *kc, const char *lease, int rotate_token)
                  "{\"kind\":\"error\",\"status\":403,\"count\":1,\"match\":{\"verb\":\"update\","
                  "\"path_prefix\":\"" LEASES "/%s\"}}",
                  lease);
-        id = add_fault(rule);
-        wait_fault_retired(id);
+        id = e2e_add_fault(rule);
+        e2e_wait_fault_retired(id, WAIT_MS);
     }
     renewals(e, 1);
     k8slease_elector_free(e); /* releases */
@@ -1468,8 +1382,8 @@ static void credentials_never_logged(void **state)
     k8slease_client *c;
 
     (void)state;
-    need_testserver("needs client certificates and a rotating token file (envtest has one "
-                    "static token)");
+    e2e_need_testserver("needs client certificates and a rotating token file (envtest has one "
+                        "static token)");
     secrets_free();
     logs_reset();
     token = ts_token(e2e_server());

@@ -40,12 +40,14 @@ extern char **environ;
 #define WAIT_MS 60000 /* any wait of the parent */
 #define NS      "default"
 #define MANY    8
+/* An identity that would forge a line of its own if printed as it is. */
+#define FORGED "forger:1\n2026-12-01T00:00:00.000000Z k8slease[1] error default/x: forged"
 
 /* ---- the child: a seed-ABI program ------------------------------------ */
 
 static void *many_one(void *arg)
 {
-    char *lease = arg, id[80], *err = NULL;
+    char *lease = arg, id[200], *err = NULL;
     long long t = -1;
     int rc;
 
@@ -62,8 +64,8 @@ static void *many_one(void *arg)
 }
 
 /* Commands (one a line): init | run LEASE ID | wait LEASE | cancel LEASE |
- * waitlost LEASE | many PREFIX (MANY elections at once, from as many
- * threads) | exit. Answers "ok EPOCH" or "err RC MESSAGE". */
+ * waitlost LEASE | forge LEASE (run with the identity FORGED) | many PREFIX (MANY elections at
+ * once, from as many threads) | exit. Answers "ok EPOCH" or "err RC MESSAGE". */
 static int child_main(void)
 {
     char line[512], cmd[32], a[128], b[128];
@@ -80,6 +82,8 @@ static int child_main(void)
             rc = K8sLeaseInit(&err);
         } else if (strcmp(cmd, "run") == 0) {
             rc = K8sLeaseRunElection((char *)NS, a, b, LD, RD, RP, &err);
+        } else if (strcmp(cmd, "forge") == 0) {
+            rc = K8sLeaseRunElection((char *)NS, a, (char *)FORGED, LD, RD, RP, &err);
         } else if (strcmp(cmd, "wait") == 0) {
             rc = K8sLeaseWaitElected((char *)NS, a, WAIT_S, &t, &err);
         } else if (strcmp(cmd, "cancel") == 0) {
@@ -87,7 +91,7 @@ static int child_main(void)
         } else if (strcmp(cmd, "waitlost") == 0) {
             rc = K8sLeaseWaitLost((char *)NS, a, &err);
         } else if (strcmp(cmd, "many") == 0) {
-            static char leases[MANY][64];
+            static char leases[MANY][160];
             pthread_t th[MANY];
             void *res;
 
@@ -378,6 +382,17 @@ static char *child_finish(child *c)
     return text;
 }
 
+/* Another line's start inside this line (TIME is 26 characters before
+ * "Z k8slease["), unless escaped: after "\x0a" it was text that only
+ * looked like a line. */
+static int second_header(const char *l)
+{
+    for (const char *q = strstr(l, "Z k8slease[") + 1; (q = strstr(q, "Z k8slease[")); q++)
+        if (q - l < 30 || strncmp(q - 30, "\\x0a", 4) != 0)
+            return 1;
+    return 0;
+}
+
 /* Every line has the documented shape, and nothing else is on stderr:
  * TIME k8slease[PID] LEVEL SUBJECT: MESSAGE. Returns the number of lines. */
 static int check_format(const char *text)
@@ -398,7 +413,7 @@ static int check_format(const char *text)
         if (!end)
             fail_msg("stderr does not end with a newline: \"%s\"", line);
         l = strndup(line, (size_t)(end - line));
-        if (regexec(&re, l, 0, NULL, 0) != 0 || strstr(strstr(l, "Z k8slease[") + 1, "Z k8slease["))
+        if (regexec(&re, l, 0, NULL, 0) != 0 || second_header(l))
             fail_msg("line %d is not one log line: \"%s\"", n + 1, l);
         free(l);
         line = end + 1;
@@ -473,6 +488,31 @@ static void election_lines(void **state)
         fail_msg("expected attempting, acquired (epoch %lld), released, in that order; got:\n%s",
                  epoch, text);
     assert_null(strstr(text, " debug ")); /* not at the default level */
+    free(text);
+}
+
+/* What comes from outside (here an identity with a newline) cannot forge
+ * a line: control characters are escaped. */
+static void identity_cannot_forge_a_line(void **state)
+{
+    child *c = child_start(NULL, NULL);
+    const char *lease = "log-forge";
+    char *text;
+
+    (void)state;
+    child_ok(c, "forge %s%s", lease, "");
+    child_ok(c, "wait %s%s", lease, "");
+    child_ok(c, "cancel %s%s", lease, "");
+    child_ok(c, "waitlost %s%s", lease, "");
+    text = child_finish(c);
+    check_format(text);
+    assert_int_equal(count_in(text, "forged", NULL), 1);
+    assert_int_equal(count_in(text,
+                              " info default/log-forge: attempting to acquire leader lease as "
+                              "\"forger:1\\x0a2026-12-01T00:00:00.000000Z k8slease[1] error "
+                              "default/x: forged\"...",
+                              NULL),
+                     1);
     free(text);
 }
 
@@ -646,11 +686,9 @@ static void concurrent_lines_never_mix(void **state)
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(election_lines),
-        cmocka_unit_test(forbidden_named_once),
-        cmocka_unit_test(failed_renewal_says_lost),
-        cmocka_unit_test(level_from_environment),
-        cmocka_unit_test(concurrent_lines_never_mix),
+        cmocka_unit_test(election_lines),         cmocka_unit_test(identity_cannot_forge_a_line),
+        cmocka_unit_test(forbidden_named_once),   cmocka_unit_test(failed_renewal_says_lost),
+        cmocka_unit_test(level_from_environment), cmocka_unit_test(concurrent_lines_never_mix),
     };
 
     if (argc == 2 && strcmp(argv[1], "child") == 0)

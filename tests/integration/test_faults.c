@@ -43,14 +43,6 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static void need_testserver(const char *why)
-{
-    if (!e2e_is_testserver()) {
-        print_message("skipped on a real API server: %s\n", why);
-        skip();
-    }
-}
-
 static void need_ctl(const char *proc)
 {
     if (!e2e_has_ctl(proc)) {
@@ -103,43 +95,6 @@ static k8slease_elector_stats stats(const k8slease_elector *e)
     return st;
 }
 
-/* Add a fault rule; returns its id. */
-static long add_fault(const char *json)
-{
-    char *resp = NULL;
-    long status = 0, id = -1;
-    json_t *root;
-
-    assert_int_equal(
-        ts_control(e2e_server(), "POST", "/testserver/v1/faults", json, &status, &resp), 0);
-    assert_int_equal(status, 201);
-    root = json_loads(resp, 0, NULL);
-    id = (long)json_integer_value(json_object_get(root, "id"));
-    json_decref(root);
-    free(resp);
-    assert_true(id > 0);
-    return id;
-}
-
-/* Wait (bounded) until rule id is gone (count used up or expired). */
-static void wait_fault_retired(long id)
-{
-    char path[64];
-    int64_t deadline = e2e_mono_ms() + WAIT_MS;
-
-    snprintf(path, sizeof(path), "/testserver/v1/faults/%ld", id);
-    for (;;) {
-        long status = 0;
-
-        assert_int_equal(ts_control(e2e_server(), "GET", path, NULL, &status, NULL), 0);
-        if (status == 404)
-            return;
-        if (e2e_mono_ms() > deadline)
-            fail_msg("fault %ld still live after %d ms", id, WAIT_MS);
-        e2e_pause_ms(50);
-    }
-}
-
 /* Server-side count of answers with this status (stats.requests.by_status). */
 static long answers_with(const char *status_code)
 {
@@ -165,15 +120,16 @@ static void conflict_storm_keeps_one_leader(void **state)
     int leaders = 0;
 
     (void)state;
-    need_testserver("needs injected 409 answers (a real server gives 409 only to a real race)");
+    e2e_need_testserver("needs injected 409 answers (a real server gives 409 only to a real race)");
     a = start(client, "faults-storm", "a:1", &ca);
     elected(a, "a");
     b = start(client, "faults-storm", "b:1", &cb);
     /* Every update of this lease fails with 409, eight times in a row. */
-    id = add_fault("{\"kind\":\"error\",\"status\":409,\"count\":8,\"match\":{\"verb\":\"update\","
-                   "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/default/leases/"
-                   "faults-storm\"}}");
-    wait_fault_retired(id);
+    id = e2e_add_fault(
+        "{\"kind\":\"error\",\"status\":409,\"count\":8,\"match\":{\"verb\":\"update\","
+        "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+        "faults-storm\"}}");
+    e2e_wait_fault_retired(id, WAIT_MS);
     assert_true(stats(a).conflicts + stats(b).conflicts >= 8);
     /* After the storm: one leader, whoever it is. */
     for (int64_t deadline = e2e_mono_ms() + WAIT_MS; leaders == 0; e2e_pause_ms(50)) {
@@ -330,7 +286,7 @@ static void leader_steps_down_before_takeover(const char *name, const char *proc
     wait_seen_leader(&cb, "a:1");
     fault_at = e2e_mono_ms();
     if (!proc) {
-        add_fault("{\"kind\":\"hang\",\"duration_ms\":4000}");
+        e2e_add_fault("{\"kind\":\"hang\",\"duration_ms\":4000}");
     } else {
         assert_int_equal(e2e_ctl(proc, down), 0);
         for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(20)) {

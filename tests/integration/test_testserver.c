@@ -10,6 +10,8 @@
  * must match, plus its control API; they need nothing but the test server.
  */
 #include "harness.h"
+#include "testlib.h"
+#include "tsclient.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -43,42 +45,6 @@ static ts_server *srv; /* shared by the tests that do not restart or rotate */
 
 /* ---- small helpers ------------------------------------------------------ */
 
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static char *fmt(const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    int n = vsnprintf(NULL, 0, f, ap);
-    va_end(ap);
-    char *s = malloc((size_t)n + 1);
-    assert_non_null(s);
-    va_start(ap, f);
-    vsnprintf(s, (size_t)n + 1, f, ap);
-    va_end(ap);
-    return s;
-}
-
-static char *slurp(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    assert_non_null(s);
-    assert_int_equal(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
-
 /* A request on server s whose transport must succeed; returns the parsed body. */
 static json_t *call(ts_server *s, const char *method, const char *path, const char *ctype,
                     const char *body, long *status)
@@ -98,24 +64,9 @@ static json_t *api(const char *method, const char *path, const char *ctype, cons
     return call(srv, method, path, ctype, body, status);
 }
 
-/* j at a dotted path ("metadata.name"; "details.causes.0.field"). */
-static json_t *at(json_t *j, const char *path)
-{
-    char buf[256];
-    snprintf(buf, sizeof(buf), "%s", path);
-    for (char *save = NULL, *t = strtok_r(buf, ".", &save); t && j;
-         t = strtok_r(NULL, ".", &save)) {
-        if (json_is_array(j))
-            j = json_array_get(j, (size_t)atoi(t));
-        else
-            j = json_object_get(j, t);
-    }
-    return j;
-}
-
 static const char *str(json_t *j, const char *path)
 {
-    const char *s = json_string_value(at(j, path));
+    const char *s = json_string_value(tc_at(j, path));
     return s ? s : "";
 }
 
@@ -124,45 +75,18 @@ static unsigned long long rv_of(json_t *obj)
     return strtoull(str(obj, "metadata.resourceVersion"), NULL, 10);
 }
 
-static json_t *stats(ts_server *s)
-{
-    long st;
-    json_t *j = call(s, "GET", "/testserver/v1/stats", NULL, NULL, &st);
-    assert_int_equal(st, 200);
-    return j;
-}
-
-static long long stat_int(ts_server *s, const char *path)
-{
-    json_t *j = stats(s);
-    long long v = json_integer_value(at(j, path));
-    json_decref(j);
-    return v;
-}
-
-static void control(ts_server *s, const char *method, const char *path, const char *body, long want)
-{
-    long st;
-    char *resp = NULL;
-    assert_int_equal(ts_control(s, method, path, body, &st, &resp), 0);
-    if (st != want)
-        print_message("%s %s -> %ld: %s\n", method, path, st, resp);
-    assert_int_equal(st, want);
-    free(resp);
-}
-
 static void clear_faults(void)
 {
-    control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
+    tc_control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
 }
 
 static json_t *create_lease(ts_server *s, const char *name, const char *holder)
 {
     long st;
-    char *body = fmt("{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\","
-                     "\"metadata\":{\"name\":\"%s\"},\"spec\":{\"holderIdentity\":\"%s\","
-                     "\"leaseDurationSeconds\":15,\"leaseTransitions\":0}}",
-                     name, holder);
+    char *body = tc_fmt("{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\","
+                        "\"metadata\":{\"name\":\"%s\"},\"spec\":{\"holderIdentity\":\"%s\","
+                        "\"leaseDurationSeconds\":15,\"leaseTransitions\":0}}",
+                        name, holder);
     json_t *j = call(s, "POST", LEASES, NULL, body, &st);
     free(body);
     assert_int_equal(st, 201);
@@ -258,8 +182,8 @@ static watcher *watch_start(ts_server *s, const char *path, const char *agent)
     pthread_condattr_destroy(&ca);
     w->events = json_array();
     char *tok = ts_token(s);
-    char *auth = fmt("Authorization: Bearer %s", tok);
-    char *url = fmt("%s%s", ts_url(s), path);
+    char *auth = tc_fmt("Authorization: Bearer %s", tok);
+    char *url = tc_fmt("%s%s", ts_url(s), path);
     w->hdr = curl_slist_append(NULL, auth);
     free(tok);
     free(auth);
@@ -279,23 +203,10 @@ static watcher *watch_start(ts_server *s, const char *path, const char *agent)
     return w;
 }
 
-static struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Waits until at least n events arrived (true) or the time/stream is over. */
 static bool watch_wait(watcher *w, size_t n, long ms)
 {
-    struct timespec dl = deadline_in(ms);
+    struct timespec dl = tc_deadline_in(CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&w->mu);
     while (json_array_size(w->events) < n && !w->done)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT)
@@ -307,7 +218,7 @@ static bool watch_wait(watcher *w, size_t n, long ms)
 
 static bool watch_wait_done(watcher *w, long ms)
 {
-    struct timespec dl = deadline_in(ms);
+    struct timespec dl = tc_deadline_in(CLOCK_MONOTONIC, ms);
     pthread_mutex_lock(&w->mu);
     while (!w->done)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) == ETIMEDOUT)
@@ -351,11 +262,11 @@ static json_t *watch_nth(watcher *w, size_t n, bool skip_bookmarks)
 /* Waits for n non-bookmark events. */
 static bool watch_wait_real(watcher *w, size_t n, long ms)
 {
-    long long end = now_ms() + ms;
+    long long end = tc_now_ms() + ms;
     for (;;) {
         if (watch_nth(w, n - 1, true))
             return true;
-        long left = (long)(end - now_ms());
+        long left = (long)(end - tc_now_ms());
         if (left <= 0 || !watch_wait(w, watch_count(w) + 1, left))
             return watch_nth(w, n - 1, true) != NULL;
     }
@@ -382,43 +293,20 @@ static void watch_stop(watcher *w)
 /* Waits (bounded) until server s has at least n watch streams open. */
 static void wait_open_watches(ts_server *s, long long n)
 {
-    long long end = now_ms() + 10000;
-    while (stat_int(s, "watches.open") < n) {
-        assert_true(now_ms() < end);
-        struct timespec ts = {0, 2 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
+    tc_wait_stat(s, "watches.open", n, 10000);
 }
 
 /* ---- raw curl ------------------------------------------------------------- */
 
-typedef struct raw_buf {
-    char *data;
-    size_t len;
-} raw_buf;
-
-static size_t raw_data(char *p, size_t size, size_t n, void *ud)
-{
-    raw_buf *b = ud;
-    char *d = realloc(b->data, b->len + size * n + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, size * n);
-    b->data = d;
-    b->len += size * n;
-    d[b->len] = '\0';
-    return size * n;
-}
-
 static CURLcode raw_get(const char *url, const char *token, const char *cert_dir, const char *agent,
                         long *status, char **body)
 {
-    raw_buf b = {NULL, 0};
+    ts_buf b = {NULL, 0};
     struct curl_slist *hdr = NULL;
-    char *auth = token ? fmt("Authorization: Bearer %s", token) : NULL;
-    char *ca = fmt("%s/ca.crt", ts_dir(srv));
-    char *crt = cert_dir ? fmt("%s/client.crt", cert_dir) : NULL;
-    char *key = cert_dir ? fmt("%s/client.key", cert_dir) : NULL;
+    char *auth = token ? tc_fmt("Authorization: Bearer %s", token) : NULL;
+    char *ca = tc_fmt("%s/ca.crt", ts_dir(srv));
+    char *crt = cert_dir ? tc_fmt("%s/client.crt", cert_dir) : NULL;
+    char *key = cert_dir ? tc_fmt("%s/client.key", cert_dir) : NULL;
     CURL *h = curl_easy_init();
     if (auth)
         hdr = curl_slist_append(hdr, auth);
@@ -428,7 +316,7 @@ static CURLcode raw_get(const char *url, const char *token, const char *cert_dir
     curl_easy_setopt(h, CURLOPT_USERAGENT, agent ? agent : "raw");
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     if (crt) {
         curl_easy_setopt(h, CURLOPT_SSLCERT, crt);
@@ -509,7 +397,7 @@ static void test_lease_crud(void **state)
     json_decref(e);
 
     /* PUT with the current resourceVersion */
-    json_object_set_new(at(c, "spec"), "holderIdentity", json_string("b"));
+    json_object_set_new(tc_at(c, "spec"), "holderIdentity", json_string("b"));
     char *body = json_dumps(c, JSON_COMPACT);
     json_t *u = api("PUT", LEASES "/crud", NULL, body, &st);
     assert_int_equal(st, 200);
@@ -541,12 +429,12 @@ static void test_lease_crud(void **state)
             "{\"spec\":{\"holderIdentity\":\"d\",\"leaseDurationSeconds\":null}}", &st);
     assert_int_equal(st, 200);
     assert_string_equal(str(u, "spec.holderIdentity"), "d");
-    assert_null(at(u, "spec.leaseDurationSeconds"));
+    assert_null(tc_at(u, "spec.leaseDurationSeconds"));
     json_decref(u);
 
     /* patch with a stale resourceVersion precondition */
-    body = fmt("{\"metadata\":{\"resourceVersion\":\"%llu\"},\"spec\":{\"holderIdentity\":\"x\"}}",
-               rv1);
+    body = tc_fmt(
+        "{\"metadata\":{\"resourceVersion\":\"%llu\"},\"spec\":{\"holderIdentity\":\"x\"}}", rv1);
     e = api("PATCH", LEASES "/crud", MERGE, body, &st);
     free(body);
     assert_int_equal(st, 409);
@@ -582,9 +470,9 @@ static void test_namespaces(void **state)
     assert_int_equal(st, 404);
     assert_string_equal(str(e, "message"), "namespaces \"ns-life\" not found");
     assert_string_equal(str(e, "details.kind"), "namespaces");
-    assert_null(at(e, "details.group"));
+    assert_null(tc_at(e, "details.group"));
     json_decref(e);
-    char *put = fmt("%s/l", nsl);
+    char *put = tc_fmt("%s/l", nsl);
     e = api("PUT", put, NULL, lease, &st);
     assert_int_equal(st, 404);
     assert_string_equal(str(e, "details.name"), "ns-life");
@@ -595,7 +483,7 @@ static void test_namespaces(void **state)
     json_decref(e);
     e = api("GET", nsl, NULL, NULL, &st);
     assert_int_equal(st, 200);
-    assert_int_equal(json_array_size(at(e, "items")), 0);
+    assert_int_equal(json_array_size(tc_at(e, "items")), 0);
     json_decref(e);
     e = api("POST", "/api/v1/namespaces/ns-life/pods", NULL,
             "{\"metadata\":{\"name\":\"p\"},\"spec\":{}}", &st);
@@ -609,10 +497,10 @@ static void test_namespaces(void **state)
                      &st);
     assert_int_equal(st, 201);
     assert_string_equal(str(ns, "metadata.labels.kubernetes.io/metadata.name"), "");
-    assert_string_equal(json_string_value(json_object_get(at(ns, "metadata.labels"),
+    assert_string_equal(json_string_value(json_object_get(tc_at(ns, "metadata.labels"),
                                                           "kubernetes.io/metadata.name")),
                         "ns-life");
-    assert_null(at(ns, "metadata.namespace"));
+    assert_null(tc_at(ns, "metadata.namespace"));
     assert_string_equal(str(ns, "status.phase"), "Active");
     assert_string_equal(str(ns, "spec.finalizers.0"), "kubernetes");
     assert_string_equal(str(ns, "metadata.managedFields.0.manager"), "kubectl-create");
@@ -625,16 +513,16 @@ static void test_namespaces(void **state)
     json_decref(e);
     e = api("GET", "/api/v1/namespaces?fieldSelector=metadata.name%3Dns-life", NULL, NULL, &st);
     assert_int_equal(st, 200);
-    assert_int_equal(json_array_size(at(e, "items")), 1);
+    assert_int_equal(json_array_size(tc_at(e, "items")), 1);
     json_decref(e);
 
     /* Now the Lease can be created; its managedFields name the User-Agent's first word. */
     json_t *l = api("POST", nsl, NULL, lease, &st);
     assert_int_equal(st, 201);
-    json_t *mf = at(l, "metadata.managedFields.0");
+    json_t *mf = tc_at(l, "metadata.managedFields.0");
     assert_non_null(mf);
     assert_string_equal(str(mf, "apiVersion"), "coordination.k8s.io/v1");
-    assert_non_null(at(mf, "fieldsV1.f:spec.f:holderIdentity"));
+    assert_non_null(tc_at(mf, "fieldsV1.f:spec.f:holderIdentity"));
     json_decref(l);
 
     /* The four defaults exist; three of them cannot be deleted. */
@@ -648,7 +536,7 @@ static void test_namespaces(void **state)
     assert_int_equal(st, 200);
     assert_string_equal(str(ns, "kind"), "Namespace");
     assert_string_equal(str(ns, "status.phase"), "Terminating");
-    assert_true(json_is_string(at(ns, "metadata.deletionTimestamp")));
+    assert_true(json_is_string(tc_at(ns, "metadata.deletionTimestamp")));
     json_decref(ns);
     e = api("GET", "/api/v1/namespaces/ns-life", NULL, NULL, &st);
     assert_int_equal(st, 404);
@@ -679,14 +567,14 @@ static void test_put_missing_creates(void **state)
 static void expect_invalid(const char *spec, const char *field)
 {
     long st;
-    char *body = fmt("{\"metadata\":{\"name\":\"invalid\"},\"spec\":%s}", spec);
+    char *body = tc_fmt("{\"metadata\":{\"name\":\"invalid\"},\"spec\":%s}", spec);
     json_t *j = api("POST", LEASES, NULL, body, &st);
     free(body);
     assert_int_equal(st, 422);
     assert_string_equal(str(j, "kind"), "Status");
     assert_string_equal(str(j, "status"), "Failure");
     assert_string_equal(str(j, "reason"), "Invalid");
-    assert_int_equal(json_integer_value(at(j, "code")), 422);
+    assert_int_equal(json_integer_value(tc_at(j, "code")), 422);
     assert_string_equal(str(j, "details.kind"), "Lease");
     assert_string_equal(str(j, "details.group"), "coordination.k8s.io");
     assert_string_equal(str(j, "details.causes.0.field"), field);
@@ -757,7 +645,7 @@ static void test_validation(void **state)
 /* Loads a sample, drops managedFields and takes the server-owned fields from ours. */
 static char *sample_like(const char *file, json_t *ours, size_t flags)
 {
-    char *path = fmt("%s%s", SAMPLES, file);
+    char *path = tc_fmt("%s%s", SAMPLES, file);
     json_t *s = json_load_file(path, JSON_PRESERVE_ORDER, NULL);
     free(path);
     assert_non_null(s);
@@ -777,7 +665,7 @@ static char *sample_like(const char *file, json_t *ours, size_t flags)
     }
     json_t *details = json_object_get(s, "details");
     if (details && json_object_get(details, "uid"))
-        json_object_set(details, "uid", at(ours, "details.uid"));
+        json_object_set(details, "uid", tc_at(ours, "details.uid"));
     char *text = json_dumps(s, flags);
     json_decref(s);
     return text;
@@ -800,8 +688,8 @@ static void test_sample_bodies(void **state)
                                     i == 2 ? MERGE : NULL, i == 2 ? "{}" : NULL, &st, &resp),
                          0);
         assert_int_equal(st, 404);
-        want = fmt("%s%s", SAMPLES, missing[i].file);
-        char *sample = slurp(want);
+        want = tc_fmt("%s%s", SAMPLES, missing[i].file);
+        char *sample = kl_test_read_file(want, NULL);
         assert_string_equal(resp, sample);
         free(sample);
         free(want);
@@ -824,15 +712,15 @@ static void test_sample_bodies(void **state)
 
     assert_int_equal(ts_request(srv, "POST", LEASES "?pretty=true", NULL, create, &st, &resp), 0);
     assert_int_equal(st, 409);
-    char *sample = slurp(SAMPLES "409_alreadyexists.json");
+    char *sample = kl_test_read_file(SAMPLES "409_alreadyexists.json", NULL);
     assert_string_equal(resp, sample);
     free(sample);
     free(resp);
 
     /* Watch from the creation, then update as request_put_update_body.json does. */
-    char *wpath = fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dsample-lease&"
-                             "resourceVersion=%s",
-                      str(created, "metadata.resourceVersion"));
+    char *wpath = tc_fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dsample-lease&"
+                                "resourceVersion=%s",
+                         str(created, "metadata.resourceVersion"));
     watcher *w = watch_start(srv, wpath, NULL);
     free(wpath);
 
@@ -841,11 +729,12 @@ static void test_sample_bodies(void **state)
         json_load_file(SAMPLES "request_put_stale_body.json", JSON_PRESERVE_ORDER, NULL);
     assert_non_null(put);
     assert_non_null(stale);
-    json_t *cm = at(created, "metadata");
-    json_object_set(at(put, "metadata"), "uid", json_object_get(cm, "uid"));
-    json_object_set(at(put, "metadata"), "resourceVersion", json_object_get(cm, "resourceVersion"));
-    json_object_set(at(stale, "metadata"), "uid", json_object_get(cm, "uid"));
-    json_object_set(at(stale, "metadata"), "resourceVersion",
+    json_t *cm = tc_at(created, "metadata");
+    json_object_set(tc_at(put, "metadata"), "uid", json_object_get(cm, "uid"));
+    json_object_set(tc_at(put, "metadata"), "resourceVersion",
+                    json_object_get(cm, "resourceVersion"));
+    json_object_set(tc_at(stale, "metadata"), "uid", json_object_get(cm, "uid"));
+    json_object_set(tc_at(stale, "metadata"), "resourceVersion",
                     json_object_get(cm, "resourceVersion"));
     char *body = json_dumps(put, JSON_COMPACT);
     assert_int_equal(
@@ -874,7 +763,7 @@ static void test_sample_bodies(void **state)
         ts_request(srv, "PUT", LEASES "/sample-lease?pretty=true", NULL, body, &st, &resp), 0);
     free(body);
     assert_int_equal(st, 409);
-    sample = slurp(SAMPLES "409_conflict.json");
+    sample = kl_test_read_file(SAMPLES "409_conflict.json", NULL);
     assert_string_equal(resp, sample);
     free(sample);
     free(resp);
@@ -899,10 +788,10 @@ static void test_sample_bodies(void **state)
     json_decref(del);
 
     /* 401, as curl sees it (pretty for curl's User-Agent). */
-    char *url = fmt("%s/api", ts_url(srv));
+    char *url = tc_fmt("%s/api", ts_url(srv));
     assert_int_equal(raw_get(url, NULL, NULL, "curl/7.88.1", &st, &resp), CURLE_OK);
     assert_int_equal(st, 401);
-    sample = slurp(SAMPLES "401_unauthorized.json");
+    sample = kl_test_read_file(SAMPLES "401_unauthorized.json", NULL);
     assert_string_equal(resp, sample);
     free(sample);
     free(resp);
@@ -919,7 +808,7 @@ static void test_auth(void **state)
     long st;
     char *body;
     (void)state;
-    char *url = fmt("%s%s", ts_url(srv), LEASES);
+    char *url = tc_fmt("%s%s", ts_url(srv), LEASES);
     assert_int_equal(raw_get(url, NULL, NULL, NULL, &st, NULL), CURLE_OK);
     assert_int_equal(st, 401);
     assert_int_equal(raw_get(url, "not-the-token", NULL, NULL, &st, &body), CURLE_OK);
@@ -934,7 +823,7 @@ static void test_auth(void **state)
     assert_int_equal(st, 200);
 
     /* plain HTTP on the TLS port gets no HTTP answer */
-    char *plain = fmt("http://127.0.0.1:%d%s", ts_port(srv), LEASES);
+    char *plain = tc_fmt("http://127.0.0.1:%d%s", ts_port(srv), LEASES);
     CURLcode rc = raw_get(plain, NULL, NULL, NULL, &st, NULL);
     assert_int_not_equal(rc, CURLE_OK);
     assert_int_equal(st, 0);
@@ -960,7 +849,7 @@ static void test_watch_order(void **state)
     (void)state;
     char *rv = current_rv();
     char *path =
-        fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dwatched&resourceVersion=%s", rv);
+        tc_fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dwatched&resourceVersion=%s", rv);
     watcher *w = watch_start(srv, path, NULL);
     free(path);
     free(rv);
@@ -980,8 +869,8 @@ static void test_watch_order(void **state)
         json_t *e = watch_nth(w, i, true);
         assert_string_equal(str(e, "type"), want[i]);
         assert_string_equal(str(e, "object.metadata.name"), "watched");
-        assert_true(rv_of(at(e, "object")) > last);
-        last = rv_of(at(e, "object"));
+        assert_true(rv_of(tc_at(e, "object")) > last);
+        last = rv_of(tc_at(e, "object"));
     }
     assert_string_equal(str(watch_nth(w, 1, true), "object.spec.holderIdentity"), "b");
     watch_stop(w);
@@ -1004,8 +893,8 @@ static void test_watch_initial_and_resume(void **state)
     json_t *u2 =
         api("PATCH", LEASES "/resume", MERGE, "{\"spec\":{\"holderIdentity\":\"c\"}}", &st);
     /* Resuming from the first update: only what came after it. */
-    char *path = fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dresume&resourceVersion=%s",
-                     str(u1, "metadata.resourceVersion"));
+    char *path = tc_fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dresume&resourceVersion=%s",
+                        str(u1, "metadata.resourceVersion"));
     w = watch_start(srv, path, NULL);
     free(path);
     assert_true(watch_wait_real(w, 1, 10000));
@@ -1025,11 +914,11 @@ static void test_watch_compacted(void **state)
     json_t *c = create_lease(srv, "compacted", "a");
     json_decref(
         api("PATCH", LEASES "/compacted", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st));
-    long long before = stat_int(srv, "faults.compact");
-    control(srv, "POST", "/testserver/v1/compact", "{}", 200);
-    assert_int_equal(stat_int(srv, "faults.compact"), before + 1);
+    long long before = tc_stat_or0(srv, "faults.compact");
+    tc_control(srv, "POST", "/testserver/v1/compact", "{}", 200);
+    assert_int_equal(tc_stat_or0(srv, "faults.compact"), before + 1);
 
-    char *path = fmt(LEASES "?watch=1&resourceVersion=%s", str(c, "metadata.resourceVersion"));
+    char *path = tc_fmt(LEASES "?watch=1&resourceVersion=%s", str(c, "metadata.resourceVersion"));
     watcher *w = watch_start(srv, path, NULL);
     free(path);
     assert_true(watch_wait_done(w, 10000));
@@ -1040,7 +929,7 @@ static void test_watch_compacted(void **state)
     assert_string_equal(str(e, "type"), "ERROR");
     assert_string_equal(str(e, "object.kind"), "Status");
     assert_string_equal(str(e, "object.reason"), "Expired");
-    assert_int_equal(json_integer_value(at(e, "object.code")), 410);
+    assert_int_equal(json_integer_value(tc_at(e, "object.code")), 410);
     assert_string_equal(str(e, "object.message"),
                         "The resourceVersion for the provided watch is too old.");
     watch_stop(w);
@@ -1051,7 +940,7 @@ static void test_watch_bookmarks(void **state)
 {
     (void)state;
     char *rv = current_rv();
-    char *path = fmt(LEASES "?watch=1&allowWatchBookmarks=true&resourceVersion=%s", rv);
+    char *path = tc_fmt(LEASES "?watch=1&allowWatchBookmarks=true&resourceVersion=%s", rv);
     watcher *w = watch_start(srv, path, NULL);
     free(path);
     free(rv);
@@ -1059,7 +948,7 @@ static void test_watch_bookmarks(void **state)
     json_t *e = watch_event(w, 0);
     assert_string_equal(str(e, "type"), "BOOKMARK");
     assert_string_equal(str(e, "object.kind"), "Lease");
-    assert_true(rv_of(at(e, "object")) > 0);
+    assert_true(rv_of(tc_at(e, "object")) > 0);
     watch_stop(w);
 
     /* Without allowWatchBookmarks: none, and timeoutSeconds ends the stream. */
@@ -1075,16 +964,12 @@ static void test_watch_bookmarks(void **state)
 static void test_watch_client_gone(void **state)
 {
     (void)state;
-    long long open0 = stat_int(srv, "watches.open");
+    long long open0 = tc_stat_or0(srv, "watches.open");
     watcher *w = watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dnobody", NULL);
     wait_open_watches(srv, open0 + 1);
     watch_stop(w);
-    long long end = now_ms() + 10000;
-    while (stat_int(srv, "watches.open") > open0 && now_ms() < end) {
-        struct timespec ts = {0, 10 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    assert_int_equal(stat_int(srv, "watches.open"), open0);
+    tc_wait_stat_at_most(srv, "watches.open", open0, 10000);
+    assert_int_equal(tc_stat_or0(srv, "watches.open"), open0);
 }
 
 /*
@@ -1100,13 +985,13 @@ static void test_watch_quiet_stream_survives(void **state)
     static const char *const args[] = {"--history", "50", NULL};
     assert_int_equal(ts_start(&s, args), 0);
     json_t *c = create_lease(s, "quiet", "a");
-    char *path = fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dquiet&resourceVersion=%s",
-                     str(c, "metadata.resourceVersion"));
+    char *path = tc_fmt(LEASES "?watch=1&fieldSelector=metadata.name%%3Dquiet&resourceVersion=%s",
+                        str(c, "metadata.resourceVersion"));
     watcher *w = watch_start(s, path, NULL);
     free(path);
     wait_open_watches(s, 1); /* the noise must come after the stream started */
     for (int i = 0; i < 200; i++) {
-        char *name = fmt("noise-%d", i);
+        char *name = tc_fmt("noise-%d", i);
         json_decref(create_lease(s, name, "n"));
         free(name);
     }
@@ -1117,13 +1002,13 @@ static void test_watch_quiet_stream_survives(void **state)
     assert_string_equal(str(watch_nth(w, 0, true), "type"), "MODIFIED");
     watch_stop(w);
 
-    path = fmt(LEASES "?watch=1&resourceVersion=%s", str(c, "metadata.resourceVersion"));
+    path = tc_fmt(LEASES "?watch=1&resourceVersion=%s", str(c, "metadata.resourceVersion"));
     w = watch_start(s, path, NULL);
     free(path);
     assert_true(watch_wait_done(w, 10000));
     assert_int_equal(watch_count(w), 1);
     assert_string_equal(str(watch_event(w, 0), "type"), "ERROR");
-    assert_int_equal(json_integer_value(at(watch_event(w, 0), "object.code")), 410);
+    assert_int_equal(json_integer_value(tc_at(watch_event(w, 0), "object.code")), 410);
     assert_non_null(strstr(str(watch_event(w, 0), "object.message"), "too old resource version"));
     watch_stop(w);
     json_decref(c);
@@ -1150,11 +1035,12 @@ static void test_discovery(void **state)
     assert_string_equal(str(j, "kind"), "APIResourceList");
     assert_string_equal(str(j, "resources.0.name"), "leases");
     assert_string_equal(str(j, "resources.0.kind"), "Lease");
-    assert_true(json_is_true(at(j, "resources.0.namespaced")));
-    assert_null(at(j, "resources.0.shortNames"));
+    assert_true(json_is_true(tc_at(j, "resources.0.namespaced")));
+    assert_null(tc_at(j, "resources.0.shortNames"));
     bool watch = false;
-    for (size_t i = 0; i < json_array_size(at(j, "resources.0.verbs")); i++)
-        watch |= !strcmp(json_string_value(json_array_get(at(j, "resources.0.verbs"), i)), "watch");
+    for (size_t i = 0; i < json_array_size(tc_at(j, "resources.0.verbs")); i++)
+        watch |=
+            !strcmp(json_string_value(json_array_get(tc_at(j, "resources.0.verbs"), i)), "watch");
     assert_true(watch);
     json_decref(j);
 
@@ -1180,16 +1066,16 @@ static void test_discovery(void **state)
     json_decref(create_lease(srv, "tabled", "holder-t"));
     char *resp;
     const char *accept = "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json";
-    char *url = fmt("%s%s/tabled", ts_url(srv), LEASES);
+    char *url = tc_fmt("%s%s/tabled", ts_url(srv), LEASES);
     char *tok = ts_token(srv);
-    char *auth = fmt("Authorization: Bearer %s", tok);
+    char *auth = tc_fmt("Authorization: Bearer %s", tok);
     struct curl_slist *hdr = curl_slist_append(curl_slist_append(NULL, auth), accept);
-    raw_buf b = {NULL, 0};
+    ts_buf b = {NULL, 0};
     CURL *h = curl_easy_init();
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     assert_int_equal(curl_easy_perform(h), CURLE_OK);
     resp = b.data;
@@ -1213,12 +1099,12 @@ static void test_discovery(void **state)
 static size_t pod_count(const char *selector)
 {
     long st;
-    char *path = fmt(PODS "?labelSelector=%s", selector);
+    char *path = tc_fmt(PODS "?labelSelector=%s", selector);
     json_t *l = api("GET", path, NULL, NULL, &st);
     free(path);
     assert_int_equal(st, 200);
     assert_string_equal(str(l, "kind"), "PodList");
-    size_t n = json_array_size(at(l, "items"));
+    size_t n = json_array_size(tc_at(l, "items"));
     json_decref(l);
     return n;
 }
@@ -1255,7 +1141,7 @@ static void test_pods_labels(void **state)
     /* null removes the label */
     p = api("PATCH", PODS "/cand-0", MERGE, "{\"metadata\":{\"labels\":{\"role\":null}}}", &st);
     assert_int_equal(st, 200);
-    assert_null(at(p, "metadata.labels.role"));
+    assert_null(tc_at(p, "metadata.labels.role"));
     json_decref(p);
     assert_int_equal(pod_count("role%3Dleader"), 0);
     assert_int_equal(pod_count("app%3Ddemo"), 2);
@@ -1277,11 +1163,11 @@ static void test_fault_errors(void **state)
     char *resp;
     (void)state;
     json_decref(create_lease(srv, "faulty", "a"));
-    long long before = stat_int(srv, "faults.error");
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"error\",\"status\":503,\"count\":2,\"match\":{\"path_prefix\":"
-            "\"" LEASES "/faulty\"}}",
-            201);
+    long long before = tc_stat_or0(srv, "faults.error");
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":503,\"count\":2,\"match\":{\"path_prefix\":"
+               "\"" LEASES "/faulty\"}}",
+               201);
     /* Out of scope: not affected. */
     json_decref(api("GET", LEASES, NULL, NULL, &st));
     assert_int_equal(st, 200);
@@ -1293,26 +1179,26 @@ static void test_fault_errors(void **state)
     }
     json_decref(api("GET", LEASES "/faulty", NULL, NULL, &st));
     assert_int_equal(st, 200);
-    assert_int_equal(stat_int(srv, "faults.error"), before + 2);
+    assert_int_equal(tc_stat_or0(srv, "faults.error"), before + 2);
 
     /* 429 carries Retry-After */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"error\",\"status\":429,\"retry_after\":3,\"count\":1,\"match\":"
-            "{\"verb\":\"get\"}}",
-            201);
-    char *url = fmt("%s%s/faulty", ts_url(srv), LEASES);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":429,\"retry_after\":3,\"count\":1,\"match\":"
+               "{\"verb\":\"get\"}}",
+               201);
+    char *url = tc_fmt("%s%s/faulty", ts_url(srv), LEASES);
     char *tok = ts_token(srv);
     CURL *h = curl_easy_init();
     struct curl_slist *hdr = NULL;
-    char *auth = fmt("Authorization: Bearer %s", tok);
-    raw_buf hb = {NULL, 0}, bb = {NULL, 0};
+    char *auth = tc_fmt("Authorization: Bearer %s", tok);
+    ts_buf hb = {NULL, 0}, bb = {NULL, 0};
     hdr = curl_slist_append(hdr, auth);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
     curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_HEADERDATA, &hb);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &bb);
     assert_int_equal(curl_easy_perform(h), CURLE_OK);
     curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
@@ -1321,7 +1207,7 @@ static void test_fault_errors(void **state)
     assert_true(strstr(hb.data, "Retry-After: 3") || strstr(hb.data, "retry-after: 3"));
     json_t *e = json_loads(bb.data, 0, NULL);
     assert_string_equal(str(e, "reason"), "TooManyRequests");
-    assert_int_equal(json_integer_value(at(e, "details.retryAfterSeconds")), 3);
+    assert_int_equal(json_integer_value(tc_at(e, "details.retryAfterSeconds")), 3);
     json_decref(e);
     free(hb.data);
     free(bb.data);
@@ -1332,10 +1218,10 @@ static void test_fault_errors(void **state)
     free(url);
 
     /* 500 by fraction, with a seeded PRNG: some fail, some pass */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"error\",\"status\":500,\"probability\":0.5,\"seed\":7,\"match\":"
-            "{\"path_prefix\":\"" LEASES "/faulty\"}}",
-            201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":500,\"probability\":0.5,\"seed\":7,\"match\":"
+               "{\"path_prefix\":\"" LEASES "/faulty\"}}",
+               201);
     int fails = 0;
     for (int i = 0; i < 100; i++) {
         assert_int_equal(ts_request(srv, "GET", LEASES "/faulty", NULL, NULL, &st, &resp), 0);
@@ -1345,7 +1231,7 @@ static void test_fault_errors(void **state)
     }
     assert_true(fails > 10 && fails < 90);
     json_t *f = api("GET", "/testserver/v1/faults", NULL, NULL, &st);
-    assert_int_equal(json_integer_value(at(f, "faults.0.hits")), fails);
+    assert_int_equal(json_integer_value(tc_at(f, "faults.0.hits")), fails);
     json_decref(f);
     clear_faults();
 }
@@ -1354,49 +1240,46 @@ static void test_fault_reset_latency_hang(void **state)
 {
     long st;
     (void)state;
-    long long resets = stat_int(srv, "faults.reset");
-    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"reset\",\"count\":1}", 201);
+    long long resets = tc_stat_or0(srv, "faults.reset");
+    tc_control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"reset\",\"count\":1}", 201);
     /*
      * A fresh connection: on a reused one libcurl (like Go's transport)
      * silently retries a request whose connection died unanswered.
      */
-    char *url = fmt("%s%s", ts_url(srv), LEASES);
+    char *url = tc_fmt("%s%s", ts_url(srv), LEASES);
     char *tok = ts_token(srv);
     assert_int_not_equal(raw_get(url, tok, NULL, NULL, &st, NULL), CURLE_OK);
     assert_int_equal(st, 0);
     free(url);
     free(tok);
-    assert_int_equal(stat_int(srv, "faults.reset"), resets + 1);
-    json_t *s = stats(srv);
-    assert_true(json_integer_value(at(s, "requests.by_status.reset")) >= 1);
+    assert_int_equal(tc_stat_or0(srv, "faults.reset"), resets + 1);
+    json_t *s = tc_stats(srv);
+    assert_true(json_integer_value(tc_at(s, "requests.by_status.reset")) >= 1);
     json_decref(s);
 
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"latency\",\"delay_ms\":300,\"count\":1}", 201);
-    long long t0 = now_ms();
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"latency\",\"delay_ms\":300,\"count\":1}", 201);
+    long long t0 = tc_now_ms();
     json_decref(api("GET", LEASES, NULL, NULL, &st));
     assert_int_equal(st, 200);
-    assert_true(now_ms() - t0 >= 290);
-    assert_true(stat_int(srv, "faults.latency") >= 1);
+    assert_true(tc_now_ms() - t0 >= 290);
+    assert_true(tc_stat_or0(srv, "faults.latency") >= 1);
 
     /* A hang window holds requests until it ends. */
-    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"hang\",\"duration_ms\":600}", 201);
-    t0 = now_ms();
+    tc_control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"hang\",\"duration_ms\":600}",
+               201);
+    t0 = tc_now_ms();
     json_decref(api("GET", LEASES, NULL, NULL, &st));
     assert_int_equal(st, 200);
-    assert_true(now_ms() - t0 >= 400);
-    assert_true(stat_int(srv, "faults.hang") >= 1);
+    assert_true(tc_now_ms() - t0 >= 400);
+    assert_true(tc_stat_or0(srv, "faults.hang") >= 1);
 
     /* An open-ended hang lasts until the rule is deleted: a watcher is held... */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"hang\",\"match\":{\"user_agent\":\"held-client\"}}", 201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"hang\",\"match\":{\"user_agent\":\"held-client\"}}", 201);
     watcher *w = watch_start(srv, LEASES "?limit=1", "held-client");
-    long long end = now_ms() + 10000;
-    while (stat_int(srv, "suspended") < 1 && now_ms() < end) {
-        struct timespec ts = {0, 5 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    assert_true(stat_int(srv, "suspended") >= 1);
+    tc_wait_stat(srv, "suspended", 1, 10000);
+    assert_true(tc_stat_or0(srv, "suspended") >= 1);
     assert_false(watch_wait_done(w, 300)); /* bounded check that it is still held */
     clear_faults();                        /* ...and released by the delete */
     assert_true(watch_wait_done(w, 10000));
@@ -1410,9 +1293,9 @@ static void test_fault_client_scope(void **state)
     long st;
     char *body;
     (void)state;
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"error\",\"status\":500,\"match\":{\"user_agent\":\"cand-b\"}}", 201);
-    char *url = fmt("%s%s", ts_url(srv), LEASES);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":500,\"match\":{\"user_agent\":\"cand-b\"}}", 201);
+    char *url = tc_fmt("%s%s", ts_url(srv), LEASES);
     char *tok = ts_token(srv);
     assert_int_equal(raw_get(url, tok, NULL, "elector/1.0 cand-a", &st, NULL), CURLE_OK);
     assert_int_equal(st, 200);
@@ -1425,8 +1308,8 @@ static void test_fault_client_scope(void **state)
     clear_faults();
 
     /* Scoped to a token nobody uses: no effect. */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"reset\",\"match\":{\"token\":\"someone-else\"}}", 201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"reset\",\"match\":{\"token\":\"someone-else\"}}", 201);
     assert_int_equal(raw_get(url, tok, NULL, NULL, &st, NULL), CURLE_OK);
     assert_int_equal(st, 200);
     clear_faults();
@@ -1439,28 +1322,28 @@ static void test_fault_watch_freeze_and_close(void **state)
     long st;
     (void)state;
     json_decref(create_lease(srv, "frozen", "a"));
-    long long open0 = stat_int(srv, "watches.open");
+    long long open0 = tc_stat_or0(srv, "watches.open");
     watcher *w =
         watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dfrozen", "froze-me");
     assert_true(watch_wait_real(w, 1, 10000)); /* the synthetic ADDED */
 
-    long long frozen = stat_int(srv, "faults.freeze_watch");
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"froze-me\"}}", 201);
+    long long frozen = tc_stat_or0(srv, "faults.freeze_watch");
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"froze-me\"}}", 201);
     json_decref(
         api("PATCH", LEASES "/frozen", MERGE, "{\"spec\":{\"holderIdentity\":\"b\"}}", &st));
     assert_int_equal(st, 200);
     /* Bounded check for an absence: the frozen stream delivers nothing. */
     assert_false(watch_wait(w, 2, 500));
-    assert_int_equal(stat_int(srv, "faults.freeze_watch"), frozen + 1);
+    assert_int_equal(tc_stat_or0(srv, "faults.freeze_watch"), frozen + 1);
     clear_faults();
     assert_true(watch_wait_real(w, 2, 10000));
     assert_string_equal(str(watch_nth(w, 1, true), "type"), "MODIFIED");
 
     /* close: a clean end of the stream */
-    long long closed = stat_int(srv, "faults.close_watch");
-    control(srv, "POST", "/testserver/v1/watches/close",
-            "{\"match\":{\"user_agent\":\"froze-me\"}}", 200);
+    long long closed = tc_stat_or0(srv, "faults.close_watch");
+    tc_control(srv, "POST", "/testserver/v1/watches/close",
+               "{\"match\":{\"user_agent\":\"froze-me\"}}", 200);
     assert_true(watch_wait_done(w, 10000));
     assert_int_equal(w->result, CURLE_OK);
     watch_stop(w);
@@ -1468,18 +1351,14 @@ static void test_fault_watch_freeze_and_close(void **state)
     /* abort: the connection is cut mid-stream */
     w = watch_start(srv, LEASES "?watch=1&fieldSelector=metadata.name%3Dfrozen", "cut-me");
     assert_true(watch_wait_real(w, 1, 10000));
-    control(srv, "POST", "/testserver/v1/watches/close",
-            "{\"abort\":true,\"match\":{\"user_agent\":\"cut-me\"}}", 200);
+    tc_control(srv, "POST", "/testserver/v1/watches/close",
+               "{\"abort\":true,\"match\":{\"user_agent\":\"cut-me\"}}", 200);
     assert_true(watch_wait_done(w, 10000));
     assert_int_not_equal(w->result, CURLE_OK);
     watch_stop(w);
-    assert_int_equal(stat_int(srv, "faults.close_watch"), closed + 2);
-    long long end = now_ms() + 10000;
-    while (stat_int(srv, "watches.open") > open0 && now_ms() < end) {
-        struct timespec ts = {0, 5 * 1000000L};
-        nanosleep(&ts, NULL);
-    }
-    assert_int_equal(stat_int(srv, "watches.open"), open0);
+    assert_int_equal(tc_stat_or0(srv, "faults.close_watch"), closed + 2);
+    tc_wait_stat_at_most(srv, "watches.open", open0, 10000);
+    assert_int_equal(tc_stat_or0(srv, "watches.open"), open0);
 }
 
 /* ---- token rotation and restarts (own servers) ---------------------------- */
@@ -1498,18 +1377,18 @@ static void test_token_rotation(void **state)
     assert_string_not_equal(old, fresh);
     json_decref(r);
 
-    char *url = fmt("%s%s", ts_url(s), LEASES);
-    char *ca = fmt("%s/ca.crt", ts_dir(s));
+    char *url = tc_fmt("%s%s", ts_url(s), LEASES);
+    char *ca = tc_fmt("%s/ca.crt", ts_dir(s));
     /* raw_get uses the shared server's CA: same code path, so use a local handle */
     CURL *h = curl_easy_init();
     for (int i = 0; i < 2; i++) {
-        char *auth = fmt("Authorization: Bearer %s", i == 0 ? old : fresh);
+        char *auth = tc_fmt("Authorization: Bearer %s", i == 0 ? old : fresh);
         struct curl_slist *hdr = curl_slist_append(NULL, auth);
-        raw_buf b = {NULL, 0};
+        ts_buf b = {NULL, 0};
         curl_easy_setopt(h, CURLOPT_URL, url);
         curl_easy_setopt(h, CURLOPT_CAINFO, ca);
         curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, raw_data);
+        curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
         curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
         assert_int_equal(curl_easy_perform(h), CURLE_OK);
         curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &st);
@@ -1520,11 +1399,11 @@ static void test_token_rotation(void **state)
     }
     curl_easy_cleanup(h);
     /* The embedded-token kubeconfig was rewritten too. */
-    char *kc = slurp(ts_kubeconfig(s));
+    char *kc = kl_test_read_file(ts_kubeconfig(s), NULL);
     assert_non_null(strstr(kc, fresh));
     free(kc);
-    json_t *sj = stats(s);
-    assert_int_equal(json_integer_value(at(sj, "faults.rotate_token")), 1);
+    json_t *sj = tc_stats(s);
+    assert_int_equal(json_integer_value(tc_at(sj, "faults.rotate_token")), 1);
     json_decref(sj);
     free(url);
     free(ca);
@@ -1542,7 +1421,7 @@ static void test_restart(void **state)
     assert_non_null(mkdtemp(dir));
     const char *args[] = {"--dir", dir, NULL};
     assert_int_equal(ts_start(&s, args), 0);
-    char *ca_before = slurp(ts_ca_file(s));
+    char *ca_before = kl_test_read_file(ts_ca_file(s), NULL);
 
     json_decref(create_lease(s, "survivor", "a"));
     json_decref(
@@ -1572,49 +1451,23 @@ static void test_restart(void **state)
     assert_int_equal(st, 404);
     json_decref(call(s, "GET", "/api/v1/namespaces/kube-node-lease", NULL, NULL, &st));
     assert_int_equal(st, 200);
-    assert_int_equal(stat_int(s, "faults.restart"), 2);
-    assert_int_equal(stat_int(s, "leases"), 0);
+    assert_int_equal(tc_stat_or0(s, "faults.restart"), 2);
+    assert_int_equal(tc_stat_or0(s, "leases"), 0);
     assert_int_equal(ts_stop(s), 0);
 
     /* A new server on the same directory keeps the CA. */
     assert_int_equal(ts_start(&s, args), 0);
-    char *ca_after = slurp(ts_ca_file(s));
+    char *ca_after = kl_test_read_file(ts_ca_file(s), NULL);
     assert_string_equal(ca_before, ca_after);
     assert_int_equal(ts_stop(s), 0);
     free(ca_before);
     free(ca_after);
-    char *rm = fmt("rm -rf '%s'", dir);
+    char *rm = tc_fmt("rm -rf '%s'", dir);
     assert_int_equal(system(rm), 0);
     free(rm);
 }
 
 /* ---- kubectl -------------------------------------------------------------- */
-
-/* Runs a shell command, bounded by timeout(1); returns its output. */
-static char *run(int *status, const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    int n = vsnprintf(NULL, 0, f, ap);
-    va_end(ap);
-    char *cmd = malloc((size_t)n + 1);
-    va_start(ap, f);
-    vsnprintf(cmd, (size_t)n + 1, f, ap);
-    va_end(ap);
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    raw_buf b = {NULL, 0};
-    char chunk[4096];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof(chunk), p)) > 0)
-        raw_data(chunk, 1, r, &b);
-    int rc = pclose(p);
-    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    if (*status != 0)
-        print_message("%s\n-> %d: %s\n", cmd, *status, b.data ? b.data : "");
-    free(cmd);
-    return b.data ? b.data : strdup("");
-}
 
 #define KUBECTL "timeout 60 /usr/bin/kubectl --kubeconfig '%s' --cache-dir '%s/kubecache' "
 
@@ -1630,25 +1483,25 @@ static void test_kubectl(void **state)
     const char *kc = ts_kubeconfig(srv), *dir = ts_dir(srv);
     json_t *c = create_lease(srv, "kubectl-lease", "kholder");
 
-    char *out = run(&rc, KUBECTL "get lease kubectl-lease -o json 2>&1", kc, dir);
+    char *out = tc_run(&rc, KUBECTL "get lease kubectl-lease -o json 2>&1", kc, dir);
     assert_int_equal(rc, 0);
     json_t *k = json_loads(out, 0, NULL);
     assert_non_null(k);
     assert_string_equal(str(k, "metadata.uid"), str(c, "metadata.uid"));
     assert_string_equal(str(k, "metadata.resourceVersion"), str(c, "metadata.resourceVersion"));
     assert_string_equal(str(k, "spec.holderIdentity"), "kholder");
-    assert_int_equal(json_integer_value(at(k, "spec.leaseDurationSeconds")), 15);
+    assert_int_equal(json_integer_value(tc_at(k, "spec.leaseDurationSeconds")), 15);
     json_decref(k);
     free(out);
 
-    out = run(&rc, KUBECTL "get lease 2>&1", kc, dir);
+    out = tc_run(&rc, KUBECTL "get lease 2>&1", kc, dir);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "HOLDER"));
     assert_non_null(strstr(out, "kubectl-lease"));
     assert_non_null(strstr(out, "kholder"));
     free(out);
 
-    out = run(&rc, KUBECTL "get lease kubectl-lease -o yaml 2>&1", kc, dir);
+    out = tc_run(&rc, KUBECTL "get lease kubectl-lease -o yaml 2>&1", kc, dir);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "holderIdentity: kholder"));
     free(out);
@@ -1658,31 +1511,31 @@ static void test_kubectl(void **state)
                     "\"c\",\"image\":\"busybox\"}]}}",
                     &st));
     assert_int_equal(st, 201);
-    out = run(&rc, KUBECTL "label pod kubectl-pod role=leader 2>&1", kc, dir);
+    out = tc_run(&rc, KUBECTL "label pod kubectl-pod role=leader 2>&1", kc, dir);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "labeled"));
     free(out);
-    out = run(&rc, KUBECTL "get pod --show-labels 2>&1", kc, dir);
+    out = tc_run(&rc, KUBECTL "get pod --show-labels 2>&1", kc, dir);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "kubectl-pod"));
     assert_non_null(strstr(out, "role=leader"));
     free(out);
-    out = run(&rc, KUBECTL "label pod kubectl-pod role- 2>&1", kc, dir);
+    out = tc_run(&rc, KUBECTL "label pod kubectl-pod role- 2>&1", kc, dir);
     assert_int_equal(rc, 0);
     free(out);
     json_t *p = api("GET", PODS "/kubectl-pod", NULL, NULL, &st);
-    assert_null(at(p, "metadata.labels.role"));
+    assert_null(tc_at(p, "metadata.labels.role"));
     json_decref(p);
 
     /* apply with client-side dry run (validation goes through /openapi/v3) */
-    char *yaml = fmt("%s/lease.yaml", dir);
+    char *yaml = tc_fmt("%s/lease.yaml", dir);
     FILE *f = fopen(yaml, "w");
     assert_non_null(f);
     fputs("apiVersion: coordination.k8s.io/v1\nkind: Lease\nmetadata:\n  name: applied\n"
           "spec:\n  holderIdentity: me\n",
           f);
     fclose(f);
-    out = run(&rc, KUBECTL "apply --dry-run=client -f '%s' 2>&1", kc, dir, yaml);
+    out = tc_run(&rc, KUBECTL "apply --dry-run=client -f '%s' 2>&1", kc, dir, yaml);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "dry run"));
     free(out);
@@ -1694,10 +1547,10 @@ static void test_kubectl(void **state)
      * skips the synthetic ADDED: change the object only once that watch is
      * open, or the change folds into the skipped event.
      */
-    long long open0 = stat_int(srv, "watches.open");
-    char *cmd = fmt("exec timeout 60 /usr/bin/kubectl --kubeconfig '%s' --cache-dir "
-                    "'%s/kubecache' get lease kubectl-lease -w 2>&1",
-                    kc, dir);
+    long long open0 = tc_stat_or0(srv, "watches.open");
+    char *cmd = tc_fmt("exec timeout 60 /usr/bin/kubectl --kubeconfig '%s' --cache-dir "
+                       "'%s/kubecache' get lease kubectl-lease -w 2>&1",
+                       kc, dir);
     int fds[2];
     assert_int_equal(pipe(fds), 0);
     pid_t pid = fork();
@@ -1742,35 +1595,35 @@ static int blast(int n, int par, bool create, long want, double *secs)
     CURL *h[16];
     struct curl_slist *hdr = NULL;
     char *tok = ts_token(srv);
-    char *auth = fmt("Authorization: Bearer %s", tok);
+    char *auth = tc_fmt("Authorization: Bearer %s", tok);
     char *bodies[16] = {0};
     char *urls[16] = {0};
     int next = 0, ok = 0, done = 0;
     hdr = curl_slist_append(hdr, auth);
     hdr = curl_slist_append(hdr, "Content-Type: application/json");
-    long long t0 = now_ms(), deadline = t0 + 240000;
+    long long t0 = tc_now_ms(), deadline = t0 + 240000;
 
     for (int i = 0; i < par; i++) {
         h[i] = curl_easy_init();
         curl_easy_setopt(h[i], CURLOPT_CAINFO, ts_ca_file(srv));
         curl_easy_setopt(h[i], CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, raw_data);
+        curl_easy_setopt(h[i], CURLOPT_WRITEFUNCTION, ts_buf_write);
         curl_easy_setopt(h[i], CURLOPT_TIMEOUT, 30L);
         curl_easy_setopt(h[i], CURLOPT_PRIVATE, (char *)(intptr_t)i);
     }
-    raw_buf sink[16] = {{0}};
+    ts_buf sink[16] = {{0}};
     for (int i = 0; i < par && next < n; i++, next++) {
         free(urls[i]);
         free(bodies[i]);
         if (create) {
-            urls[i] = fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases", ts_url(srv));
-            bodies[i] = fmt("{\"metadata\":{\"name\":\"l-%05d\"},\"spec\":{\"holderIdentity\":"
-                            "\"h\",\"leaseDurationSeconds\":15}}",
-                            next);
+            urls[i] = tc_fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases", ts_url(srv));
+            bodies[i] = tc_fmt("{\"metadata\":{\"name\":\"l-%05d\"},\"spec\":{\"holderIdentity\":"
+                               "\"h\",\"leaseDurationSeconds\":15}}",
+                               next);
             curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
         } else {
-            urls[i] = fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases/l-%05d",
-                          ts_url(srv), next);
+            urls[i] = tc_fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases/l-%05d",
+                             ts_url(srv), next);
             bodies[i] = NULL;
             curl_easy_setopt(h[i], CURLOPT_HTTPGET, 1L);
         }
@@ -1778,7 +1631,7 @@ static int blast(int n, int par, bool create, long want, double *secs)
         curl_easy_setopt(h[i], CURLOPT_WRITEDATA, &sink[i]);
         curl_multi_add_handle(m, h[i]);
     }
-    while (done < n && now_ms() < deadline) {
+    while (done < n && tc_now_ms() < deadline) {
         int running;
         curl_multi_perform(m, &running);
         CURLMsg *msg;
@@ -1799,15 +1652,15 @@ static int blast(int n, int par, bool create, long want, double *secs)
                 free(urls[i]);
                 free(bodies[i]);
                 if (create) {
-                    urls[i] =
-                        fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases", ts_url(srv));
-                    bodies[i] = fmt("{\"metadata\":{\"name\":\"l-%05d\"},\"spec\":{"
-                                    "\"holderIdentity\":\"h\",\"leaseDurationSeconds\":15}}",
-                                    next);
+                    urls[i] = tc_fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases",
+                                     ts_url(srv));
+                    bodies[i] = tc_fmt("{\"metadata\":{\"name\":\"l-%05d\"},\"spec\":{"
+                                       "\"holderIdentity\":\"h\",\"leaseDurationSeconds\":15}}",
+                                       next);
                     curl_easy_setopt(h[i], CURLOPT_POSTFIELDS, bodies[i]);
                 } else {
-                    urls[i] = fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases/l-%05d",
-                                  ts_url(srv), next);
+                    urls[i] = tc_fmt("%s/apis/coordination.k8s.io/v1/namespaces/load/leases/l-%05d",
+                                     ts_url(srv), next);
                     bodies[i] = NULL;
                 }
                 curl_easy_setopt(h[i], CURLOPT_URL, urls[i]);
@@ -1818,7 +1671,7 @@ static int blast(int n, int par, bool create, long want, double *secs)
         if (done < n)
             curl_multi_poll(m, NULL, 0, 100, NULL);
     }
-    *secs = (double)(now_ms() - t0) / 1000.0;
+    *secs = (double)(tc_now_ms() - t0) / 1000.0;
     for (int i = 0; i < par; i++) {
         curl_multi_remove_handle(m, h[i]);
         curl_easy_cleanup(h[i]);
@@ -1852,16 +1705,16 @@ static void test_load_10k(void **state)
 
     json_t *l = api("GET", "/apis/coordination.k8s.io/v1/namespaces/load/leases", NULL, NULL, &st);
     assert_int_equal(st, 200);
-    assert_int_equal(json_array_size(at(l, "items")), (size_t)n);
+    assert_int_equal(json_array_size(tc_at(l, "items")), (size_t)n);
     json_decref(l);
     /* paging as kubectl and client-go do it */
     l = api("GET", "/apis/coordination.k8s.io/v1/namespaces/load/leases?limit=500", NULL, NULL,
             &st);
-    assert_int_equal(json_array_size(at(l, "items")), 500);
-    assert_int_equal(json_integer_value(at(l, "metadata.remainingItemCount")), n - 500);
+    assert_int_equal(json_array_size(tc_at(l, "items")), 500);
+    assert_int_equal(json_integer_value(tc_at(l, "metadata.remainingItemCount")), n - 500);
     char *cont = curl_easy_escape(NULL, str(l, "metadata.continue"), 0);
     char *path =
-        fmt("/apis/coordination.k8s.io/v1/namespaces/load/leases?limit=500&continue=%s", cont);
+        tc_fmt("/apis/coordination.k8s.io/v1/namespaces/load/leases?limit=500&continue=%s", cont);
     curl_free(cont);
     json_t *l2 = api("GET", path, NULL, NULL, &st);
     free(path);
@@ -1869,7 +1722,7 @@ static void test_load_10k(void **state)
     assert_string_equal(str(l2, "items.0.metadata.name"), "l-00500");
     json_decref(l2);
     json_decref(l);
-    assert_true(stat_int(srv, "leases") >= n);
+    assert_true(tc_stat_or0(srv, "leases") >= n);
 }
 
 int main(void)

@@ -8,6 +8,7 @@
  * absence (a frozen stream sends nothing) wait a fixed, short time and say so.
  */
 #include "harness.h"
+#include "tsclient.h"
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -33,62 +34,6 @@
 static ts_server *srv; /* default flags, fast bookmarks (200 ms) */
 
 /* ---- helpers -------------------------------------------------------------- */
-
-static long long now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static char *fmt(const char *f, ...)
-{
-    va_list ap;
-    va_start(ap, f);
-    int n = vsnprintf(NULL, 0, f, ap);
-    va_end(ap);
-    char *s = malloc((size_t)n + 1);
-    assert_non_null(s);
-    va_start(ap, f);
-    vsnprintf(s, (size_t)n + 1, f, ap);
-    va_end(ap);
-    return s;
-}
-
-/* A polling interval between two looks at the stats, never a synchronisation. */
-static void pause_ms(long ms)
-{
-    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-typedef struct buf {
-    char *data;
-    size_t len;
-} buf;
-
-static size_t buf_write(char *p, size_t size, size_t n, void *ud)
-{
-    buf *b = ud;
-    char *d = realloc(b->data, b->len + size * n + 1);
-    if (!d)
-        return 0;
-    memcpy(d + b->len, p, size * n);
-    b->len += size * n;
-    d[b->len] = '\0';
-    b->data = d;
-    return size * n;
-}
-
-/* j at a dotted path ("metadata.name", "connections.h2.total"). */
-static json_t *at(json_t *j, const char *path)
-{
-    char tmp[256];
-    snprintf(tmp, sizeof(tmp), "%s", path);
-    for (char *save = NULL, *t = strtok_r(tmp, ".", &save); t && j; t = strtok_r(NULL, ".", &save))
-        j = json_is_array(j) ? json_array_get(j, (size_t)atoi(t)) : json_object_get(j, t);
-    return j;
-}
 
 /* One client: a kept-alive easy handle that negotiates `version`. */
 typedef struct client {
@@ -130,7 +75,7 @@ static void setup_easy(CURL *h, ts_server *s, long version, const char *agent, b
 {
     char *tok = ts_token(s);
     assert_non_null(tok);
-    char *auth = fmt("Authorization: Bearer %s", cert ? "not-the-token" : token ? token : tok);
+    char *auth = tc_fmt("Authorization: Bearer %s", cert ? "not-the-token" : token ? token : tok);
     *hdr = curl_slist_append(NULL, auth);
     *hdr = curl_slist_append(*hdr, "Content-Type: application/json");
     free(auth);
@@ -141,7 +86,7 @@ static void setup_easy(CURL *h, ts_server *s, long version, const char *agent, b
     curl_easy_setopt(h, CURLOPT_USERAGENT, agent ? agent : "test-transport");
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
     if (cert) {
-        char *crt = fmt("%s/client.crt", ts_dir(s)), *key = fmt("%s/client.key", ts_dir(s));
+        char *crt = tc_fmt("%s/client.crt", ts_dir(s)), *key = tc_fmt("%s/client.key", ts_dir(s));
         curl_easy_setopt(h, CURLOPT_SSLCERT, crt);
         curl_easy_setopt(h, CURLOPT_SSLKEY, key);
         free(crt);
@@ -153,18 +98,18 @@ static void setup_easy(CURL *h, ts_server *s, long version, const char *agent, b
 static void req(client *c, const char *method, const char *path, const char *body, reply *r)
 {
     struct curl_slist *hdr;
-    buf b = {0};
+    ts_buf b = {0};
     memset(r, 0, sizeof(*r));
     if (!c->h)
         assert_non_null(c->h = curl_easy_init());
     else
         curl_easy_reset(c->h); /* keeps the connection cache */
     setup_easy(c->h, c->s, c->version, c->agent, c->cert, c->token, &hdr);
-    char *url = fmt("%s%s", ts_url(c->s), path);
+    char *url = tc_fmt("%s%s", ts_url(c->s), path);
     curl_easy_setopt(c->h, CURLOPT_URL, url);
     curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 30L);
-    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, buf_write);
+    curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c->h, CURLOPT_HEADERFUNCTION, on_header);
     curl_easy_setopt(c->h, CURLOPT_HEADERDATA, r);
@@ -211,75 +156,6 @@ static json_t *h2(client *c, const char *method, const char *path, const char *b
     return j;
 }
 
-static json_t *stats(ts_server *s)
-{
-    long st;
-    char *body = NULL;
-    assert_int_equal(ts_control(s, "GET", "/testserver/v1/stats", NULL, &st, &body), 0);
-    assert_int_equal(st, 200);
-    json_t *j = json_loads(body, 0, NULL);
-    free(body);
-    assert_non_null(j);
-    return j;
-}
-
-static long long stat_int(ts_server *s, const char *path)
-{
-    json_t *j = stats(s);
-    json_t *v = at(j, path);
-    if (!json_is_integer(v))
-        print_message("no integer at %s in the stats\n", path);
-    assert_true(json_is_integer(v));
-    long long n = json_integer_value(v);
-    json_decref(j);
-    return n;
-}
-
-/* A counter that is absent until it first counts. */
-static long long stat_or0(ts_server *s, const char *path)
-{
-    json_t *j = stats(s);
-    long long n = json_integer_value(at(j, path));
-    json_decref(j);
-    return n;
-}
-
-static void control(ts_server *s, const char *method, const char *path, const char *body, long want)
-{
-    long st;
-    char *resp = NULL;
-    assert_int_equal(ts_control(s, method, path, body, &st, &resp), 0);
-    if (st != want)
-        print_message("%s %s -> %ld: %s\n", method, path, st, resp);
-    assert_int_equal(st, want);
-    free(resp);
-}
-
-/* Waits (bounded) until the stats value at path reaches at least n. */
-static void wait_stat(ts_server *s, const char *path, long long n, long ms)
-{
-    long long end = now_ms() + ms, v = 0;
-    while (now_ms() < end) {
-        if ((v = stat_int(s, path)) >= n)
-            return;
-        pause_ms(20); /* polling interval, not synchronisation */
-    }
-    print_message("%s stayed at %lld (< %lld) for %ld ms\n", path, v, n, ms);
-    fail();
-}
-
-static void wait_stat_at_most(ts_server *s, const char *path, long long n, long ms)
-{
-    long long end = now_ms() + ms, v = 0;
-    while (now_ms() < end) {
-        if ((v = stat_int(s, path)) <= n)
-            return;
-        pause_ms(20);
-    }
-    print_message("%s stayed at %lld (> %lld) for %ld ms\n", path, v, n, ms);
-    fail();
-}
-
 static const char *lease_body(const char *name, const char *holder)
 {
     static char b[256];
@@ -306,7 +182,7 @@ typedef struct watcher {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    buf line;
+    ts_buf line;
     event *ev;
     size_t nev;
     bool done, stop;
@@ -321,14 +197,14 @@ static size_t watch_data(char *p, size_t size, size_t n, void *ud)
     pthread_mutex_lock(&w->mu);
     for (size_t i = 0; i < size * n; i++) {
         if (p[i] != '\n') {
-            buf_write(p + i, 1, 1, &w->line);
+            ts_buf_write(p + i, 1, 1, &w->line);
             continue;
         }
         json_t *j = json_loads(w->line.data ? w->line.data : "", 0, NULL);
-        event e = {.at_ms = now_ms()};
-        snprintf(e.type, sizeof(e.type), "%s", json_string_value(at(j, "type")) ?: "?");
+        event e = {.at_ms = tc_now_ms()};
+        snprintf(e.type, sizeof(e.type), "%s", json_string_value(tc_at(j, "type")) ?: "?");
         snprintf(e.name, sizeof(e.name), "%s",
-                 json_string_value(at(j, "object.metadata.name")) ?: "");
+                 json_string_value(tc_at(j, "object.metadata.name")) ?: "");
         json_decref(j);
         w->ev = realloc(w->ev, (w->nev + 1) * sizeof(*w->ev));
         w->ev[w->nev++] = e;
@@ -355,7 +231,7 @@ static void *watch_main(void *arg)
     struct curl_slist *hdr;
     CURL *h = curl_easy_init();
     setup_easy(h, w->s, w->version, w->agent, false, NULL, &hdr);
-    char *url = fmt("%s%s", ts_url(w->s), w->path);
+    char *url = tc_fmt("%s%s", ts_url(w->s), w->path);
     curl_easy_setopt(h, CURLOPT_URL, url);
     curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, watch_data);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, w);
@@ -388,24 +264,11 @@ static watcher *watch_start(ts_server *s, const char *path, long version, const 
     w->path = strdup(path);
     w->version = version;
     w->agent = agent;
-    w->started_ms = now_ms();
+    w->started_ms = tc_now_ms();
     pthread_mutex_init(&w->mu, NULL);
     pthread_cond_init(&w->cv, NULL);
     assert_int_equal(pthread_create(&w->thread, NULL, watch_main, w), 0);
     return w;
-}
-
-static struct timespec deadline_in(long ms)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
 }
 
 static size_t count_type(watcher *w, const char *type)
@@ -419,7 +282,7 @@ static size_t count_type(watcher *w, const char *type)
 /* Waits until w has at least n events of type (NULL: any); false on timeout. */
 static bool watch_wait(watcher *w, const char *type, size_t n, long ms)
 {
-    struct timespec dl = deadline_in(ms);
+    struct timespec dl = tc_deadline_in(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&w->mu);
     while ((type ? count_type(w, type) : w->nev) < n && !w->done)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) != 0)
@@ -431,7 +294,7 @@ static bool watch_wait(watcher *w, const char *type, size_t n, long ms)
 
 static bool watch_wait_done(watcher *w, long ms)
 {
-    struct timespec dl = deadline_in(ms);
+    struct timespec dl = tc_deadline_in(CLOCK_REALTIME, ms);
     pthread_mutex_lock(&w->mu);
     while (!w->done)
         if (pthread_cond_timedwait(&w->cv, &w->mu, &dl) != 0)
@@ -489,24 +352,24 @@ static void test_h2_crud(void **state)
     client c = {srv, NULL, CURL_HTTP_VERSION_2TLS, NULL, false};
     json_decref(h2(&c, "GET", LEASES, NULL, 200));
     json_t *made = h2(&c, "POST", LEASES, lease_body("h2-crud", "a"), 201);
-    assert_string_equal(json_string_value(at(made, "spec.holderIdentity")), "a");
+    assert_string_equal(json_string_value(tc_at(made, "spec.holderIdentity")), "a");
     json_t *got = h2(&c, "GET", LEASES "/h2-crud", NULL, 200);
-    assert_string_equal(json_string_value(at(got, "metadata.uid")),
-                        json_string_value(at(made, "metadata.uid")));
+    assert_string_equal(json_string_value(tc_at(got, "metadata.uid")),
+                        json_string_value(tc_at(made, "metadata.uid")));
     /* PUT with the current resourceVersion, then the stale one: 409. */
-    json_object_set_new(at(got, "spec"), "holderIdentity", json_string("b"));
+    json_object_set_new(tc_at(got, "spec"), "holderIdentity", json_string("b"));
     char *put = json_dumps(got, JSON_COMPACT);
     json_t *upd = h2(&c, "PUT", LEASES "/h2-crud", put, 200);
-    assert_string_equal(json_string_value(at(upd, "spec.holderIdentity")), "b");
+    assert_string_equal(json_string_value(tc_at(upd, "spec.holderIdentity")), "b");
     json_t *conflict = h2(&c, "PUT", LEASES "/h2-crud", put, 409);
-    assert_string_equal(json_string_value(at(conflict, "reason")), "Conflict");
+    assert_string_equal(json_string_value(tc_at(conflict, "reason")), "Conflict");
     json_t *missing = h2(&c, "GET", LEASES "/no-such-lease", NULL, 404);
-    assert_string_equal(json_string_value(at(missing, "reason")), "NotFound");
+    assert_string_equal(json_string_value(tc_at(missing, "reason")), "NotFound");
     /* Query strings are decoded over h2 as over HTTP/1.1. */
     json_t *sel = h2(&c, "GET", LEASES "?fieldSelector=metadata.name%3Dh2-crud", NULL, 200);
-    assert_int_equal(json_array_size(at(sel, "items")), 1);
+    assert_int_equal(json_array_size(tc_at(sel, "items")), 1);
     json_t *del = h2(&c, "DELETE", LEASES "/h2-crud", NULL, 200);
-    assert_string_equal(json_string_value(at(del, "status")), "Success");
+    assert_string_equal(json_string_value(tc_at(del, "status")), "Success");
     free(put);
     json_decref(made);
     json_decref(got);
@@ -535,7 +398,7 @@ static void test_h2_crud(void **state)
     client_free(&cc);
     client bad = {srv, NULL, CURL_HTTP_VERSION_2TLS, NULL, false, "wrong"};
     json_t *unauth = h2(&bad, "GET", LEASES, NULL, 401);
-    assert_string_equal(json_string_value(at(unauth, "reason")), "Unauthorized");
+    assert_string_equal(json_string_value(tc_at(unauth, "reason")), "Unauthorized");
     json_decref(unauth);
     client_free(&bad);
 
@@ -544,9 +407,9 @@ static void test_h2_crud(void **state)
     curl_easy_getinfo(c.h, CURLINFO_NUM_CONNECTS, &n);
     assert_int_equal(n, 0); /* the last request reused the connection */
     client_free(&c);
-    json_t *j = stats(srv);
-    assert_true(json_integer_value(at(j, "connections.h2.requests")) >= 10);
-    assert_true(json_integer_value(at(j, "connections.h2.total")) >= 1);
+    json_t *j = tc_stats(srv);
+    assert_true(json_integer_value(tc_at(j, "connections.h2.requests")) >= 10);
+    assert_true(json_integer_value(tc_at(j, "connections.h2.total")) >= 1);
     json_decref(j);
 }
 
@@ -594,9 +457,9 @@ static size_t mwatch_data(char *p, size_t size, size_t n, void *ud)
 
 static void drive(CURLM *multi, long ms, bool (*done)(void *), void *arg)
 {
-    long long end = now_ms() + ms;
+    long long end = tc_now_ms() + ms;
     int running = 1;
-    while (now_ms() < end) {
+    while (tc_now_ms() < end) {
         assert_int_equal(curl_multi_perform(multi, &running), CURLM_OK);
         if (done(arg))
             return;
@@ -628,14 +491,14 @@ static void test_h2_many_streams_one_connection(void **state)
     const char *args[] = {"--bookmark-interval", "3600000", "--http2-max-streams", "1000", NULL};
     ts_server *s;
     assert_int_equal(ts_start(&s, args), 0);
-    long long h2_before = stat_int(s, "connections.h2.total");
+    long long h2_before = tc_stat_int(s, "connections.h2.total");
 
     CURLM *multi = curl_multi_init();
     curl_multi_setopt(multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     curl_multi_setopt(multi, CURLMOPT_MAX_CONCURRENT_STREAMS, 1000L);
     curl_multi_setopt(multi, CURLMOPT_MAX_HOST_CONNECTIONS, 1L);
     mwatch *w = calloc(N, sizeof(*w));
-    char *url = fmt("%s%s?watch=1", ts_url(s), LEASES);
+    char *url = tc_fmt("%s%s?watch=1", ts_url(s), LEASES);
     for (int i = 0; i < N; i++) {
         w[i].h = curl_easy_init();
         setup_easy(w[i].h, s, CURL_HTTP_VERSION_2TLS, "multi", false, NULL, &w[i].hdr);
@@ -647,13 +510,13 @@ static void test_h2_many_streams_one_connection(void **state)
     }
     /* Open: the server counts N watches. */
     mstate st = {w, N, 0, s};
-    long long end = now_ms() + 30000;
-    while (now_ms() < end) {
+    long long end = tc_now_ms() + 30000;
+    while (tc_now_ms() < end) {
         drive(multi, 200, all_have_lines, &st); /* never true: just runs the transfers */
-        if (stat_int(s, "watches.open") >= N)
+        if (tc_stat_int(s, "watches.open") >= N)
             break;
     }
-    assert_int_equal(stat_int(s, "watches.open"), N);
+    assert_int_equal(tc_stat_int(s, "watches.open"), N);
     /* One event reaches every stream. */
     client c = {s, NULL, CURL_HTTP_VERSION_2TLS, NULL, false};
     json_decref(h2(&c, "POST", LEASES, lease_body("many", "a"), 201));
@@ -678,9 +541,9 @@ static void test_h2_many_streams_one_connection(void **state)
     }
     assert_int_equal(connects, 1);
     /* The harness's own connection and c's, plus the multi's one. */
-    long long h2_now = stat_int(s, "connections.h2.total");
+    long long h2_now = tc_stat_int(s, "connections.h2.total");
     assert_true(h2_now - h2_before <= 3);
-    assert_int_equal(stat_int(s, "connections.http1.total"), 0);
+    assert_int_equal(tc_stat_int(s, "connections.http1.total"), 0);
 
     /* Closing the streams (RST_STREAM from libcurl) ends the watches at once. */
     for (int i = 0; i < N; i++) {
@@ -689,7 +552,7 @@ static void test_h2_many_streams_one_connection(void **state)
         curl_slist_free_all(w[i].hdr);
     }
     curl_multi_cleanup(multi);
-    wait_stat_at_most(s, "watches.open", 0, 10000);
+    tc_wait_stat_at_most(s, "watches.open", 0, 10000);
     client_free(&c);
     free(w);
     free(url);
@@ -702,7 +565,7 @@ static void test_http11(void **state)
 {
     (void)state;
     /* ALPN http/1.1 on the default server. */
-    long long h1_before = stat_int(srv, "connections.http1.total");
+    long long h1_before = tc_stat_int(srv, "connections.http1.total");
     client c = {srv, NULL, CURL_HTTP_VERSION_1_1, NULL, false};
     json_decref(h2(&c, "POST", LEASES, lease_body("h1-lease", "a"), 201));
     json_decref(h2(&c, "GET", LEASES "/h1-lease", NULL, 200));
@@ -717,7 +580,7 @@ static void test_http11(void **state)
     watch_stop(w);
     json_decref(h2(&c, "DELETE", LEASES "/h1-lease", NULL, 200));
     client_free(&c);
-    assert_true(stat_int(srv, "connections.http1.total") >= h1_before + 3);
+    assert_true(tc_stat_int(srv, "connections.http1.total") >= h1_before + 3);
 
     /* --no-http2: libcurl asks for h2 and gets HTTP/1.1. */
     const char *args[] = {"--no-http2", NULL};
@@ -731,30 +594,14 @@ static void test_http11(void **state)
     assert_int_equal(r.version, CURL_HTTP_VERSION_1_1);
     reply_free(&r);
     client_free(&d);
-    json_t *j = stats(s);
-    assert_int_equal(json_array_size(at(j, "connections.alpn")), 1);
-    assert_int_equal(json_integer_value(at(j, "connections.h2.total")), 0);
+    json_t *j = tc_stats(s);
+    assert_int_equal(json_array_size(tc_at(j, "connections.alpn")), 1);
+    assert_int_equal(json_integer_value(tc_at(j, "connections.h2.total")), 0);
     json_decref(j);
     assert_int_equal(ts_stop(s), 0);
 }
 
 /* ---- kubectl over h2 ------------------------------------------------------------------ */
-
-static char *run(int *status, const char *cmd)
-{
-    FILE *p = popen(cmd, "r");
-    assert_non_null(p);
-    buf b = {0};
-    char chunk[4096];
-    size_t r;
-    while ((r = fread(chunk, 1, sizeof(chunk), p)) > 0)
-        buf_write(chunk, 1, r, &b);
-    int rc = pclose(p);
-    *status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-    if (*status != 0)
-        print_message("%s\n-> %d: %s\n", cmd, *status, b.data ? b.data : "");
-    return b.data ? b.data : strdup("");
-}
 
 static void test_kubectl_h2(void **state)
 {
@@ -766,29 +613,30 @@ static void test_kubectl_h2(void **state)
     client c = {srv, NULL, CURL_HTTP_VERSION_2TLS, NULL, false};
     json_decref(h2(&c, "POST", LEASES, lease_body("kubectl-h2", "kholder"), 201));
     client_free(&c);
-    json_t *before = stats(srv);
+    json_t *before = tc_stats(srv);
     int rc;
-    char *cmd = fmt(KUBECTL "get lease kubectl-h2 -o json 2>&1", ts_kubeconfig(srv), ts_dir(srv));
-    char *out = run(&rc, cmd);
+    char *cmd =
+        tc_fmt(KUBECTL "get lease kubectl-h2 -o json 2>&1", ts_kubeconfig(srv), ts_dir(srv));
+    char *out = tc_run(&rc, "%s", cmd);
     assert_int_equal(rc, 0);
     json_t *k = json_loads(out, 0, NULL);
     assert_non_null(k);
-    assert_string_equal(json_string_value(at(k, "spec.holderIdentity")), "kholder");
+    assert_string_equal(json_string_value(tc_at(k, "spec.holderIdentity")), "kholder");
     json_decref(k);
     free(out);
     free(cmd);
-    cmd = fmt(KUBECTL "get lease 2>&1", ts_kubeconfig(srv), ts_dir(srv));
-    out = run(&rc, cmd);
+    cmd = tc_fmt(KUBECTL "get lease 2>&1", ts_kubeconfig(srv), ts_dir(srv));
+    out = tc_run(&rc, "%s", cmd);
     assert_int_equal(rc, 0);
     assert_non_null(strstr(out, "kubectl-h2"));
     free(out);
     free(cmd);
     /* kubectl's requests came over h2 (Go's transport negotiates it), none over HTTP/1.1. */
-    json_t *after = stats(srv);
-    long long h2req = json_integer_value(at(after, "connections.h2.requests")) -
-                      json_integer_value(at(before, "connections.h2.requests"));
-    long long h1req = json_integer_value(at(after, "connections.http1.requests")) -
-                      json_integer_value(at(before, "connections.http1.requests"));
+    json_t *after = tc_stats(srv);
+    long long h2req = json_integer_value(tc_at(after, "connections.h2.requests")) -
+                      json_integer_value(tc_at(before, "connections.h2.requests"));
+    long long h1req = json_integer_value(tc_at(after, "connections.http1.requests")) -
+                      json_integer_value(tc_at(before, "connections.http1.requests"));
     print_message("kubectl: %lld requests over h2, %lld over HTTP/1.1\n", h2req, h1req);
     assert_true(h2req >= 2);
     assert_int_equal(h1req, 0);
@@ -818,13 +666,13 @@ static void test_h2_faults(void **state)
     reply r;
 
     /* error: 503 Status; 429 with Retry-After. */
-    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"error\",\"status\":503,\"count\":1}",
-            201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":503,\"count\":1}", 201);
     json_t *j = h2(&c, "GET", LEASES, NULL, 503);
-    assert_string_equal(json_string_value(at(j, "reason")), "ServiceUnavailable");
+    assert_string_equal(json_string_value(tc_at(j, "reason")), "ServiceUnavailable");
     json_decref(j);
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"error\",\"status\":429,\"retry_after\":2,\"count\":1}", 201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":429,\"retry_after\":2,\"count\":1}", 201);
     req(&c, "GET", LEASES, NULL, &r);
     assert_int_equal(r.rc, CURLE_OK);
     assert_int_equal(r.status, 429);
@@ -833,38 +681,39 @@ static void test_h2_faults(void **state)
     reply_free(&r);
 
     /* error scoped by User-Agent: another client is not hit. */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"error\",\"status\":500,\"match\":{\"user_agent\":\"fault-client\"}}", 201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"error\",\"status\":500,\"match\":{\"user_agent\":\"fault-client\"}}",
+               201);
     client other = {srv, NULL, CURL_HTTP_VERSION_2TLS, "someone-else", false};
     json_decref(h2(&other, "GET", LEASES, NULL, 200));
     json_decref(h2(&c, "GET", LEASES, NULL, 500));
-    control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
+    tc_control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
 
     /* reset: the stream is reset (RST_STREAM): a transport error, no answer. */
-    long long resets = stat_or0(srv, "requests.by_status.reset");
-    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"reset\",\"count\":1}", 201);
+    long long resets = tc_stat_or0(srv, "requests.by_status.reset");
+    tc_control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"reset\",\"count\":1}", 201);
     req(&c, "GET", LEASES, NULL, &r);
     if (r.rc == CURLE_OK)
         print_message("reset over h2 answered HTTP %ld\n", r.status);
     assert_int_not_equal(r.rc, CURLE_OK);
     reply_free(&r);
-    assert_int_equal(stat_or0(srv, "requests.by_status.reset"), resets + 1);
+    assert_int_equal(tc_stat_or0(srv, "requests.by_status.reset"), resets + 1);
     json_decref(h2(&c, "GET", LEASES, NULL, 200)); /* the client goes on */
 
     /* latency: at least delay_ms. */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"latency\",\"delay_ms\":300,\"count\":1}", 201);
-    long long t0 = now_ms();
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"latency\",\"delay_ms\":300,\"count\":1}", 201);
+    long long t0 = tc_now_ms();
     json_decref(h2(&c, "GET", LEASES, NULL, 200));
-    assert_true(now_ms() - t0 >= 300);
+    assert_true(tc_now_ms() - t0 >= 300);
 
     /* hang: held until the rule is deleted (no timing: we wait for it to be parked). */
-    control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"hang\"}", 201);
-    long long suspended = stat_int(srv, "suspended");
+    tc_control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"hang\"}", 201);
+    long long suspended = tc_stat_int(srv, "suspended");
     held h = {{srv, NULL, CURL_HTTP_VERSION_2TLS, NULL, false}, {0}, 0};
     assert_int_equal(pthread_create(&h.t, NULL, held_main, &h), 0);
-    wait_stat(srv, "suspended", suspended + 1, 10000);
-    control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
+    tc_wait_stat(srv, "suspended", suspended + 1, 10000);
+    tc_control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
     pthread_join(h.t, NULL);
     assert_int_equal(h.r.rc, CURLE_OK);
     assert_int_equal(h.r.status, 200);
@@ -874,59 +723,59 @@ static void test_h2_faults(void **state)
 
     /* freeze_watch: a frozen h2 stream is silent, then catches up. */
     watcher *w = watch_start(srv, LEASES "?watch=1", CURL_HTTP_VERSION_2TLS, "frozen");
-    wait_stat(srv, "watches.open", 1, 10000);
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"frozen\"}}", 201);
+    tc_wait_stat(srv, "watches.open", 1, 10000);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"freeze_watch\",\"match\":{\"user_agent\":\"frozen\"}}", 201);
     size_t before = watch_count(w, NULL);
     json_decref(h2(&c, "POST", LEASES, lease_body("frozen-1", "a"), 201));
     /* An absence: 500 ms with nothing is enough to catch a leak past the freeze. */
     assert_false(watch_wait(w, NULL, before + 1, 500));
-    control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
+    tc_control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
     assert_true(watch_wait(w, "ADDED", 1, 10000));
 
     /* close watches, cleanly: the h2 stream ends with END_STREAM. */
-    control(srv, "POST", "/testserver/v1/watches/close", "{\"match\":{\"user_agent\":\"frozen\"}}",
-            200);
+    tc_control(srv, "POST", "/testserver/v1/watches/close",
+               "{\"match\":{\"user_agent\":\"frozen\"}}", 200);
     assert_true(watch_wait_done(w, 10000));
     assert_int_equal(w->rc, CURLE_OK);
     watch_stop(w);
     /* ... and with abort: the stream is reset, the client sees an error. */
     w = watch_start(srv, LEASES "?watch=1", CURL_HTTP_VERSION_2TLS, "aborted");
     assert_true(watch_wait(w, "ADDED", 1, 10000));
-    control(srv, "POST", "/testserver/v1/watches/close",
-            "{\"abort\":true,\"match\":{\"user_agent\":\"aborted\"}}", 200);
+    tc_control(srv, "POST", "/testserver/v1/watches/close",
+               "{\"abort\":true,\"match\":{\"user_agent\":\"aborted\"}}", 200);
     assert_true(watch_wait_done(w, 10000));
     assert_int_not_equal(w->rc, CURLE_OK);
     watch_stop(w);
 
     /* respond: a canned body, a padded one, and a trickled one. */
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"respond\",\"count\":1,\"content_type\":\"text/html\","
-            "\"body\":\"<html>sign in</html>\"}",
-            201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"respond\",\"count\":1,\"content_type\":\"text/html\","
+               "\"body\":\"<html>sign in</html>\"}",
+               201);
     req(&c, "GET", LEASES, NULL, &r);
     assert_int_equal(r.rc, CURLE_OK);
     assert_int_equal(r.status, 200);
     assert_string_equal(r.body, "<html>sign in</html>");
     assert_string_equal(r.content_type, "text/html");
     reply_free(&r);
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"respond\",\"count\":1,\"size\":1000000,\"body\":\"{}\"}", 201);
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"respond\",\"count\":1,\"size\":1000000,\"body\":\"{}\"}", 201);
     req(&c, "GET", LEASES, NULL, &r);
     assert_int_equal(r.rc, CURLE_OK);
     assert_int_equal(r.len, 1000000);
     assert_memory_equal(r.body, "{}  ", 4);
     reply_free(&r);
-    control(srv, "POST", "/testserver/v1/faults",
-            "{\"kind\":\"respond\",\"count\":1,\"status\":503,\"size\":6,\"interval_ms\":50,"
-            "\"body\":\"abc\"}",
-            201);
-    t0 = now_ms();
+    tc_control(srv, "POST", "/testserver/v1/faults",
+               "{\"kind\":\"respond\",\"count\":1,\"status\":503,\"size\":6,\"interval_ms\":50,"
+               "\"body\":\"abc\"}",
+               201);
+    t0 = tc_now_ms();
     req(&c, "GET", LEASES, NULL, &r);
     assert_int_equal(r.rc, CURLE_OK);
     assert_int_equal(r.status, 503);
     assert_string_equal(r.body, "abc   ");
-    assert_true(now_ms() - t0 >= 5 * 50); /* one byte per interval after the first */
+    assert_true(tc_now_ms() - t0 >= 5 * 50); /* one byte per interval after the first */
     reply_free(&r);
     json_decref(h2(&c, "DELETE", LEASES "/frozen-1", NULL, 200));
     client_free(&c);
@@ -978,7 +827,7 @@ static long load_ok(loadgen *g)
 /* POST /testserver/v1/restart over HTTP/1.1 and wait for the restarts counter. */
 static void restart_h1(ts_server *s, bool keep)
 {
-    long long before = stat_int(s, "restarts");
+    long long before = tc_stat_int(s, "restarts");
     client c = {s, NULL, CURL_HTTP_VERSION_1_1, NULL, false};
     reply r;
     req(&c, "POST", "/testserver/v1/restart",
@@ -990,13 +839,13 @@ static void restart_h1(ts_server *s, bool keep)
     assert_int_equal(r.version, CURL_HTTP_VERSION_1_1);
     reply_free(&r);
     client_free(&c);
-    long long end = now_ms() + 10000;
+    long long end = tc_now_ms() + 10000;
     for (;;) {
         long st;
         char *body = NULL;
         if (ts_control(s, "GET", "/testserver/v1/stats", NULL, &st, &body) == 0 && st == 200) {
             json_t *j = json_loads(body, 0, NULL);
-            long long n = json_integer_value(at(j, "restarts"));
+            long long n = json_integer_value(tc_at(j, "restarts"));
             json_decref(j);
             free(body);
             if (n > before)
@@ -1004,11 +853,11 @@ static void restart_h1(ts_server *s, bool keep)
         } else {
             free(body);
         }
-        if (now_ms() > end) {
+        if (tc_now_ms() > end) {
             print_message("the server did not come back after a restart over HTTP/1.1\n");
             fail();
         }
-        pause_ms(20);
+        tc_pause_ms(20);
     }
 }
 
@@ -1062,7 +911,7 @@ static void test_restart_stress(void **state)
         stress.started = i + 1;
     }
     stress.w = watch_start(s, LEASES "?watch=1", CURL_HTTP_VERSION_2TLS, NULL);
-    long long t0 = now_ms();
+    long long t0 = tc_now_ms();
     for (int i = 0; i < RESTARTS; i++) {
         bool keep = (i / 2) % 2 == 0;
         if (i % 2 == 0) {
@@ -1074,13 +923,13 @@ static void test_restart_stress(void **state)
             restart_h1(s, keep);
         }
     }
-    long long took = now_ms() - t0;
+    long long took = tc_now_ms() - t0;
     print_message("%d restarts in %lld ms\n", RESTARTS, took);
     /* The clients keep getting answers after the last restart. */
     long ok[2] = {load_ok(&g[0]), load_ok(&g[1])};
-    long long end = now_ms() + 10000;
-    while ((load_ok(&g[0]) <= ok[0] || load_ok(&g[1]) <= ok[1]) && now_ms() < end)
-        pause_ms(20);
+    long long end = tc_now_ms() + 10000;
+    while ((load_ok(&g[0]) <= ok[0] || load_ok(&g[1]) <= ok[1]) && tc_now_ms() < end)
+        tc_pause_ms(20);
     assert_true(load_ok(&g[0]) > ok[0]);
     assert_true(load_ok(&g[1]) > ok[1]);
     stress_stop_load();
@@ -1089,7 +938,7 @@ static void test_restart_stress(void **state)
                       g[i].failed);
     watch_stop(stress.w);
     stress.w = NULL;
-    assert_int_equal(stat_int(s, "restarts"), RESTARTS);
+    assert_int_equal(tc_stat_int(s, "restarts"), RESTARTS);
     /* A clean exit: no abort along the way. */
     stress.s = NULL;
     assert_int_equal(ts_stop(s), 0);

@@ -48,14 +48,6 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static void need_testserver(const char *why)
-{
-    if (!e2e_is_testserver()) {
-        print_message("skipped on a real API server: %s\n", why);
-        skip();
-    }
-}
-
 /* Another client (another "process"), told apart by its User-Agent. */
 static k8slease_client *new_client(const char *user_agent)
 {
@@ -396,7 +388,7 @@ static void frozen_watch_falls_back_to_polling(void **state)
     int64_t died;
 
     (void)state;
-    need_testserver("needs a watch frozen on its own (SIGSTOP would freeze the leader too)");
+    e2e_need_testserver("needs a watch frozen on its own (SIGSTOP would freeze the leader too)");
     ca = new_client("wm-frozen-a");
     cb = new_client("wm-frozen-b");
     no_release.release = 0;
@@ -522,7 +514,7 @@ static void gone_resume_relists(void **state)
     int64_t t0, dt;
 
     (void)state;
-    need_testserver("needs one watch held back while its history is compacted");
+    e2e_need_testserver("needs one watch held back while its history is compacted");
     ca = new_client("wm-gone-a");
     cb = new_client("wm-gone-b");
     a = start(ca, "wm-gone", "a:1", &a_);

@@ -8,6 +8,12 @@
 #include <unistd.h>
 
 #include <curl/curl.h>
+#include <jansson.h>
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <cmocka.h>
 
 #include "harness.h"
 #include "k8s/kubeconfig.h"
@@ -94,23 +100,6 @@ void e2e_pause_ms(int ms)
 
 /* ---- the API server under test, whichever it is ------------------------ */
 
-static size_t collect(char *p, size_t size, size_t n, void *ud)
-{
-    struct body {
-        char *data;
-        size_t len;
-    } *b = ud;
-    char *grown = realloc(b->data, b->len + size * n + 1);
-
-    if (!grown)
-        return 0;
-    memcpy(grown + b->len, p, size * n);
-    b->len += size * n;
-    grown[b->len] = '\0';
-    b->data = grown;
-    return size * n;
-}
-
 /* Reads the token file of the kubeconfig (tokenFile) into buf. */
 static int read_token_file(const char *path, char *buf, size_t size)
 {
@@ -131,10 +120,7 @@ int e2e_api(const char *method, const char *path, const char *body, long *status
 {
     kl__restconfig *cfg = NULL;
     struct curl_slist *h = NULL;
-    struct {
-        char *data;
-        size_t len;
-    } out = {0};
+    ts_buf out = {0};
     char url[2048], auth[8192] = "", token[4096];
     const char *kc = getenv("KUBECONFIG");
     CURLcode cc = CURLE_FAILED_INIT;
@@ -185,7 +171,7 @@ int e2e_api(const char *method, const char *path, const char *body, long *status
         curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
     }
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
-    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, collect);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, &out);
     if ((cc = curl_easy_perform(c)) != CURLE_OK) {
         fprintf(stderr, "e2e_api: %s %s: %s\n", method, url, curl_easy_strerror(cc));
@@ -394,4 +380,50 @@ void e2e_cand_on_new_leader(const char *id, int64_t epoch, void *ud)
     pthread_mutex_lock(&c->mu);
     snprintf(c->leader, sizeof(c->leader), "%s", id);
     pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- for cmocka tests --------------------------------------------------- */
+
+void e2e_need_testserver(const char *why)
+{
+    if (!e2e_is_testserver()) {
+        print_message("skipped on a real API server: %s\n", why);
+        skip();
+    }
+}
+
+long e2e_add_fault(const char *json)
+{
+    char *resp = NULL;
+    long status = 0, id;
+    json_t *root;
+
+    assert_int_equal(
+        ts_control(e2e_server(), "POST", "/testserver/v1/faults", json, &status, &resp), 0);
+    if (status != 201)
+        fail_msg("fault %s refused: HTTP %ld %s", json, status, resp ? resp : "");
+    root = json_loads(resp, 0, NULL);
+    id = (long)json_integer_value(json_object_get(root, "id"));
+    json_decref(root);
+    free(resp);
+    assert_true(id > 0);
+    return id;
+}
+
+void e2e_wait_fault_retired(long id, int ms)
+{
+    char path[64];
+    int64_t deadline = e2e_mono_ms() + ms;
+
+    snprintf(path, sizeof(path), "/testserver/v1/faults/%ld", id);
+    for (;;) {
+        long status = 0;
+
+        assert_int_equal(ts_control(e2e_server(), "GET", path, NULL, &status, NULL), 0);
+        if (status == 404)
+            return;
+        if (e2e_mono_ms() > deadline)
+            fail_msg("fault %ld still live after %d ms", id, ms);
+        e2e_pause_ms(20);
+    }
 }

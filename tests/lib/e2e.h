@@ -79,4 +79,14 @@ void e2e_cand_on_started(int64_t epoch, void *ud);
 void e2e_cand_on_stopped(void *ud);
 void e2e_cand_on_new_leader(const char *id, int64_t epoch, void *ud);
 
+/* For cmocka tests. Skip the running test unless the server under test is
+ * k8slease-testserver, saying why ("skipped on a real API server: WHY"). */
+void e2e_need_testserver(const char *why);
+/* Add a fault rule (JSON) on the test server: it must answer 201; returns
+ * the rule's id. */
+long e2e_add_fault(const char *json);
+/* Wait (polling every 20 ms, at most ms) until fault rule id is gone (its
+ * count used up, or expired); fail the test otherwise. */
+void e2e_wait_fault_retired(long id, int ms);
+
 #endif

@@ -259,14 +259,9 @@ char *ts_token(const ts_server *s)
     return tok;
 }
 
-typedef struct body_buf {
-    char *data;
-    size_t len;
-} body_buf;
-
-static size_t on_data(char *p, size_t size, size_t n, void *ud)
+size_t ts_buf_write(char *p, size_t size, size_t n, void *ud)
 {
-    body_buf *b = ud;
+    ts_buf *b = ud;
     size_t add = size * n;
     char *d = realloc(b->data, b->len + add + 1);
     if (!d)
@@ -282,7 +277,7 @@ int ts_request(ts_server *s, const char *method, const char *path, const char *c
                const char *body, long *status, char **response)
 {
     struct curl_slist *hdr = NULL;
-    body_buf b = {NULL, 0};
+    ts_buf b = {NULL, 0};
     char *url = join(s->url, path);
     char *tok = ts_token(s);
     char *auth = tok ? join("Authorization: Bearer ", tok) : NULL;
@@ -308,7 +303,7 @@ int ts_request(ts_server *s, const char *method, const char *path, const char *c
     curl_easy_setopt(h, CURLOPT_USERAGENT, "k8slease-testharness");
     curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
     curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
-    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, on_data);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
     if (body) {
         curl_easy_setopt(h, CURLOPT_POSTFIELDS, body);

@@ -27,6 +27,7 @@
 #define K8SLEASE_TEST_HARNESS_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -68,6 +69,17 @@ int ts_request(ts_server *s, const char *method, const char *path, const char *c
 /* ts_request with an application/json body: for /testserver/v1 calls. */
 int ts_control(ts_server *s, const char *method, const char *path, const char *json_body,
                long *status, char **response);
+
+/*
+ * A growing NUL-terminated buffer for libcurl: ts_buf_write is a
+ * CURLOPT_WRITEFUNCTION whose userdata is the ts_buf (0 on ENOMEM, which
+ * fails the transfer). free(data) when done.
+ */
+typedef struct ts_buf {
+    char *data;
+    size_t len;
+} ts_buf;
+size_t ts_buf_write(char *p, size_t size, size_t n, void *ud);
 
 /*
  * POST /testserver/v1/restart and wait (at most 10 s) until the restarted

@@ -1,5 +1,5 @@
 /* Helpers every cmocka suite may use (unit and integration): reading test
- * files, a port nothing listens on. Linked into every k8slease_test()
+ * files, base64, a port nothing listens on. Linked into every k8slease_test()
  * program (tests/CMakeLists.txt). The test server and etcd launchers are
  * harness.h and etcd_harness.h, the end-to-end setup and the candidate
  * recorder e2e.h, the fake HTTP(S) server of the unit tests fakehttp.h, all
@@ -14,6 +14,10 @@
 char *kl_test_read_file(const char *path, size_t *len);
 /* kl_test_read_file of tests/data/DIR/NAME. */
 char *kl_test_read_data(const char *dir, const char *name, size_t *len);
+
+/* data in base64 (standard alphabet, padded), malloc'ed (free()): what a
+ * kubeconfig's *-data fields hold. */
+char *kl_test_base64(const char *data);
 
 /* A loopback TCP port nothing listens on (bound, then closed): connecting
  * to it is refused. Fails the running cmocka test if none can be had. */

@@ -66,31 +66,6 @@ static char *slurp(const char *path, size_t *len)
     return kl_test_read_file(path, len);
 }
 
-static char *b64(const char *data)
-{
-    static const char alphabet[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    const unsigned char *in = (const unsigned char *)data;
-    size_t len = strlen(data), i, o = 0;
-    char *out = malloc((len + 2) / 3 * 4 + 1);
-
-    assert_non_null(out);
-    for (i = 0; i < len; i += 3) {
-        unsigned v = (unsigned)in[i] << 16;
-
-        if (i + 1 < len)
-            v |= (unsigned)in[i + 1] << 8;
-        if (i + 2 < len)
-            v |= in[i + 2];
-        out[o++] = alphabet[v >> 18 & 63];
-        out[o++] = alphabet[v >> 12 & 63];
-        out[o++] = i + 1 < len ? alphabet[v >> 6 & 63] : '=';
-        out[o++] = i + 2 < len ? alphabet[v & 63] : '=';
-    }
-    out[o] = '\0';
-    return out;
-}
-
 static void write_file(const char *path, const char *content)
 {
     FILE *f = fopen(path, "w");
@@ -116,9 +91,9 @@ static int setup(void **state)
     cert = slurp(path, NULL);
     snprintf(path, sizeof(path), "%s/tls/client.key", K8SLEASE_TEST_DATA);
     key = slurp(path, NULL);
-    ca64 = b64(ca);
-    cert64 = b64(cert);
-    key64 = b64(key);
+    ca64 = kl_test_base64(ca);
+    cert64 = kl_test_base64(cert);
+    key64 = kl_test_base64(key);
 
     snprintf(T.kubeconfig, sizeof(T.kubeconfig), "%s/kubeconfig", T.dir);
     snprintf(text, sizeof(text),
