@@ -1183,66 +1183,6 @@ static void curl_init(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
 }
 
-static char **strv_dup(char *const *v)
-{
-    size_t n = 0, i;
-    char **out;
-
-    while (v && v[n])
-        n++;
-    if (!(out = kl__calloc(n + 1, sizeof(*out))))
-        return NULL;
-    for (i = 0; i < n; i++) {
-        if (!(out[i] = kl__strdup(v[i]))) {
-            while (i > 0)
-                kl__free(out[--i]);
-            kl__free(out);
-            return NULL;
-        }
-    }
-    return out;
-}
-
-static void strv_free(char **v)
-{
-    size_t i;
-
-    for (i = 0; v && v[i]; i++)
-        kl__free(v[i]);
-    kl__free(v);
-}
-
-static void exec_free(kl__exec_config *e)
-{
-    if (!e)
-        return;
-    kl__free(e->api_version);
-    kl__free(e->command);
-    strv_free(e->args);
-    strv_free(e->env);
-    kl__free(e->config_dir);
-    kl__free(e);
-}
-
-static kl__exec_config *exec_dup(const kl__exec_config *src)
-{
-    kl__exec_config *e = kl__calloc(1, sizeof(*e));
-
-    if (!e)
-        return NULL;
-    e->api_version = src->api_version ? kl__strdup(src->api_version) : NULL;
-    e->command = src->command ? kl__strdup(src->command) : NULL;
-    e->args = strv_dup(src->args);
-    e->env = strv_dup(src->env);
-    e->config_dir = src->config_dir ? kl__strdup(src->config_dir) : NULL;
-    if ((src->api_version && !e->api_version) || (src->command && !e->command) || !e->args ||
-        !e->env || (src->config_dir && !e->config_dir)) {
-        exec_free(e);
-        return NULL;
-    }
-    return e;
-}
-
 /* Copy an optional string or blob; 0 on success. */
 static int dup_opt(char **dst, const char *src)
 {
@@ -1352,7 +1292,7 @@ static int copy_config(http *loop, const kl__restconfig *cfg)
         (err = dup_blob(&loop->cert_pem, &loop->cert_pem_len, cfg->cert_pem, cfg->cert_pem_len)) <
             0 ||
         (err = dup_blob(&loop->key_pem, &loop->key_pem_len, cfg->key_pem, cfg->key_pem_len)) < 0 ||
-        (cfg->exec && !(loop->exec = exec_dup(cfg->exec))))
+        (cfg->exec && !(loop->exec = kl__exec_config_dup(cfg->exec))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     len = strlen(loop->server);
     while (len > 0 && loop->server[len - 1] == '/')
@@ -1384,7 +1324,7 @@ static void io_destroy(void *data)
     kl__free(loop->token);
     kl__free(loop->user_agent);
     kl__free(loop->token_file);
-    exec_free(loop->exec);
+    kl__exec_config_free(loop->exec);
     kl__exec_credential_clear(&loop->cred);
     kl__free(loop);
 }

@@ -42,5 +42,8 @@ typedef struct kl__restconfig {
 
 /* Free cfg, its exec config and every string. Accepts NULL. */
 void kl__restconfig_free(kl__restconfig *cfg);
+/* A deep copy of an exec plugin config (NULL on ENOMEM), and its free. */
+kl__exec_config *kl__exec_config_dup(const kl__exec_config *src);
+void kl__exec_config_free(kl__exec_config *exec);
 
 #endif
