@@ -444,6 +444,16 @@ static void fault(const char *json)
     free(body);
 }
 
+static void remove_fault(long id)
+{
+    char path[64];
+    long status = 0;
+
+    snprintf(path, sizeof(path), "/testserver/v1/faults/%ld", id);
+    assert_int_equal(ts_control(e2e_server(), "DELETE", path, NULL, &status, NULL), 0);
+    assert_int_equal(status, 200);
+}
+
 /* ---- cases ------------------------------------------------------------- */
 
 static int setup(void **state)
@@ -524,6 +534,7 @@ static void forbidden_named_once(void **state)
 {
     const char *user_kc = e2e_envtest_file("kubeconfig-user");
     const char *lease = "log-forbidden";
+    long list_fault = -1;
     child *c;
     char *text;
 
@@ -533,10 +544,17 @@ static void forbidden_named_once(void **state)
         skip();
     }
     c = child_start("debug", e2e_is_testserver() ? NULL : user_kc);
-    if (e2e_is_testserver())
+    if (e2e_is_testserver()) {
+        /* The watch's list is refused too, for good: otherwise the order
+         * of its answer ("no Lease") and the first refused GET decides
+         * whether the candidate reads again or creates at once. */
+        list_fault = e2e_add_fault(
+            "{\"kind\":\"error\",\"status\":403,\"match\":{\"verb\":\"list\","
+            "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/default/leases\"}}");
         fault("{\"kind\":\"error\",\"status\":403,\"count\":3,\"match\":{\"verb\":\"get\","
               "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/default/leases/"
               "log-forbidden\"}}");
+    }
     child_ok(c, "run %s %s", lease, "log-403:8080");
     /* Three refused GETs, three retry periods. */
     wait_lines(c, 3, " debug default/log-forbidden: get lease default/log-forbidden: HTTP 403",
@@ -556,6 +574,7 @@ static void forbidden_named_once(void **state)
               "log-forbidden\"}}");
         child_ok(c, "cancel %s%s", lease, "");
         child_ok(c, "waitlost %s%s", lease, "");
+        remove_fault(list_fault);
     } else {
         char forbidden[128];
 
