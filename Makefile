@@ -57,7 +57,7 @@ check-deploy: build
 # Benchmarks (bench/README.md); not part of `make test`. bench: about 7
 # minutes on the test server; with APISERVER=DIR (envtest binaries: DIR/
 # kube-apiserver, DIR/etcd) also on that real kube-apiserver, in the same
-# run (about 11 minutes; bench-quick about 3). BENCH_ARGS: e.g. --only 1,3,
+# run (about 12 minutes; bench-quick about 3). BENCH_ARGS: e.g. --only 1,3,
 # or --kubeconfig FILE for a shared cluster (light benchmarks only).
 .PHONY: bench bench-quick
 APISERVER ?=
