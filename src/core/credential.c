@@ -58,20 +58,6 @@ static int parse_digits(const char **p, int n, int *out)
     return 1;
 }
 
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's
- * days_from_civil); avoids timegm, which is not POSIX. */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    int64_t era, yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = y - era * 400;
-    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
 static int days_in_month(int y, int m)
 {
     static const int days[] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
@@ -113,7 +99,7 @@ static int parse_rfc3339(const char *s, int64_t *out_us)
     if (*p || mo < 1 || mo > 12 || d < 1 || d > days_in_month(y, mo) || h > 23 || mi > 59 ||
         sec > 59 || oh > 23 || om > 59)
         return -1;
-    secs = days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
+    secs = kl__days_from_civil(y, mo, d) * 86400 + h * 3600 + mi * 60 + sec;
     secs -= sign * (oh * 3600 + om * 60);
     *out_us = secs * 1000000 + frac_us;
     return 0;

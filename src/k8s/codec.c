@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "core/clock.h"
 #include "core/common.h"
 
 #define US_PER_S   INT64_C(1000000)
@@ -12,21 +13,8 @@
 /* MicroTime                                                                */
 /* ------------------------------------------------------------------------ */
 
-/* Proleptic Gregorian calendar arithmetic (Howard Hinnant's algorithms):
- * exact for every year, no tables, and unlike gmtime/timegm no libc time
- * zone state, so it is thread-safe and cheap. */
-static int64_t days_from_civil(int64_t y, int m, int d)
-{
-    int64_t era, yoe, doy, doe;
-
-    y -= m <= 2;
-    era = (y >= 0 ? y : y - 399) / 400;
-    yoe = y - era * 400;
-    doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
+/* Proleptic Gregorian calendar arithmetic (Howard Hinnant's algorithms;
+ * days_from_civil is kl__days_from_civil in core/clock.c). */
 static void civil_from_days(int64_t z, int64_t *y, int *m, int *d)
 {
     int64_t era, doe, yoe, doy, mp;
@@ -172,7 +160,7 @@ static const char *parse_rfc3339(const char *s, int64_t *us)
         return "second out of range";
     if (off_h > 23 || off_m > 59)
         return "time zone offset out of range";
-    secs = days_from_civil(year, month, day) * 86400 + hour * 3600 + min * 60 + sec -
+    secs = kl__days_from_civil(year, month, day) * 86400 + hour * 3600 + min * 60 + sec -
            off_sign * (off_h * 3600 + off_m * 60);
     *us = secs * US_PER_S + frac;
     return NULL;
