@@ -68,17 +68,41 @@ static const char *client_ns(const k8slease_client *client, const char *ns)
     return ns ? ns : client->cfg->ns;
 }
 
-static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,
-                      k8slease_holder **out)
+/* GET the Lease at path and decode it (what names it in errors). */
+static int get_lease(k8slease_client *client, const char *path, const char *what,
+                     int64_t timeout_ms, kl__lease **out)
 {
     kl__http_opts req = {0};
     kl__http_result res = {0};
-    kl__lease *lease = NULL;
-    k8slease_holder *h = NULL;
-    char *path = NULL, *body = NULL;
-    char what[400];
+    char *body = NULL;
     size_t body_len = 0;
     long status = 0;
+    int err;
+
+    *out = NULL;
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout_ms;
+    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    res.status = status;
+    res.body = body;
+    res.body_len = body_len;
+    err = kl__lease_result(&res, what, out);
+out:
+    kl__free(body);
+    return err;
+}
+
+static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,
+                      k8slease_holder **out)
+{
+    kl__lease *lease = NULL;
+    k8slease_holder *h = NULL;
+    char *path = NULL;
+    char what[400];
     int err;
 
     ns = client_ns(client, ns);
@@ -89,17 +113,8 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
-    req.method = "GET";
-    req.path = path;
-    req.timeout_ms = timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS;
-    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    res.status = status;
-    res.body = body;
-    res.body_len = body_len;
-    if ((err = kl__lease_result(&res, what, &lease)) < 0)
+    if ((err = get_lease(client, path, what, timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS,
+                         &lease)) < 0)
         goto out;
 
     if (!(h = kl__calloc(1, sizeof(*h)))) {
@@ -124,7 +139,6 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
 out:
     k8slease_holder_free(h);
     kl__lease_free(lease);
-    kl__free(body);
     kl__free(path);
     return err;
 }
@@ -244,7 +258,6 @@ static int release_once(k8slease_client *client, const char *path, const char *w
                         const char *identity, int force, int64_t timeout_ms, int *retry)
 {
     kl__http_opts req = {0};
-    kl__http_result res = {0};
     kl__lease *lease = NULL;
     kl__lease_spec spec;
     char *body = NULL, *put = NULL;
@@ -253,17 +266,7 @@ static int release_once(k8slease_client *client, const char *path, const char *w
     int err;
 
     *retry = 0;
-    req.method = "GET";
-    req.path = path;
-    req.timeout_ms = timeout_ms;
-    if ((err = kl__http_sync(client->loop, &req, &status, &body, &body_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    res.status = status;
-    res.body = body;
-    res.body_len = body_len;
-    if ((err = kl__lease_result(&res, what, &lease)) < 0)
+    if ((err = get_lease(client, path, what, timeout_ms, &lease)) < 0)
         goto out;
     if (!lease->spec.holder || !lease->spec.holder[0])
         goto out; /* nobody holds it */
@@ -281,9 +284,9 @@ static int release_once(k8slease_client *client, const char *path, const char *w
         err = kl__error_set(K8SLEASE_ENOMEM, "%s: out of memory", what);
         goto out;
     }
-    kl__free(body);
-    body = NULL;
     req.method = "PUT";
+    req.path = path;
+    req.timeout_ms = timeout_ms;
     req.content_type = "application/json";
     req.body = put;
     req.body_len = strlen(put);
