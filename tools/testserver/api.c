@@ -46,7 +46,8 @@ static bool segment(const char *s, size_t n, char out[256])
     return true;
 }
 
-static route parse_route(const char *path)
+/* cle: LeaseCandidates are served (--feature-gates=CoordinatedLeaderElection=true). */
+static route parse_route(const char *path, bool cle)
 {
     route r = {0};
     const char *seg[8];
@@ -74,7 +75,9 @@ static route parse_route(const char *path)
             return r;
         }
     }
-    if (!strncmp(path, "/openapi/v3/", 12)) {
+    if (!strncmp(path, "/openapi/v3/", 12) ||
+        (cle && (!strcmp(path, "/apis/coordination.k8s.io/v1beta1") ||
+                 !strcmp(path, "/apis/coordination.k8s.io/v1beta1/")))) {
         r.kind = RT_STATIC;
         return r;
     }
@@ -94,6 +97,10 @@ static route parse_route(const char *path)
     size_t base;
     if (n >= 3 && SEG(0, "apis") && SEG(1, "coordination.k8s.io") && SEG(2, "v1")) {
         r.res = TS_LEASE;
+        base = 3;
+    } else if (cle && n >= 3 && SEG(0, "apis") && SEG(1, "coordination.k8s.io") &&
+               SEG(2, "v1beta1")) {
+        r.res = TS_LC;
         base = 3;
     } else if (n >= 2 && SEG(0, "api") && SEG(1, "v1")) {
         r.res = TS_POD;
@@ -129,7 +136,7 @@ static route parse_route(const char *path)
 
 const char *ts_api_verb(const char *method, const char *path, bool watch)
 {
-    route r = parse_route(path);
+    route r = parse_route(path, true);
     bool obj = r.kind == RT_OBJECT;
     bool coll = r.kind == RT_COLLECTION;
     if (!strcmp(method, "GET"))
@@ -695,7 +702,10 @@ static bool registered_kind(const char *gv, const char *kind)
                                         "apps/v1 StatefulSet",
                                         "apps/v1 DaemonSet",
                                         "apps/v1 ReplicaSet",
-                                        "coordination.k8s.io/v1 Lease"};
+                                        "coordination.k8s.io/v1 Lease",
+                                        "coordination.k8s.io/v1beta1 Lease",
+                                        "coordination.k8s.io/v1beta1 LeaseCandidate",
+                                        "coordination.k8s.io/v1alpha2 LeaseCandidate"};
     char want[256];
     snprintf(want, sizeof(want), "%s %s", gv, kind);
     for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
@@ -718,6 +728,9 @@ static bool check_type_meta(const json_t *body, ts_res res, ts_response *rs)
     if (!kind || !*kind)
         kind = rd->kind;
     if (!strcmp(av, rd->api_version) && !strcmp(kind, rd->kind))
+        return true;
+    /* Another served version of the same kind converts (v1alpha2 -> v1beta1). */
+    if (res == TS_LC && !strcmp(av, "coordination.k8s.io/v1alpha2") && !strcmp(kind, rd->kind))
         return true;
     const char *slash = strchr(av, '/');
     const char *version = slash ? slash + 1 : av;
@@ -788,10 +801,25 @@ static json_t *group_entry(const char *group)
                      "preferredVersion", group_version(group));
 }
 
-/* The APIGroup document of group. */
-static json_t *api_group(const char *group)
+/*
+ * coordination.k8s.io: v1, and v1beta1 when LeaseCandidates are served (the
+ * order of discovery_group.json; preferred stays v1).
+ */
+static json_t *coordination_entry(bool cle)
 {
-    json_t *g = group_entry(group);
+    json_t *g = group_entry("coordination.k8s.io");
+    if (g && cle)
+        json_array_append_new(json_object_get(g, "versions"),
+                              json_pack("{s:s, s:s}", "groupVersion", "coordination.k8s.io/v1beta1",
+                                        "version", "v1beta1"));
+    return g;
+}
+
+/* The APIGroup document of group. */
+static json_t *api_group(const char *group, bool cle)
+{
+    json_t *g =
+        !strcmp(group, "coordination.k8s.io") ? coordination_entry(cle) : group_entry(group);
     if (g && (json_object_set_new(g, "kind", json_string("APIGroup")) < 0 ||
               json_object_set_new(g, "apiVersion", json_string("v1")) < 0)) {
         json_decref(g);
@@ -901,14 +929,14 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
                       addr);
     } else if (!strcmp(p, "/apis") || !strcmp(p, "/apis/")) {
         j = json_pack("{s:s, s:s, s:[o, o, o]}", "kind", "APIGroupList", "apiVersion", "v1",
-                      "groups", group_entry("coordination.k8s.io"), group_entry("apps"),
+                      "groups", coordination_entry(srv->cfg.cle), group_entry("apps"),
                       group_entry("rbac.authorization.k8s.io"));
     } else if (is_group_path(p, "coordination.k8s.io", "")) {
-        j = api_group("coordination.k8s.io");
+        j = api_group("coordination.k8s.io", srv->cfg.cle);
     } else if (is_group_path(p, "apps", "")) {
-        j = api_group("apps");
+        j = api_group("apps", false);
     } else if (is_group_path(p, "rbac.authorization.k8s.io", "")) {
-        j = api_group("rbac.authorization.k8s.io");
+        j = api_group("rbac.authorization.k8s.io", false);
     } else if (is_group_path(p, "apps", "/v1")) {
         j = json_pack("{s:s, s:s, s:s, s:[o]}", "kind", "APIResourceList", "apiVersion", "v1",
                       "groupVersion", "apps/v1", "resources",
@@ -931,6 +959,13 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
             api_resource("services", "service", true, "Service", ALL_VERBS, "svc", "0/CO1lhkEBI="),
             api_resource("serviceaccounts", "serviceaccount", true, "ServiceAccount", ALL_VERBS,
                          "sa", "pbx9ZvyFpBE="));
+    } else if (srv->cfg.cle && is_group_path(p, "coordination.k8s.io", "/v1beta1")) {
+        /* The real list also names deletecollection, which is not served here. */
+        j = json_pack("{s:s, s:s, s:s, s:[o]}", "kind", "APIResourceList", "apiVersion", "v1",
+                      "groupVersion", "coordination.k8s.io/v1beta1", "resources",
+                      api_resource("leasecandidates", "leasecandidate", true, "LeaseCandidate",
+                                   "create,delete,get,list,patch,update,watch", NULL,
+                                   "lvME0iHWE20="));
     } else if (!strncmp(p, "/apis/coordination.k8s.io/v1", 28)) {
         j = json_pack("{s:s, s:s, s:s, s:[o]}", "kind", "APIResourceList", "apiVersion", "v1",
                       "groupVersion", "coordination.k8s.io/v1", "resources",
@@ -1337,8 +1372,8 @@ static void update_object(ts_server *srv, const ts_request *rq, const route *r, 
         ts_buf_free(&m);
         return;
     }
-    if ((!want_rv || !*want_rv) && r->res == TS_LEASE) {
-        /* The Lease strategy does not allow unconditional updates. */
+    if ((!want_rv || !*want_rv) && (r->res == TS_LEASE || r->res == TS_LC)) {
+        /* The Lease and LeaseCandidate strategies do not allow unconditional updates. */
         ts_buf m = {0};
         ts_buf_printf(&m,
                       "%s \"%s\" is invalid: metadata.resourceVersion: Invalid value: 0: must "
@@ -1592,7 +1627,7 @@ static void handle_delete(ts_server *srv, const ts_request *rq, const route *r, 
 
 void ts_api_handle(ts_server *srv, const ts_request *rq, ts_response *rs)
 {
-    route r = parse_route(rq->path);
+    route r = parse_route(rq->path, srv->cfg.cle);
     const char *m = rq->method;
 
     switch (r.kind) {

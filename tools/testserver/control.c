@@ -66,6 +66,7 @@ json_t *ts_stats_json(ts_server *srv)
     json_object_set_new(j, "leases", u64(srv->store.count[TS_LEASE]));
     json_object_set_new(j, "pods", u64(srv->store.count[TS_POD]));
     json_object_set_new(j, "namespaces", u64(srv->store.count[TS_NS]));
+    json_object_set_new(j, "leasecandidates", u64(srv->store.count[TS_LC]));
     json_object_set_new(j, "requests",
                         json_pack("{s:o, s:O, s:O, s:O}", "total", u64(srv->stats.requests),
                                   "by_method", srv->stats.by_method, "by_verb", srv->stats.by_verb,

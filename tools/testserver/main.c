@@ -29,6 +29,8 @@ static const char usage[] =
     "                           [--token T] [--history N] [--bookmark-interval MS|real]\n"
     "                           [--threads N] [--seed N] [--fault JSON]... [--no-http2]\n"
     "                           [--http2-max-streams N]\n"
+    "                           [--feature-gates CoordinatedLeaderElection=true]\n"
+    "                           [--cle-election-duration MS]\n"
     "                           [--verbose] [--quiet] [--help] [--version]\n"
     "\n"
     "A Kubernetes API server for tests: coordination.k8s.io/v1 Leases, v1 Pods,\n"
@@ -51,6 +53,11 @@ static const char usage[] =
     "  --no-http2             offer only http/1.1 in ALPN (default: h2 and http/1.1)\n"
     "  --http2-max-streams N  SETTINGS_MAX_CONCURRENT_STREAMS advertised (default 100,\n"
     "                         as kube-apiserver v1.36.3; v1.24.0 advertised 250)\n"
+    "  --feature-gates G=B,.. CoordinatedLeaderElection=true serves\n"
+    "                         coordination.k8s.io/v1beta1 LeaseCandidates and runs\n"
+    "                         the apiserver's leader-election controller\n"
+    "  --cle-election-duration MS  how long the controller waits for pinged\n"
+    "                         candidates, and its requeue interval (default 5000)\n"
     "  --verbose              log every request to stderr\n"
     "  --quiet                log nothing\n";
 
@@ -93,6 +100,38 @@ static unsigned long long number(const char *flag, const char *v, unsigned long 
     return n;
 }
 
+/*
+ * --feature-gates: comma-separated GATE=BOOL, as kube-apiserver takes them.
+ * Only CoordinatedLeaderElection is known; any other gate is an error
+ * naming it (the apiserver's "unrecognized feature gate").
+ */
+static void feature_gates(const char *flag, const char *v, ts_config *cfg)
+{
+    char buf[256];
+    if (strlen(v) >= sizeof(buf))
+        usage_error("invalid value for %s: '%s'", flag, v);
+    snprintf(buf, sizeof(buf), "%s", v);
+    for (char *save = NULL, *g = strtok_r(buf, ",", &save); g; g = strtok_r(NULL, ",", &save)) {
+        char *eq = strchr(g, '=');
+        if (!eq)
+            usage_error("invalid value for %s: missing bool value for %s", flag, g);
+        *eq = '\0';
+        const char *b = eq + 1;
+        bool on;
+        if (!strcmp(b, "true") || !strcmp(b, "1") || !strcmp(b, "t") || !strcmp(b, "T") ||
+            !strcmp(b, "TRUE") || !strcmp(b, "True"))
+            on = true;
+        else if (!strcmp(b, "false") || !strcmp(b, "0") || !strcmp(b, "f") || !strcmp(b, "F") ||
+                 !strcmp(b, "FALSE") || !strcmp(b, "False"))
+            on = false;
+        else
+            usage_error("invalid value for %s: invalid value of %s: %s", flag, g, b);
+        if (strcmp(g, "CoordinatedLeaderElection"))
+            usage_error("invalid value for %s: unrecognized feature gate: %s", flag, g);
+        cfg->cle = on;
+    }
+}
+
 static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_arg, bool *quiet)
 {
     for (int i = 1; i < argc; i++) {
@@ -112,9 +151,9 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
         static const char *const boolean[] = {"--help", "--version", "--quiet", "--verbose",
                                               "--no-http2"};
         static const char *const valued[] = {
-            "--dir",     "--address",          "--port", "--token",
-            "--history", "--threads",          "--seed", "--bookmark-interval",
-            "--fault",   "--http2-max-streams"};
+            "--dir",     "--address",           "--port",          "--token",
+            "--history", "--threads",           "--seed",          "--bookmark-interval",
+            "--fault",   "--http2-max-streams", "--feature-gates", "--cle-election-duration"};
         bool is_bool = false, known = false;
         for (size_t k = 0; k < sizeof(boolean) / sizeof(boolean[0]); k++)
             is_bool |= !strcmp(flag, boolean[k]);
@@ -177,6 +216,10 @@ static void parse_args(int argc, char **argv, ts_config *cfg, const char **dir_a
             cfg->h2_max_streams = (unsigned)number(flag, v, 1, 100000);
         } else if (!strcmp(flag, "--seed")) {
             cfg->seed = number(flag, v, 0, ULLONG_MAX);
+        } else if (!strcmp(flag, "--feature-gates")) {
+            feature_gates(flag, v, cfg);
+        } else if (!strcmp(flag, "--cle-election-duration")) {
+            cfg->cle_election_ms = (unsigned)number(flag, v, 1, 3600000);
         } else if (!strcmp(flag, "--fault")) {
             json_error_t err;
             json_t *rule = json_loads(v, 0, &err);
@@ -282,6 +325,8 @@ static int restart(ts_server *srv)
     ts_log("restarting (%s state, down %lld ms)", keep ? "keeping" : "dropping", (long long)down);
     ts_server_stop(srv);
     pthread_mutex_lock(&srv->mu);
+    /* The controller is part of the apiserver: it is down with it. */
+    ts_cle_stop(srv);
     if (!keep)
         ts_store_wipe(&srv->store);
     ts_faults_count(&srv->faults, TS_F_RESTART, 1);
@@ -298,6 +343,8 @@ static int restart(ts_server *srv)
     /* Counted once serving again: a client that waits for it can connect. */
     pthread_mutex_lock(&srv->mu);
     srv->restarts++;
+    if (srv->cfg.cle)
+        ts_cle_start(srv);
     pthread_mutex_unlock(&srv->mu);
     return 0;
 }
@@ -317,6 +364,7 @@ int main(int argc, char **argv)
     srv.cfg.threads = 2;
     srv.cfg.h2_max_streams = 100;
     srv.cfg.seed = 1;
+    srv.cfg.cle_election_ms = 5000;
     parse_args(argc, argv, &srv.cfg, &dir_arg, &quiet);
     ts_log_set_quiet(quiet);
 
@@ -352,6 +400,11 @@ int main(int argc, char **argv)
     block_signals(false, &saved);
     if (started < 0 || start_daemon(&srv) < 0)
         goto out;
+    if (srv.cfg.cle) {
+        pthread_mutex_lock(&srv.mu);
+        ts_cle_start(&srv);
+        pthread_mutex_unlock(&srv.mu);
+    }
 
     printf("ready port=%u dir=%s kubeconfig=%s/kubeconfig\n", srv.port, srv.cfg.dir, srv.cfg.dir);
     fflush(stdout);

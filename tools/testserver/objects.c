@@ -340,6 +340,14 @@ typedef struct decode_ctx {
     char *err; /* first type error */
 } decode_ctx;
 
+/* The version part of the resource's apiVersion ("v1", "v1beta1"): decode errors name it. */
+static const char *res_version(ts_res res)
+{
+    const char *av = ts_resdefs[res].api_version;
+    const char *slash = strchr(av, '/');
+    return slash ? slash + 1 : av;
+}
+
 static void type_err(decode_ctx *dc, const json_t *v, const char *goname, const char *gotype)
 {
     static const char *const names[] = {"object", "array", "string", "number",
@@ -348,10 +356,10 @@ static void type_err(decode_ctx *dc, const json_t *v, const char *goname, const 
         return;
     ts_buf b = {0};
     ts_buf_printf(&b,
-                  "%s in version \"v1\" cannot be handled as a %s: json: cannot unmarshal %s "
+                  "%s in version \"%s\" cannot be handled as a %s: json: cannot unmarshal %s "
                   "into Go struct field %s of type %s",
-                  ts_resdefs[dc->res].kind, ts_resdefs[dc->res].kind, names[json_typeof(v)], goname,
-                  gotype);
+                  ts_resdefs[dc->res].kind, res_version(dc->res), ts_resdefs[dc->res].kind,
+                  names[json_typeof(v)], goname, gotype);
     dc->err = b.data;
 }
 
@@ -542,8 +550,8 @@ static void copy_microtime(decode_ctx *dc, json_t *out, const json_t *in, const 
     if (ts_normalize_microtime(json_string_value(v), norm) < 0) {
         if (!dc->err) {
             ts_buf b = {0};
-            ts_buf_printf(&b, "%s in version \"v1\" cannot be handled as a %s: ",
-                          ts_resdefs[dc->res].kind, ts_resdefs[dc->res].kind);
+            ts_buf_printf(&b, "%s in version \"%s\" cannot be handled as a %s: ",
+                          ts_resdefs[dc->res].kind, res_version(dc->res), ts_resdefs[dc->res].kind);
             microtime_error(&b, json_string_value(v));
             dc->err = b.data;
         }
@@ -580,6 +588,246 @@ static json_t *build_lease_spec(decode_ctx *dc, field_errs *fe, const json_t *in
     return spec;
 }
 
+/* ---- LeaseCandidates ---------------------------------------------------- */
+
+/* A numeric semver part: digits, no leading zero unless it is "0". */
+static bool semver_num(const char *s, size_t n, uint64_t *out)
+{
+    uint64_t v = 0;
+    if (n == 0 || (n > 1 && s[0] == '0'))
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        if (!is_digit(s[i]) || v > (UINT64_MAX - 9) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+/* Dot-separated identifiers of [0-9A-Za-z-]; numeric ones without leading zeros if strict. */
+static bool semver_idents(const char *s, size_t n, bool numeric_strict)
+{
+    size_t start = 0;
+    for (size_t i = 0; i <= n; i++) {
+        if (i < n && s[i] != '.') {
+            if (!isalnum((unsigned char)s[i]) && s[i] != '-')
+                return false;
+            continue;
+        }
+        size_t len = i - start;
+        if (len == 0)
+            return false;
+        if (numeric_strict && strspn(s + start, "0123456789") >= len && len > 1 && s[start] == '0')
+            return false;
+        start = i + 1;
+    }
+    return true;
+}
+
+int ts_semver_parse(const char *s, ts_semver *v)
+{
+    /* github.com/blang/semver/v4 Parse: MAJOR.MINOR.PATCH[-pre][+build], no "v". */
+    memset(v, 0, sizeof(*v));
+    if (!s || !*s)
+        goto fail;
+    size_t n = strlen(s);
+    size_t core = strcspn(s, "-+");
+    const char *dot1 = memchr(s, '.', core);
+    const char *dot2 = dot1 ? memchr(dot1 + 1, '.', core - (size_t)(dot1 + 1 - s)) : NULL;
+    if (!dot1 || !dot2 || memchr(dot2 + 1, '.', core - (size_t)(dot2 + 1 - s)))
+        goto fail;
+    if (!semver_num(s, (size_t)(dot1 - s), &v->major) ||
+        !semver_num(dot1 + 1, (size_t)(dot2 - dot1 - 1), &v->minor) ||
+        !semver_num(dot2 + 1, core - (size_t)(dot2 + 1 - s), &v->patch))
+        goto fail;
+    const char *p = s + core;
+    if (*p == '-') {
+        size_t pl = strcspn(p + 1, "+");
+        if (!semver_idents(p + 1, pl, true) || pl >= sizeof(v->pre))
+            goto fail;
+        memcpy(v->pre, p + 1, pl);
+        v->pre[pl] = '\0';
+        p += 1 + pl;
+    }
+    if (*p == '+' && !semver_idents(p + 1, n - (size_t)(p + 1 - s), false))
+        goto fail;
+    return 0;
+fail:
+    memset(v, 0, sizeof(*v));
+    return -1;
+}
+
+/* One prerelease identifier against another: numeric < alphanumeric. */
+static int pre_ident_cmp(const char *a, size_t al, const char *b, size_t bl)
+{
+    bool an = strspn(a, "0123456789") >= al, bn = strspn(b, "0123456789") >= bl;
+    if (an && bn) {
+        if (al != bl)
+            return al < bl ? -1 : 1;
+        int c = strncmp(a, b, al);
+        return c < 0 ? -1 : c > 0;
+    }
+    if (an != bn)
+        return an ? -1 : 1;
+    int c = strncmp(a, b, al < bl ? al : bl);
+    if (c)
+        return c < 0 ? -1 : 1;
+    return al == bl ? 0 : al < bl ? -1 : 1;
+}
+
+int ts_semver_cmp(const ts_semver *a, const ts_semver *b)
+{
+    if (a->major != b->major)
+        return a->major < b->major ? -1 : 1;
+    if (a->minor != b->minor)
+        return a->minor < b->minor ? -1 : 1;
+    if (a->patch != b->patch)
+        return a->patch < b->patch ? -1 : 1;
+    /* A version without prerelease is greater than one with. */
+    if (!*a->pre || !*b->pre)
+        return (!*a->pre) - (!*b->pre);
+    const char *p = a->pre, *q = b->pre;
+    for (;;) {
+        size_t pl = strcspn(p, "."), ql = strcspn(q, ".");
+        int c = pre_ident_cmp(p, pl, q, ql);
+        if (c)
+            return c;
+        p += pl;
+        q += ql;
+        if (!*p || !*q)
+            return (*p != 0) - (*q != 0);
+        p++;
+        q++;
+    }
+}
+
+/* Kubernetes' IsQualifiedName, with the wording of v1.36 (lc_strategy.json samples). */
+static void check_qualified_name(field_errs *fe, const char *field, const json_t *v)
+{
+    static const char name_re[] =
+        "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with "
+        "an alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+        "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')";
+    const char *s = json_string_value(v);
+    const char *slash = strchr(s, '/');
+    const char *name = s;
+    ts_buf m = {0};
+    if (slash && strchr(slash + 1, '/')) {
+        ts_buf_printf(&m,
+                      "a valid label key %s with an optional DNS subdomain prefix and '/' (e.g. "
+                      "'example.com/MyName')",
+                      name_re);
+        add_invalid(fe, field, v, m.data);
+        ts_buf_free(&m);
+        return;
+    }
+    if (slash) {
+        size_t pl = (size_t)(slash - s);
+        char *prefix = strndup(s, pl);
+        name = slash + 1;
+        if (pl == 0)
+            add_invalid(fe, field, v, "prefix part must be non-empty");
+        else if (pl > 253)
+            add_invalid(fe, field, v, "prefix part must be no more than 253 characters");
+        else if (prefix && !dns1123_subdomain(prefix))
+            add_invalid(fe, field, v,
+                        "prefix part a lowercase RFC 1123 subdomain must consist of lower case "
+                        "alphanumeric characters, '-' or '.', and must start and end with an "
+                        "alphanumeric character (e.g. 'example.com', regex used for validation "
+                        "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+        free(prefix);
+    }
+    size_t nl = strlen(name);
+    if (nl == 0)
+        add_invalid(fe, field, v, "name part must be non-empty");
+    else if (nl > 63)
+        add_invalid(fe, field, v, "name part must be no more than 63 characters");
+    if (!label_token(name, nl, false)) {
+        ts_buf_printf(&m, "name part %s", name_re);
+        add_invalid(fe, field, v, m.data);
+        ts_buf_free(&m);
+    }
+}
+
+static void add_required(field_errs *fe, const char *field, const char *detail)
+{
+    ts_buf b = {0};
+    ts_buf_printf(&b, "Required value%s%s", *detail ? ": " : "", detail);
+    add_err(fe, "FieldValueRequired", field, b.data);
+    ts_buf_free(&b);
+}
+
+/* pkg/apis/coordination/validation: ValidateLeaseCandidateSpec (v1.36). */
+static void validate_lc_spec(field_errs *fe, const json_t *spec)
+{
+    const char *lease = json_string_value(json_object_get(spec, "leaseName"));
+    json_t *bvj = json_object_get(spec, "binaryVersion");
+    json_t *evj = json_object_get(spec, "emulationVersion");
+    json_t *stj = json_object_get(spec, "strategy");
+    const char *bvs = json_string_value(bvj), *evs = json_string_value(evj);
+    const char *strategy = json_string_value(stj);
+    ts_semver bv = {0}, ev = {0}, zero = {0};
+
+    if (!lease || !*lease)
+        add_required(fe, "spec.leaseName", "");
+    if (evs && *evs && ts_semver_parse(evs, &ev) < 0)
+        add_invalid(fe, "spec.emulationVersion", evj, "must be a valid semantic version");
+    if (!bvs || !*bvs)
+        add_required(fe, "spec.binaryVersion", "");
+    else if (ts_semver_parse(bvs, &bv) < 0)
+        add_invalid(fe, "spec.binaryVersion", bvj, "must be a valid semantic version");
+    if (bvs && *bvs && evs && *evs && ts_semver_cmp(&bv, &ev) < 0)
+        add_invalid(fe, "spec.binaryVersion", bvj,
+                    "must be greater than or equal to `emulationVersion`");
+    if (!strategy || !*strategy) {
+        add_required(fe, "spec.strategy", "");
+    } else if (!strchr(strategy, '/')) {
+        if (strcmp(strategy, "OldestEmulationVersion")) {
+            ts_buf b = {0};
+            ts_buf_puts(&b, "Unsupported value: ");
+            go_quote(&b, strategy);
+            ts_buf_puts(&b, ": supported values: \"OldestEmulationVersion\"");
+            add_err(fe, "FieldValueNotSupported", "spec.strategy.strategy", b.data);
+            ts_buf_free(&b);
+        }
+    } else {
+        check_qualified_name(fe, "spec.strategy.strategy", stj);
+    }
+    if (strategy && !strcmp(strategy, "OldestEmulationVersion") && !ts_semver_cmp(&ev, &zero))
+        add_required(fe, "spec.emulationVersion",
+                     "must be specified when `strategy` is 'OldestEmulationVersion'");
+}
+
+static json_t *build_lc_spec(decode_ctx *dc, field_errs *fe, const json_t *in, const json_t *old)
+{
+    json_t *ins = json_object_get(in, "spec");
+    json_t *spec = json_object();
+    if (ins && !json_is_null(ins) && !json_is_object(ins))
+        type_err(dc, ins, "LeaseCandidate.spec", "v1beta1.LeaseCandidateSpec");
+    if (json_is_object(ins)) {
+        copy_str(dc, spec, ins, "leaseName", "LeaseCandidateSpec.spec.leaseName");
+        copy_microtime(dc, spec, ins, "pingTime", "LeaseCandidateSpec.spec.pingTime");
+        copy_microtime(dc, spec, ins, "renewTime", "LeaseCandidateSpec.spec.renewTime");
+        copy_str(dc, spec, ins, "binaryVersion", "LeaseCandidateSpec.spec.binaryVersion");
+        copy_str(dc, spec, ins, "emulationVersion", "LeaseCandidateSpec.spec.emulationVersion");
+        copy_str(dc, spec, ins, "strategy", "LeaseCandidateSpec.spec.strategy");
+    }
+    if (old) {
+        /* ValidateLeaseCandidateUpdate: the Lease a candidate runs for is fixed. */
+        const char *was =
+            json_string_value(json_object_get(json_object_get(old, "spec"), "leaseName"));
+        const char *now = json_string_value(json_object_get(spec, "leaseName"));
+        if (strcmp(was ? was : "", now ? now : "")) {
+            json_t *v = json_string(now ? now : "");
+            add_invalid(fe, "spec.leaseName", v, "field is immutable");
+            json_decref(v);
+        }
+    }
+    validate_lc_spec(fe, spec);
+    return spec;
+}
+
 json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
                         unsigned *code, json_t **status)
 {
@@ -604,6 +852,8 @@ json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, con
 
     if (res == TS_LEASE) {
         json_object_set_new(out, "spec", build_lease_spec(&dc, &fe, in));
+    } else if (res == TS_LC) {
+        json_object_set_new(out, "spec", build_lc_spec(&dc, &fe, in, old));
     } else if (res == TS_NS) {
         /*
          * spec.finalizers as sent, plus "kubernetes" (the strategy adds it);
@@ -700,7 +950,7 @@ json_t *ts_list_item(const json_t *obj)
 
 bool ts_table_supported(ts_res res)
 {
-    return res == TS_LEASE || res == TS_POD || res == TS_NS;
+    return res == TS_LEASE || res == TS_POD || res == TS_NS || res == TS_LC;
 }
 
 static const char *const meta_name_doc =
@@ -747,6 +997,13 @@ json_t *ts_table_new(ts_res res, bool with_columns)
                        "If Coordinated Leader Election is used, the holder identity must be "
                        "equal to the elected LeaseCandidate.metadata.name field.",
                        0);
+        } else if (res == TS_LC) {
+            add_column(cols, "LeaseName", "",
+                       "LeaseName is the name of the lease for which this candidate is "
+                       "contending. This field is immutable.",
+                       0);
+            add_column(cols, "BinaryVersion", "", "", 0);
+            add_column(cols, "EmulationVersion", "", "", 0);
         } else if (res == TS_NS) {
             add_column(cols, "Status", "", "The status of the namespace", 0);
         } else {
@@ -849,6 +1106,12 @@ int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include in
         json_array_append_new(
             cells,
             json_string(str_or(json_string_value(json_object_get(spec, "holderIdentity")), "")));
+        json_array_append_new(cells, json_string(age));
+    } else if (res == TS_LC) {
+        static const char *const cols[] = {"leaseName", "binaryVersion", "emulationVersion"};
+        for (size_t i = 0; i < 3; i++)
+            json_array_append_new(
+                cells, json_string(str_or(json_string_value(json_object_get(spec, cols[i])), "")));
         json_array_append_new(cells, json_string(age));
     } else if (res == TS_NS) {
         json_array_append_new(

@@ -12,6 +12,7 @@
 
 #include <jansson.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <time.h>
 
 /* ---- Status (metav1.Status) ------------------------------------------- */
@@ -82,6 +83,19 @@ json_t *ts_namespace_new(const char *name, const char *manager, time_t now);
 
 /* RFC 7386 JSON merge patch: returns the patched copy of target. */
 json_t *ts_merge_patch(const json_t *target, const json_t *patch);
+
+/* ---- versions (LeaseCandidates) --------------------------------------- */
+
+/* A semantic version as github.com/blang/semver/v4 parses it (build metadata dropped). */
+typedef struct ts_semver {
+    uint64_t major, minor, patch;
+    char pre[64]; /* prerelease, "" if none */
+} ts_semver;
+
+/* Strict semver (blang's Parse: no "v", three parts, no leading zeros). 0 or -1 (*v zeroed). */
+int ts_semver_parse(const char *s, ts_semver *v);
+/* -1, 0, 1 by semver precedence. */
+int ts_semver_cmp(const ts_semver *a, const ts_semver *b);
 
 /* ---- lists and tables ------------------------------------------------- */
 

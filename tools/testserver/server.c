@@ -607,12 +607,26 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 
 /* ---- life cycle ------------------------------------------------------------ */
 
-/* The timer thread's round (lock held): expire rules, reap dead streams. */
+/* The store's change hook: watches first, then the election controller. */
+static void on_store_event(void *ctx, const ts_event *ev)
+{
+    ts_server *srv = ctx;
+    ts_watch_on_event(srv, ev);
+    if (srv->cfg.cle)
+        ts_cle_on_event(srv, ev);
+}
+
+/* The timer thread's round (lock held): expire rules, reap dead streams, run elections. */
 static int64_t on_tick(void *ctx, int64_t now)
 {
     ts_server *srv = ctx;
     ts_faults_expire(&srv->faults, now);
     int64_t next = ts_faults_next_expiry(&srv->faults);
+    if (srv->cfg.cle) {
+        int64_t t = ts_cle_run(srv, now);
+        if (t < next)
+            next = t;
+    }
     if (srv->nwatches) {
         if (now >= srv->next_reap) {
             ts_watch_reap(srv);
@@ -632,7 +646,7 @@ int ts_server_init(ts_server *srv)
         return -1;
     if (ts_store_init(&srv->store, srv->cfg.history) < 0)
         return -1;
-    srv->store.on_event = ts_watch_on_event;
+    srv->store.on_event = on_store_event;
     srv->store.on_event_ctx = srv;
     ts_faults_init(&srv->faults, srv->cfg.seed);
     if (ts_sched_init(&srv->sched, &srv->mu, on_tick, srv) < 0)
@@ -827,6 +841,7 @@ void ts_server_free(ts_server *srv)
     srv->transport = NULL;
     ts_sched_stop(&srv->sched);
     ts_sched_free(&srv->sched);
+    ts_cle_free(&srv->cle);
     ts_store_free(&srv->store);
     ts_faults_free(&srv->faults);
     json_decref(srv->stats.by_method);

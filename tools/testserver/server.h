@@ -14,6 +14,7 @@
 #define TS_SERVER_H
 
 #include "certs.h"
+#include "cle.h"
 #include "faults.h"
 #include "objects.h"
 #include "sched.h"
@@ -29,20 +30,22 @@ typedef struct ts_watch ts_watch;
 typedef struct ts_transport ts_transport;
 
 typedef struct ts_config {
-    char *dir;               /* absolute */
-    bool dir_is_temp;        /* made with mkdtemp: removed at exit */
-    char address[64];        /* "127.0.0.1" or "::1" */
-    unsigned port;           /* requested; 0 = any */
-    const char *token;       /* --token (points into argv), or NULL */
-    size_t history;          /* watch history ring size */
-    unsigned bookmark_ms;    /* BOOKMARK period ... */
-    bool bookmarks_real;     /* ... or the apiserver's: every 60 s and 2 s before timeoutSeconds */
-    bool no_http2;           /* ALPN offers http/1.1 only */
-    unsigned h2_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS we advertise */
-    unsigned threads;        /* transport threads, and as many libmicrohttpd workers */
-    uint64_t seed;           /* PRNG for fault probabilities */
-    bool verbose;            /* one log line per request */
-    json_t *faults;          /* --fault rules to install at start (array) */
+    char *dir;                /* absolute */
+    bool dir_is_temp;         /* made with mkdtemp: removed at exit */
+    char address[64];         /* "127.0.0.1" or "::1" */
+    unsigned port;            /* requested; 0 = any */
+    const char *token;        /* --token (points into argv), or NULL */
+    size_t history;           /* watch history ring size */
+    unsigned bookmark_ms;     /* BOOKMARK period ... */
+    bool bookmarks_real;      /* ... or the apiserver's: every 60 s and 2 s before timeoutSeconds */
+    bool no_http2;            /* ALPN offers http/1.1 only */
+    unsigned h2_max_streams;  /* SETTINGS_MAX_CONCURRENT_STREAMS we advertise */
+    unsigned threads;         /* transport threads, and as many libmicrohttpd workers */
+    uint64_t seed;            /* PRNG for fault probabilities */
+    bool verbose;             /* one log line per request */
+    json_t *faults;           /* --fault rules to install at start (array) */
+    bool cle;                 /* --feature-gates=CoordinatedLeaderElection=true */
+    unsigned cle_election_ms; /* the controller's election duration and requeue interval */
 } ts_config;
 
 /* Counters for GET /testserver/v1/stats. */
@@ -67,6 +70,7 @@ typedef struct ts_server {
     ts_faults faults;
     ts_sched sched;
     ts_stats stats;
+    ts_cle cle;        /* the coordinated-leader-election controller (cfg.cle) */
     ts_watch *watches; /* open watch streams (doubly linked) */
     size_t nwatches;
     int64_t next_reap; /* when ts_watch_reap runs next */

@@ -17,6 +17,9 @@ const ts_resdef ts_resdefs[TS_NRES] = {
                   "coordination.k8s.io/v1", "leases.coordination.k8s.io"},
     [TS_POD] = {"pods", "pod", "", "Pod", "PodList", "v1", "pods"},
     [TS_NS] = {"namespaces", "namespace", "", "Namespace", "NamespaceList", "v1", "namespaces"},
+    [TS_LC] = {"leasecandidates", "leasecandidate", "coordination.k8s.io", "LeaseCandidate",
+               "LeaseCandidateList", "coordination.k8s.io/v1beta1",
+               "leasecandidates.coordination.k8s.io"},
 };
 
 const char *const ts_default_namespaces[] = {"default", "kube-node-lease", "kube-public",
@@ -237,7 +240,8 @@ ts_obj *ts_store_put(ts_store *s, ts_res res, json_t *obj)
         }
         o->res = res;
         o->hash = key_hash(res, ns, name);
-        if (s->count[TS_LEASE] + s->count[TS_POD] + s->count[TS_NS] >= s->nbuckets)
+        if (s->count[TS_LEASE] + s->count[TS_POD] + s->count[TS_NS] + s->count[TS_LC] >=
+            s->nbuckets)
             grow(s);
         o->next = s->buckets[o->hash % s->nbuckets];
         s->buckets[o->hash % s->nbuckets] = o;

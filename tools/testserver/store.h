@@ -1,5 +1,5 @@
 /*
- * store.h - the object store: Leases, Pods and Namespaces in a hash map keyed by
+ * store.h - the object store: Leases, Pods, Namespaces and LeaseCandidates in a hash map keyed by
  * (resource, namespace, name), one global resourceVersion counter, and the
  * watch history as a bounded ring of change events.
  *
@@ -19,6 +19,7 @@ typedef enum ts_res {
     TS_LEASE = 0, /* coordination.k8s.io/v1 leases */
     TS_POD = 1,   /* v1 pods */
     TS_NS = 2,    /* v1 namespaces (cluster-scoped: stored under namespace "") */
+    TS_LC = 3,    /* coordination.k8s.io/v1beta1 leasecandidates (--feature-gates) */
     TS_NRES
 } ts_res;
 

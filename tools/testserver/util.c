@@ -214,6 +214,33 @@ int ts_normalize_microtime(const char *in, char out[32])
     return 0;
 }
 
+int64_t ts_wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+int ts_microtime_us(const char *s, int64_t *us)
+{
+    time_t sec;
+    long usec;
+    if (!s || parse_rfc3339(s, 0, 9, &sec, &usec) < 0)
+        return -1;
+    *us = (int64_t)sec * 1000000 + usec;
+    return 0;
+}
+
+void ts_format_microtime(int64_t us, char out[32])
+{
+    time_t sec = (time_t)(us / 1000000);
+    struct tm tm;
+    char buf[20];
+    gmtime_r(&sec, &tm);
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%s.%06uZ", buf, (unsigned)(us % 1000000));
+}
+
 /* ---- randomness ------------------------------------------------------- */
 
 void ts_uuid4(char out[37])

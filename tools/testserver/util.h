@@ -42,6 +42,12 @@ int ts_parse_time(const char *s, time_t *out);
  * the canonical UTC form. Returns 0, or -1 if it does not parse.
  */
 int ts_normalize_microtime(const char *in, char out[32]);
+/* Microseconds since the epoch on the wall clock (MicroTimes are wall time). */
+int64_t ts_wall_us(void);
+/* A canonical MicroTime (as ts_normalize_microtime writes) to microseconds; -1 if malformed. */
+int ts_microtime_us(const char *s, int64_t *us);
+/* Microseconds since the epoch as a MicroTime, "2006-01-02T15:04:05.000000Z". */
+void ts_format_microtime(int64_t us, char out[32]);
 
 /* Random version-4 UUID, lowercase, 36 characters + NUL. */
 void ts_uuid4(char out[37]);
