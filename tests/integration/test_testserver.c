@@ -1725,6 +1725,555 @@ static void test_load_10k(void **state)
     assert_true(tc_stat_or0(srv, "leases") >= n);
 }
 
+/* ---- LeaseCandidates and coordinated leader election ------------------------ */
+
+/*
+ * A server with --feature-gates=CoordinatedLeaderElection=true, started by
+ * the first of these tests. Its election duration (how long the controller
+ * waits for pinged candidates, and its requeue interval) is 2 s instead of
+ * the apiserver's 5 s; the Lease duration it writes stays 5 s.
+ */
+#define LCS             "/apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates"
+#define CLE_ELECTION_MS 2000
+#define CLE_WAIT_MS     (4 * CLE_ELECTION_MS + 8000) /* an expiry, pings and their timeout, slack */
+
+static ts_server *cle;
+
+static ts_server *cle_server(void)
+{
+    static const char *const args[] = {"--feature-gates=CoordinatedLeaderElection=true",
+                                       "--cle-election-duration", "2000", NULL};
+    if (!cle)
+        assert_int_equal(ts_start(&cle, args), 0);
+    return cle;
+}
+
+/* A MicroTime offset_s seconds from now (wall clock), as a client writes it. */
+static void microtime(long offset_s, char out[32])
+{
+    struct timespec ts;
+    struct tm tm;
+    char sec[24];
+    clock_gettime(CLOCK_REALTIME, &ts);
+    time_t t = ts.tv_sec + offset_s;
+    gmtime_r(&t, &tm);
+    strftime(sec, sizeof(sec), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out, 32, "%.19s.%06uZ", sec, (unsigned)(ts.tv_nsec / 1000) % 1000000u);
+}
+
+/* A canonical MicroTime ("2006-01-02T15:04:05.000000Z") in microseconds since the epoch. */
+static long long micros(const char *s)
+{
+    int y, mo, d, h, mi, se;
+    long us;
+    if (sscanf(s, "%4d-%2d-%2dT%2d:%2d:%2d.%6ldZ", &y, &mo, &d, &h, &mi, &se, &us) != 7)
+        fail_msg("not a MicroTime: '%s'", s);
+    /* days_from_civil (Howard Hinnant) */
+    y -= mo <= 2;
+    long long era = (y >= 0 ? y : y - 399) / 400;
+    long long yoe = y - era * 400;
+    long long doy = (153 * (mo + (mo > 2 ? -3 : 9)) + 2) / 5 + d - 1;
+    long long days = era * 146097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719468;
+    return ((days * 86400 + h * 3600 + mi * 60 + se) * 1000000LL) + us;
+}
+
+/* POSTs a candidate for lease; renew_offset_s: its renewTime from now (0: fresh). */
+static json_t *create_candidate(const char *name, const char *lease, const char *emulation,
+                                long renew_offset_s)
+{
+    long st;
+    char t[32];
+    microtime(renew_offset_s, t);
+    char *body = tc_fmt("{\"apiVersion\":\"coordination.k8s.io/v1beta1\",\"kind\":"
+                        "\"LeaseCandidate\",\"metadata\":{\"name\":\"%s\"},\"spec\":{"
+                        "\"leaseName\":\"%s\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":"
+                        "\"%s\",\"strategy\":\"OldestEmulationVersion\",\"renewTime\":\"%s\"}}",
+                        name, lease, emulation, t);
+    json_t *j = call(cle, "POST", LCS, NULL, body, &st);
+    free(body);
+    assert_int_equal(st, 201);
+    return j;
+}
+
+static json_t *get_obj(const char *coll, const char *name, long *st)
+{
+    char *p = tc_fmt("%s/%s", coll, name);
+    json_t *j = call(cle, "GET", p, NULL, NULL, st);
+    free(p);
+    return j;
+}
+
+/* A merge patch of spec by a client (manager "probe"). */
+static void patch_spec(const char *coll, const char *name, const char *spec_json)
+{
+    long st;
+    char *p = tc_fmt("%s/%s?fieldManager=probe", coll, name);
+    char *b = tc_fmt("{\"spec\":%s}", spec_json);
+    json_decref(call(cle, "PATCH", p, MERGE, b, &st));
+    assert_int_equal(st, 200);
+    free(p);
+    free(b);
+}
+
+/* The candidate answers: renewTime = now. */
+static void ack(const char *name)
+{
+    char t[32], spec[64];
+    microtime(0, t);
+    snprintf(spec, sizeof(spec), "{\"renewTime\":\"%s\"}", t);
+    patch_spec(LCS, name, spec);
+}
+
+/* True if the candidate has a ping it has not answered. */
+static bool ping_pending(const char *name)
+{
+    long st;
+    json_t *c = get_obj(LCS, name, &st);
+    assert_int_equal(st, 200);
+    const char *ping = str(c, "spec.pingTime"), *renew = str(c, "spec.renewTime");
+    /* Canonical MicroTimes in UTC compare as strings. */
+    bool pending = *ping && strcmp(renew, ping) < 0;
+    json_decref(c);
+    return pending;
+}
+
+/*
+ * Polls the Lease (every 50 ms, at most ms) until spec.<field> is want,
+ * answering the pings of the candidates in responders meanwhile (NULL-
+ * terminated, or NULL). Returns the Lease; fails with its last state.
+ */
+static json_t *wait_lease(const char *lease, const char *field, const char *want,
+                          const char *const *responders, long ms)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "spec.%s", field);
+    json_t *l = NULL;
+    long long end = tc_now_ms() + ms;
+    for (;;) {
+        long st;
+        json_decref(l);
+        l = get_obj(LEASES, lease, &st);
+        if (st == 200 && !strcmp(str(l, path), want))
+            return l;
+        if (tc_now_ms() > end)
+            break;
+        for (size_t i = 0; responders && responders[i]; i++)
+            if (ping_pending(responders[i]))
+                ack(responders[i]);
+        tc_pause_ms(50);
+    }
+    char *s = json_dumps(l, JSON_COMPACT);
+    fail_msg("Lease %s: %s is not \"%s\" after %ld ms; last: %s", lease, path, want, ms, s);
+    free(s);
+    return NULL;
+}
+
+/* Polls until the candidate has a ping pending; fails after ms. */
+static void wait_pinged(const char *name, long ms)
+{
+    long long end = tc_now_ms() + ms;
+    while (!ping_pending(name)) {
+        if (tc_now_ms() > end)
+            fail_msg("LeaseCandidate %s was not pinged within %ld ms", name, ms);
+        tc_pause_ms(20);
+    }
+}
+
+static void test_cle_gate_off(void **state)
+{
+    long st;
+    (void)state;
+    /* The shared server runs without the gate: no v1beta1, no LeaseCandidates. */
+    json_decref(api("GET", LCS, NULL, NULL, &st));
+    assert_int_equal(st, 404);
+    json_decref(api("GET", "/apis/coordination.k8s.io/v1beta1", NULL, NULL, &st));
+    assert_int_equal(st, 404);
+    json_t *g = api("GET", "/apis/coordination.k8s.io", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(tc_at(g, "versions")), 1);
+    json_decref(g);
+
+    /* With it: the group lists v1 then v1beta1 (discovery_group.json, without v1alpha2). */
+    cle_server();
+    g = call(cle, "GET", "/apis/coordination.k8s.io", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(g, "versions.1.groupVersion"), "coordination.k8s.io/v1beta1");
+    assert_string_equal(str(g, "preferredVersion.version"), "v1");
+    json_decref(g);
+    g = call(cle, "GET", "/apis/coordination.k8s.io/v1beta1", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(g, "resources.0.name"), "leasecandidates");
+    assert_string_equal(str(g, "resources.0.kind"), "LeaseCandidate");
+    assert_string_equal(str(g, "resources.0.storageVersionHash"), "lvME0iHWE20=");
+    json_decref(g);
+
+    /* Flags: an unknown gate is refused, naming it. */
+    int rc;
+    char *out = tc_run(&rc, "timeout 10 '%s' --feature-gates Bogus=true 2>&1; echo rc=$?",
+                       getenv("K8SLEASE_TESTSERVER") ? getenv("K8SLEASE_TESTSERVER")
+                                                     : K8SLEASE_TESTSERVER_PATH);
+    assert_non_null(strstr(out, "unrecognized feature gate: Bogus"));
+    assert_non_null(strstr(out, "rc=2"));
+    free(out);
+}
+
+/* A Status without the parts that differ from run to run. */
+static json_t *sample(const char *file)
+{
+    char *p = tc_fmt(SAMPLES "leasecandidate/%s", file);
+    json_t *j = json_load_file(p, 0, NULL);
+    if (!j)
+        fail_msg("cannot read %s", p);
+    free(p);
+    return j;
+}
+
+static void test_cle_validation(void **state)
+{
+    (void)state;
+    cle_server();
+    /* Each body the real server refused, and what it said (422_*.json, 400_*.json). */
+    static const struct {
+        const char *file, *name, *spec;
+    } cases[] = {
+        {"422_nobv.json", "v-nobv",
+         "{\"leaseName\":\"x\",\"emulationVersion\":\"1.35.0\",\"strategy\":"
+         "\"OldestEmulationVersion\"}"},
+        {"422_vbv.json", "v-vbv",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"v1.36.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"OldestEmulationVersion\"}"},
+        {"422_evgt.json", "v-evgt",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.35.0\",\"emulationVersion\":\"1.36.0\","
+         "\"strategy\":\"OldestEmulationVersion\"}"},
+        {"422_nostrat.json", "v-nostrat",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\"}"},
+        {"422_badstrat.json", "v-badstrat",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"Foo\"}"},
+        {"422_noname.json", "v-noname",
+         "{\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\",\"strategy\":"
+         "\"OldestEmulationVersion\"}"},
+        {"422_noev.json", "v-noev",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"strategy\":"
+         "\"OldestEmulationVersion\"}"},
+        {"422_badev.json", "v-badev",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"abc\","
+         "\"strategy\":\"OldestEmulationVersion\"}"},
+        {"422_badbv.json", "v-badbv",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"OldestEmulationVersion\"}"},
+        {"422_lead0.json", "v-lead0",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.036.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"OldestEmulationVersion\"}"},
+        {"422_empty.json", "v-empty", "{}"},
+        {"422_abc.json", "v-abc",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"a/b/c\"}"},
+        {"422_upper.json", "v-upper",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"Foo.io/x\"}"},
+        {"422_slashend.json", "v-slashend",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"foo.io/\"}"},
+        {"400_bad_renewtime.json", "v-badrt",
+         "{\"leaseName\":\"x\",\"binaryVersion\":\"1.36.0\",\"emulationVersion\":\"1.35.0\","
+         "\"strategy\":\"OldestEmulationVersion\",\"renewTime\":\"2026-01-01T00:00:00Z\"}"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        long st;
+        char *body = tc_fmt("{\"apiVersion\":\"coordination.k8s.io/v1beta1\",\"kind\":"
+                            "\"LeaseCandidate\",\"metadata\":{\"name\":\"%s\"},\"spec\":%s}",
+                            cases[i].name, cases[i].spec);
+        json_t *got = call(cle, "POST", LCS, NULL, body, &st);
+        json_t *want = sample(cases[i].file);
+        if (!json_equal(got, want)) {
+            char *g = json_dumps(got, JSON_COMPACT), *w = json_dumps(want, JSON_COMPACT);
+            fail_msg("%s:\n got  %s\n want %s", cases[i].file, g, w);
+        }
+        assert_int_equal(st, json_integer_value(tc_at(want, "code")));
+        json_decref(got);
+        json_decref(want);
+        free(body);
+    }
+
+    /* Accepted: a prerelease with build metadata, a qualified custom strategy. */
+    long st;
+    json_decref(call(cle, "POST", LCS, NULL,
+                     "{\"metadata\":{\"name\":\"v-pre\"},\"spec\":{\"leaseName\":\"x\","
+                     "\"binaryVersion\":\"1.36.0-alpha.1+abc\",\"emulationVersion\":\"1.35.0\","
+                     "\"strategy\":\"OldestEmulationVersion\"}}",
+                     &st));
+    assert_int_equal(st, 201);
+    json_decref(call(cle, "POST", LCS, NULL,
+                     "{\"metadata\":{\"name\":\"v-custom\"},\"spec\":{\"leaseName\":\"x\","
+                     "\"binaryVersion\":\"1.36.0\",\"strategy\":\"foo.io/Bar\"}}",
+                     &st));
+    assert_int_equal(st, 201);
+
+    /* Another kind, or a wrongly typed field: the decoder's 400s. */
+    json_t *j = call(cle, "POST", LCS, NULL,
+                     "{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\","
+                     "\"metadata\":{\"name\":\"wk\"}}",
+                     &st);
+    assert_int_equal(st, 400);
+    assert_string_equal(str(j, "message"),
+                        "Lease in version \"v1\" cannot be handled as a LeaseCandidate: converting "
+                        "(v1.Lease) to (coordination.LeaseCandidate): unknown conversion");
+    json_decref(j);
+    j = call(cle, "POST", LCS, NULL, "{\"metadata\":{\"name\":\"wk\"},\"spec\":{\"leaseName\":3}}",
+             &st);
+    assert_int_equal(st, 400);
+    assert_string_equal(str(j, "message"),
+                        "LeaseCandidate in version \"v1beta1\" cannot be handled as a "
+                        "LeaseCandidate: json: cannot unmarshal number into Go struct field "
+                        "LeaseCandidateSpec.spec.leaseName of type string");
+    json_decref(j);
+}
+
+static void test_cle_crud(void **state)
+{
+    long st;
+    (void)state;
+    cle_server();
+    /* No renewTime: the controller ignores it (never pinged), as the real one. */
+    json_t *c = call(cle, "POST", LCS "?fieldManager=probe", NULL,
+                     "{\"apiVersion\":\"coordination.k8s.io/v1beta1\",\"kind\":\"LeaseCandidate\","
+                     "\"metadata\":{\"name\":\"c-crud\",\"labels\":{\"x\":\"y\"}},\"spec\":{"
+                     "\"strategy\":\"OldestEmulationVersion\",\"emulationVersion\":\"1.36.0\","
+                     "\"binaryVersion\":\"1.36.0\",\"leaseName\":\"crud-lease\"}}",
+                     &st);
+    assert_int_equal(st, 201);
+    /* The shape of 201_create.json: Go field order in spec, managedFields. */
+    json_t *want = sample("201_create.json");
+    const char *k;
+    json_t *v;
+    const char *order[8];
+    size_t n = 0;
+    json_object_foreach(tc_at(c, "spec"), k, v) order[n++] = k;
+    assert_int_equal(n, 4);
+    assert_string_equal(order[0], "leaseName");
+    assert_string_equal(order[1], "binaryVersion");
+    assert_string_equal(order[3], "strategy");
+    assert_true(json_equal(tc_at(c, "metadata.managedFields.0.fieldsV1.f:metadata"),
+                           tc_at(want, "metadata.managedFields.0.fieldsV1.f:metadata")));
+    assert_string_equal(str(c, "metadata.managedFields.0.apiVersion"),
+                        "coordination.k8s.io/v1beta1");
+    assert_string_equal(str(c, "kind"), "LeaseCandidate");
+    json_decref(want);
+
+    json_t *l = call(cle, "GET", LCS "?fieldSelector=metadata.name%3Dc-crud", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(l, "kind"), "LeaseCandidateList");
+    assert_int_equal(json_array_size(tc_at(l, "items")), 1);
+    json_decref(l);
+    l = call(cle, "GET", LCS "?labelSelector=x%3Dz", NULL, NULL, &st);
+    assert_int_equal(json_array_size(tc_at(l, "items")), 0);
+    json_decref(l);
+
+    /* PUT: resourceVersion required, leaseName immutable (422_leasename_immutable.json). */
+    json_t *put = json_deep_copy(c);
+    json_object_del(json_object_get(put, "metadata"), "resourceVersion");
+    char *body = json_dumps(put, JSON_COMPACT);
+    json_t *e = call(cle, "PUT", LCS "/c-crud", NULL, body, &st);
+    assert_int_equal(st, 422);
+    assert_string_equal(str(e, "details.kind"), "leasecandidates");
+    json_decref(e);
+    free(body);
+    json_object_set(json_object_get(put, "metadata"), "resourceVersion",
+                    tc_at(c, "metadata.resourceVersion"));
+    json_object_set_new(json_object_get(put, "spec"), "leaseName", json_string("other"));
+    body = json_dumps(put, JSON_COMPACT);
+    e = call(cle, "PUT", LCS "/c-crud", NULL, body, &st);
+    assert_int_equal(st, 422);
+    json_t *imm = sample("422_leasename_immutable.json");
+    assert_string_equal(str(e, "details.causes.0.message"), str(imm, "details.causes.0.message"));
+    assert_string_equal(str(e, "details.causes.0.field"), "spec.leaseName");
+    json_decref(imm);
+    json_decref(e);
+    free(body);
+    json_decref(put);
+
+    /* Merge patch; a watch on the name sees it; delete. */
+    patch_spec(LCS, "c-crud", "{\"binaryVersion\":\"1.36.1\"}");
+    json_t *g = get_obj(LCS, "c-crud", &st);
+    assert_string_equal(str(g, "spec.binaryVersion"), "1.36.1");
+    char *wpath = tc_fmt(LCS "?watch=1&fieldSelector=metadata.name%%3Dc-crud&resourceVersion=%s"
+                             "&allowWatchBookmarks=true&timeoutSeconds=1",
+                         str(c, "metadata.resourceVersion"));
+    char *resp = NULL;
+    assert_int_equal(ts_request(cle, "GET", wpath, NULL, NULL, &st, &resp), 0);
+    assert_int_equal(st, 200);
+    assert_non_null(strstr(resp, "\"type\":\"MODIFIED\""));
+    assert_non_null(strstr(resp, "\"binaryVersion\":\"1.36.1\""));
+    free(resp);
+    free(wpath);
+    json_decref(g);
+    json_t *d = call(cle, "DELETE", LCS "/c-crud", NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(d, "details.kind"), "leasecandidates");
+    json_decref(d);
+    json_decref(get_obj(LCS, "c-crud", &st));
+    assert_int_equal(st, 404);
+    /* No Lease was made for a candidate without renewTime. */
+    json_decref(get_obj(LEASES, "crud-lease", &st));
+    assert_int_equal(st, 404);
+    json_decref(c);
+}
+
+/* Two candidates with old renewTimes, created in the given order: pinged, both answer. */
+static void elect_oldest(const char *lease, bool old_first)
+{
+    char a[64], b[64];
+    snprintf(a, sizeof(a), "%s-135", lease);
+    snprintf(b, sizeof(b), "%s-136", lease);
+    if (old_first)
+        json_decref(create_candidate(a, lease, "1.35.0", -60));
+    json_decref(create_candidate(b, lease, "1.36.0", -60));
+    if (!old_first)
+        json_decref(create_candidate(a, lease, "1.35.0", -60));
+    /* The controller pings both (at once) and waits for their answers. */
+    wait_pinged(a, CLE_WAIT_MS);
+    wait_pinged(b, CLE_WAIT_MS);
+    ack(b);
+    ack(a);
+    /* Both keep answering, so a slow machine that misses a ping still converges. */
+    const char *const responders[] = {a, b, NULL};
+    json_t *l = wait_lease(lease, "holderIdentity", a, responders, CLE_WAIT_MS);
+    assert_string_equal(str(l, "spec.strategy"), "OldestEmulationVersion");
+    assert_int_equal(json_integer_value(tc_at(l, "spec.leaseDurationSeconds")), 5);
+    assert_string_equal(str(l, "metadata.managedFields.0.manager"), "kube-apiserver");
+    assert_null(tc_at(l, "spec.acquireTime"));
+    json_decref(l);
+}
+
+static void test_cle_oldest_emulation_version_wins(void **state)
+{
+    (void)state;
+    cle_server();
+    elect_oldest("cle-a", true);
+    elect_oldest("cle-b", false);
+    /* The ping is the controller's: manager kube-apiserver owns spec.pingTime. */
+    long st;
+    json_t *c = get_obj(LCS, "cle-b-135", &st);
+    json_t *mf = tc_at(c, "metadata.managedFields");
+    bool found = false;
+    for (size_t i = 0; i < json_array_size(mf); i++)
+        if (!strcmp(str(json_array_get(mf, i), "manager"), "kube-apiserver"))
+            found = tc_at(json_array_get(mf, i), "fieldsV1.f:spec.f:pingTime") != NULL;
+    assert_true(found);
+    json_decref(c);
+}
+
+static void test_cle_unacked_not_elected(void **state)
+{
+    long st;
+    (void)state;
+    cle_server();
+    json_decref(create_candidate("silent-135", "cle-silent", "1.35.0", -60));
+    json_decref(create_candidate("eager-136", "cle-silent", "1.36.0", -60));
+    wait_pinged("silent-135", CLE_WAIT_MS);
+    wait_pinged("eager-136", CLE_WAIT_MS);
+    /* The better candidate never answers: after the election duration the other wins. */
+    static const char *const responders[] = {"eager-136", NULL};
+    json_t *l = wait_lease("cle-silent", "holderIdentity", "eager-136", responders, CLE_WAIT_MS);
+    /* Not before the silent one's ping had run out. */
+    json_t *c = get_obj(LCS, "silent-135", &st);
+    assert_true(micros(str(l, "spec.renewTime")) >=
+                micros(str(c, "spec.pingTime")) + CLE_ELECTION_MS * 1000LL);
+    /* It is not pinged again while its ping is unanswered. */
+    assert_true(ping_pending("silent-135"));
+    json_decref(c);
+    json_decref(l);
+}
+
+static void test_cle_expiry_moves_holder(void **state)
+{
+    (void)state;
+    cle_server();
+    elect_oldest("cle-exp", true);
+    /* cle-exp-135 holds it and stops renewing; cle-exp-136 answers every ping. */
+    static const char *const responders[] = {"cle-exp-136", NULL};
+    json_t *l = wait_lease("cle-exp", "holderIdentity", "cle-exp-136", responders, CLE_WAIT_MS);
+    assert_null(tc_at(l, "spec.preferredHolder"));
+    json_decref(l);
+}
+
+static void test_cle_preferred_holder(void **state)
+{
+    (void)state;
+    cle_server();
+    /* A fresh candidate alone is elected without a ping. */
+    json_decref(create_candidate("pref-136", "cle-pref", "1.36.0", 0));
+    json_t *l = wait_lease("cle-pref", "holderIdentity", "pref-136", NULL, CLE_WAIT_MS);
+    json_decref(l);
+    /* The holder renews; a better one arrives: preferredHolder, holder unchanged. */
+    char t[32], spec[64];
+    microtime(0, t);
+    snprintf(spec, sizeof(spec), "{\"renewTime\":\"%s\"}", t);
+    patch_spec(LEASES, "cle-pref", spec);
+    ack("pref-136");
+    json_decref(create_candidate("pref-135", "cle-pref", "1.35.0", 0));
+    static const char *const responders[] = {"pref-136", NULL};
+    l = wait_lease("cle-pref", "preferredHolder", "pref-135", responders, CLE_WAIT_MS);
+    assert_string_equal(str(l, "spec.holderIdentity"), "pref-136");
+    assert_string_equal(str(l, "spec.renewTime"), t);
+    json_decref(l);
+}
+
+static void test_cle_released(void **state)
+{
+    (void)state;
+    cle_server();
+    json_decref(create_candidate("rel-136", "cle-rel", "1.36.0", 0));
+    json_decref(wait_lease("cle-rel", "holderIdentity", "rel-136", NULL, CLE_WAIT_MS));
+    json_decref(create_candidate("rel-135", "cle-rel", "1.35.0", 0));
+    json_decref(wait_lease("cle-rel", "preferredHolder", "rel-135", NULL, CLE_WAIT_MS));
+    /* The holder releases (holder ""): the best that answers is set at once. */
+    static const char *const responders[] = {"rel-135", "rel-136", NULL};
+    ack("rel-135");
+    ack("rel-136");
+    patch_spec(LEASES, "cle-rel", "{\"holderIdentity\":\"\"}");
+    json_t *l = wait_lease("cle-rel", "holderIdentity", "rel-135", responders, CLE_WAIT_MS);
+    assert_null(tc_at(l, "spec.preferredHolder"));
+    json_decref(l);
+}
+
+static void test_cle_kubectl_and_restart(void **state)
+{
+    long st;
+    int rc;
+    (void)state;
+    cle_server();
+    json_decref(create_candidate("kube-cand", "cle-kube", "1.36.0", -3600));
+    if (access("/usr/bin/kubectl", X_OK) == 0) {
+        const char *kc = ts_kubeconfig(cle), *dir = ts_dir(cle);
+        char *out = tc_run(&rc, KUBECTL "get leasecandidates 2>&1", kc, dir);
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(out, "LEASENAME"));
+        assert_non_null(strstr(out, "EMULATIONVERSION"));
+        assert_non_null(strstr(out, "kube-cand"));
+        free(out);
+        out = tc_run(&rc, KUBECTL "get leasecandidate kube-cand -o yaml 2>&1", kc, dir);
+        assert_int_equal(rc, 0);
+        assert_non_null(strstr(out, "kind: LeaseCandidate"));
+        assert_non_null(strstr(out, "leaseName: cle-kube"));
+        free(out);
+    } else {
+        print_message("kubectl not installed: skipping its LeaseCandidate checks\n");
+    }
+    /* Restarts keep or lose candidates as they do Leases; the controller runs again. */
+    assert_int_equal(ts_restart(cle, true, 0), 0);
+    json_decref(get_obj(LCS, "kube-cand", &st));
+    assert_int_equal(st, 200);
+    json_decref(create_candidate("after-restart", "cle-after", "1.36.0", 0));
+    json_decref(wait_lease("cle-after", "holderIdentity", "after-restart", NULL, CLE_WAIT_MS));
+    assert_int_equal(ts_restart(cle, false, 0), 0);
+    json_decref(get_obj(LCS, "kube-cand", &st));
+    assert_int_equal(st, 404);
+    assert_int_equal(ts_stop(cle), 0);
+    cle = NULL;
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1749,6 +2298,15 @@ int main(void)
         cmocka_unit_test(test_token_rotation),
         cmocka_unit_test(test_restart),
         cmocka_unit_test(test_kubectl),
+        cmocka_unit_test(test_cle_gate_off),
+        cmocka_unit_test(test_cle_validation),
+        cmocka_unit_test(test_cle_crud),
+        cmocka_unit_test(test_cle_oldest_emulation_version_wins),
+        cmocka_unit_test(test_cle_unacked_not_elected),
+        cmocka_unit_test(test_cle_expiry_moves_holder),
+        cmocka_unit_test(test_cle_preferred_holder),
+        cmocka_unit_test(test_cle_released),
+        cmocka_unit_test(test_cle_kubectl_and_restart),
         cmocka_unit_test(test_load_10k),
     };
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
