@@ -209,6 +209,10 @@ static size_t list_candidates(ts_server *srv, const char *ns, const char *lease,
         (*out)[k++] = c;
     }
     free(objs);
+    if (!k) {
+        free(*out);
+        *out = NULL;
+    }
     return k;
 }
 
