@@ -189,8 +189,14 @@ typedef void (*k8slease_elector_stopped_cb)(void *user_data);
 typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epoch,
                                                void *user_data);
 
-/** Current version of k8slease_elector_options. */
-#define K8SLEASE_ELECTOR_OPTIONS_VERSION 1
+/** Current version of k8slease_elector_options. Version 1 (without the
+ *  coordinated fields) is still accepted. */
+#define K8SLEASE_ELECTOR_OPTIONS_VERSION 2
+
+/** The one strategy kube-apiserver's coordinated leader election controller
+ *  implements: the candidate with the lowest emulation version leads (then
+ *  the lowest binary version, then the oldest candidate). */
+#define K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION "OldestEmulationVersion"
 
 /** Options of k8slease_elector_start(); initialise with K8SLEASE_ELECTOR_OPTIONS_INIT. */
 typedef struct k8slease_elector_options {
@@ -227,12 +233,39 @@ typedef struct k8slease_elector_options {
      *  Leases of one namespace). 1: no watch, poll every retry_period like
      *  client-go. See docs/semantics.md, "Watch mode". */
     int poll_only;
+    /* Version 2: */
+    /** Kubernetes only. 1: coordinated leader election (KEP-4355, client-go's
+     *  Coordinated mode; docs/coordinated.md). The elector publishes a
+     *  LeaseCandidate named identity (so identity must be a DNS subdomain
+     *  name) with the versions and strategy below, answers the server's
+     *  pings, and deletes it when the election ends. The kube-apiserver's
+     *  controller picks the holder and writes it into the Lease; the
+     *  elector never takes the Lease itself: it renews it only once the
+     *  controller has named it holder (a new term: leaseTransitions + 1, the
+     *  epoch, as always), and steps down at once when the controller names
+     *  a preferredHolder (then releases it if release_on_cancel). The
+     *  server must serve coordination.k8s.io/v1beta1 or v1alpha2
+     *  LeaseCandidates (found by discovery); if it does not, the election
+     *  ends with an error logged. 0 (default): client-go's classic
+     *  election. */
+    int coordinated;
+    /** Coordinated: this binary's version, "MAJOR.MINOR.PATCH" (semver
+     *  without a leading "v"); required. */
+    const char *binary_version;
+    /** Coordinated: the version whose behaviour this binary keeps
+     *  (semver, at most binary_version). NULL: binary_version. */
+    const char *emulation_version;
+    /** Coordinated: the strategy this candidate asks for;
+     *  NULL: K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION. Any other value
+     *  must be "prefix/name" (a strategy some other controller applies). */
+    const char *strategy;
 } k8slease_elector_options;
 
 /** Initialiser of k8slease_elector_options with the defaults. */
 #define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
     {                                                                                              \
-        K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL, 0  \
+        K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL, 0, \
+            0, NULL, NULL, NULL                                                                    \
     }
 
 /** Validate the options and start campaigning (asynchronously).
@@ -337,6 +370,13 @@ typedef struct k8slease_holder {
     int64_t lease_duration_s; /**< leaseDurationSeconds (0 when absent) */
     int expired;              /**< 1 when renewTime + duration is in the past by our wall clock */
     char *resource_version;   /**< metadata.resourceVersion */
+    /* The library allocates the record, so fields are added at the end. */
+    /** spec.strategy, set by coordinated leader election; "" when absent
+     *  (and always with etcd). */
+    char *strategy;
+    /** spec.preferredHolder: the candidate coordinated leader election
+     *  wants to lead next (the holder steps down for it); "" when absent. */
+    char *preferred_holder;
 } k8slease_holder;
 
 /** Read the Lease once (blocking, timeout_ms <= 0: 10 s).

@@ -94,6 +94,8 @@ K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder)
         return;
     kl__free(holder->identity);
     kl__free(holder->resource_version);
+    kl__free(holder->strategy);
+    kl__free(holder->preferred_holder);
     kl__free(holder);
 }
 

@@ -28,6 +28,7 @@ void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
     e->stats.version = K8SLEASE_ELECTOR_STATS_VERSION;
     e->opts = *opts;
     e->opts.ns = e->opts.name = e->opts.identity = NULL;
+    e->opts.binary_version = e->opts.emulation_version = e->opts.strategy = NULL;
     atomic_init(&e->epoch, -1);
     atomic_init(&e->leader_deadline, 0);
     va_start(ap, what_fmt);
@@ -111,6 +112,9 @@ uint64_t kl__elector_seed(const void *p)
     return kl__splitmix64(&x);
 }
 
+/* The options of a version 1 caller end before the coordinated field. */
+#define ELECTOR_OPTIONS_V1_SIZE offsetof(k8slease_elector_options, coordinated)
+
 static void start_on_loop(void *arg)
 {
     k8slease_elector *e = arg;
@@ -121,6 +125,7 @@ static void start_on_loop(void *arg)
 K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client *client,
                                         const k8slease_elector_options *opts)
 {
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
     const kl__elector_backend *backend;
     k8slease_elector *e = NULL;
     int err;
@@ -129,13 +134,18 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
         return kl__error_set(K8SLEASE_EINVAL,
                              "k8slease_elector_start: out, client or opts is NULL");
     *out = NULL;
-    if (opts->version != K8SLEASE_ELECTOR_OPTIONS_VERSION)
+    if (opts->version == 1)
+        memcpy(&o, opts, ELECTOR_OPTIONS_V1_SIZE); /* the rest keeps the defaults */
+    else if (opts->version == K8SLEASE_ELECTOR_OPTIONS_VERSION)
+        o = *opts;
+    else
         return kl__error_set(K8SLEASE_EINVAL,
-                             "k8slease_elector_options.version is %u, expected %u (use "
+                             "k8slease_elector_options.version is %u, expected 1 to %u (use "
                              "K8SLEASE_ELECTOR_OPTIONS_INIT)",
                              opts->version, K8SLEASE_ELECTOR_OPTIONS_VERSION);
+    o.version = K8SLEASE_ELECTOR_OPTIONS_VERSION;
     backend = client->be->elector;
-    if ((err = backend->create(&e, client, opts)) < 0)
+    if ((err = backend->create(&e, client, &o)) < 0)
         return err;
     if (kl__loop_post(client->loop, start_on_loop, e) < 0) {
         backend->destroy(e);

@@ -1079,7 +1079,8 @@ int kl__etcd_holder_get(k8slease_client *client, const char *name, int64_t timeo
     }
     kv = &r.kvs[0];
     if (!(h = kl__calloc(1, sizeof(*h))) || !(h->identity = kl__strdup(kv->value)) ||
-        !(h->resource_version = kl__sprintf("%lld", (long long)kv->mod_revision))) {
+        !(h->resource_version = kl__sprintf("%lld", (long long)kv->mod_revision)) ||
+        !(h->strategy = kl__strdup("")) || !(h->preferred_holder = kl__strdup(""))) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }

@@ -509,6 +509,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
         return err;
     if (!opts->identity)
         return kl__error_set(K8SLEASE_EINVAL, "identity is NULL");
+    if (opts->coordinated || opts->binary_version || opts->emulation_version || opts->strategy)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "coordinated, binary_version, emulation_version and strategy are "
+                             "Kubernetes options (coordinated leader election): not with etcd");
     ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
     rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
     rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;

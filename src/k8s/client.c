@@ -123,7 +123,9 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
     }
     h->identity = kl__strdup(lease->spec.holder ? lease->spec.holder : "");
     h->resource_version = kl__strdup(lease->rv);
-    if (!h->identity || !h->resource_version) {
+    h->strategy = kl__strdup(lease->strategy);
+    h->preferred_holder = kl__strdup(lease->preferred_holder);
+    if (!h->identity || !h->resource_version || !h->strategy || !h->preferred_holder) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }

@@ -282,6 +282,27 @@ static int decode_spec(const json_t *spec, kl__lease_spec *out)
     return 0;
 }
 
+/* The fields coordinated leader election's controller writes. The election
+ * reads them; updates keep them as they are, like every field not ours. */
+static int decode_coordination(const json_t *spec, kl__lease *l)
+{
+    const char *s;
+    int err;
+
+    l->preferred_holder = l->strategy = "";
+    if (!json_is_object(spec))
+        return 0;
+    if ((err = opt_string(spec, "preferredHolder", "spec.preferredHolder", &s)) < 0)
+        return err;
+    if (s)
+        l->preferred_holder = s;
+    if ((err = opt_string(spec, "strategy", "spec.strategy", &s)) < 0)
+        return err;
+    if (s)
+        l->strategy = s;
+    return 0;
+}
+
 static int decode_lease(kl__lease *l)
 {
     json_t *meta;
@@ -308,7 +329,9 @@ static int decode_lease(kl__lease *l)
     if ((err = opt_string(meta, "uid", "metadata.uid", &s)) < 0)
         return err;
     l->uid = s ? s : "";
-    return decode_spec(json_object_get(l->root, "spec"), &l->spec);
+    if ((err = decode_spec(json_object_get(l->root, "spec"), &l->spec)) < 0)
+        return err;
+    return decode_coordination(json_object_get(l->root, "spec"), l);
 }
 
 int kl__lease_from_json(kl__lease **out, json_t *obj)

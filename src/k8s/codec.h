@@ -30,6 +30,10 @@ typedef struct kl__lease {
     const char *rv;      /* metadata.resourceVersion, "" if absent (borrowed) */
     const char *uid;     /* metadata.uid, "" if absent (borrowed) */
     kl__lease_spec spec; /* spec.holder borrowed from root */
+    /* Coordinated leader election (read only: updates keep them as they
+     * are). "" when absent; borrowed from root. */
+    const char *preferred_holder; /* spec.preferredHolder */
+    const char *strategy;         /* spec.strategy */
 } kl__lease;
 
 /* Parse a Lease from a response body. Errors (K8SLEASE_EPROTOCOL with a

@@ -22,6 +22,7 @@
 
 #include "core/client.h"
 #include "k8s/api.h"
+#include "k8s/candidate.h"
 #include "k8s/client.h"
 #include "core/clock.h"
 #include "k8s/election.h"
@@ -52,6 +53,12 @@ typedef struct k8s_elector {
     int req_renewal;     /* the UPDATE in flight renews our term */
     kl__timer timer;
     kl__timer failed; /* answers a request that could not start */
+
+    /* Coordinated election: our LeaseCandidate. DONE is reported once it
+     * is deleted, so a stopped elector leaves no candidate behind. */
+    kl__candidate *cand;
+    int cand_stopped; /* kl__candidate_stop was called */
+    int done_waits;   /* the machine is DONE; report it when the candidate is gone */
 } k8s_elector;
 
 static void run(k8s_elector *e, const kl__elector_event *ev);
@@ -121,6 +128,7 @@ static int newer_than_get(k8s_elector *e, kl__lease *got, kl__lease **newer, kl_
         return 0; /* out of memory: the older state is still a state */
     } else {
         ev->spec = &(*newer)->spec;
+        ev->preferred_holder = (*newer)->preferred_holder;
     }
     kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG,
                    "get %s: rv %s is older than the watch's: using that", e->pub.what, got->rv);
@@ -180,6 +188,7 @@ static void on_result(const kl__http_result *res, void *arg)
             kl__rv_gate_set(&e->gate, lease->rv);
         }
         ev.spec = &lease->spec;
+        ev.preferred_holder = lease->preferred_holder;
         kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: ok, holder \"%s\" rv %s", what,
                        lease->spec.holder ? lease->spec.holder : "", lease->rv);
     } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
@@ -239,6 +248,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
         else
             set_absent(e);
         ev.spec = &sev->lease->spec;
+        ev.preferred_holder = sev->lease->preferred_holder;
         kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: holder \"%s\" rv %s",
                        e->pub.what, sev->lease->spec.holder ? sev->lease->spec.holder : "",
                        sev->rv);
@@ -353,12 +363,56 @@ static void detach(k8slease_elector *pub)
     e->req = NULL;
     kl__sub_stop(e->sub);
     e->sub = NULL;
+    kl__candidate_detach(e->cand);
+}
+
+static void on_candidate_gone(void *arg)
+{
+    k8s_elector *e = arg;
+
+    e->cand_stopped = 2;
+    if (e->done_waits) {
+        detach(&e->pub);
+        kl__elector_report_done(&e->pub);
+    }
+}
+
+static void stop_candidate(k8s_elector *e)
+{
+    if (!e->cand || e->cand_stopped)
+        return;
+    e->cand_stopped = 1;
+    kl__candidate_stop(e->cand, on_candidate_gone, e);
 }
 
 static void finish(k8s_elector *e)
 {
+    if (e->cand && e->cand_stopped != 2) {
+        /* the Lease side is over; the candidate's DELETE is not */
+        kl__timer_cancel(e->pub.client->loop, &e->timer);
+        kl__timer_cancel(e->pub.client->loop, &e->failed);
+        kl__http_cancel(e->pub.client->loop, e->req);
+        e->req = NULL;
+        kl__sub_stop(e->sub);
+        e->sub = NULL;
+        e->done_waits = 1;
+        stop_candidate(e);
+        return;
+    }
     detach(&e->pub);
     kl__elector_report_done(&e->pub);
+}
+
+/* The candidate cannot be published: end the election (released as the
+ * options say, though without a candidate it can hardly lead). */
+static void on_candidate_fatal(const char *message, void *arg)
+{
+    k8s_elector *e = arg;
+    kl__elector_event ev = {.type = KL_EV_STOP, .release = e->pub.opts.release_on_cancel};
+
+    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR, "%s: %s", e->pub.what, message);
+    stop_candidate(e);
+    run(e, &ev);
 }
 
 static void exec_action(k8s_elector *e, const kl__elector_action *a)
@@ -417,6 +471,8 @@ static void start(k8slease_elector *pub)
                                  on_watch, e)))
         kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN, "%s: %s; polling without a watch",
                        e->pub.what, kl__error_get());
+    if (e->cand)
+        kl__candidate_start(e->cand);
     run(e, &ev);
     if (kl__sub_healthy(e->sub)) {
         kl__sub_event healthy = {.type = KL_SUB_HEALTH, .healthy = 1};
@@ -428,8 +484,12 @@ static void start(k8slease_elector *pub)
 static void stop(k8slease_elector *pub, int release)
 {
     kl__elector_event ev = {.type = KL_EV_STOP, .release = release};
+    k8s_elector *e = (k8s_elector *)pub;
 
-    run((k8s_elector *)pub, &ev);
+    /* The candidate goes first, so that the controller, seeing the Lease
+     * released, does not pick us again. */
+    stop_candidate(e);
+    run(e, &ev);
 }
 
 static void destroy(k8slease_elector *pub)
@@ -438,6 +498,7 @@ static void destroy(k8slease_elector *pub)
 
     if (!e)
         return;
+    kl__candidate_free(e->cand);
     kl__free(e->base);
     kl__free(e->ns);
     kl__free(e->name);
@@ -446,6 +507,59 @@ static void destroy(k8slease_elector *pub)
     kl__free(e->collection);
     kl__elector_head_destroy(&e->pub);
     kl__free(e);
+}
+
+/* The coordinated options, checked as the apiserver would check the
+ * LeaseCandidate, so that a mistake shows at start, not as a 422 later. */
+static int check_coordinated(const k8slease_elector_options *opts)
+{
+    const char *strategy =
+        opts->strategy ? opts->strategy : K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION;
+    const char *emulation =
+        opts->emulation_version ? opts->emulation_version : opts->binary_version;
+    const char *slash = strchr(strategy, '/');
+    int err;
+
+    if (!opts->coordinated) {
+        if (opts->binary_version || opts->emulation_version || opts->strategy)
+            return kl__error_set(K8SLEASE_EINVAL,
+                                 "binary_version, emulation_version and strategy are for "
+                                 "coordinated election: set coordinated to 1");
+        return 0;
+    }
+    if ((err = kl__check_name("identity (in coordinated election it names the LeaseCandidate)",
+                              opts->identity)) < 0 ||
+        (err = kl__semver_check("binary_version", opts->binary_version)) < 0 ||
+        (err = kl__semver_check("emulation_version", emulation)) < 0)
+        return err;
+    if (kl__semver_cmp(emulation, opts->binary_version) > 0)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "emulation_version %s must not be greater than binary_version %s",
+                             emulation, opts->binary_version);
+    if (strcmp(strategy, K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION) != 0 &&
+        (!slash || slash == strategy || !slash[1] || strchr(slash + 1, '/')))
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "strategy \"%.80s\": must be \"%s\" or a qualified name "
+                             "\"prefix/name\" (a strategy another controller applies)",
+                             strategy, K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION);
+    return 0;
+}
+
+static int new_candidate(k8s_elector *e, const char *ns, const k8slease_elector_options *opts,
+                         int64_t rp_ms)
+{
+    kl__candidate_config cc = {0};
+
+    cc.ns = ns;
+    cc.name = opts->identity;
+    cc.lease_name = opts->name;
+    cc.binary_version = opts->binary_version;
+    cc.emulation_version = opts->emulation_version ? opts->emulation_version : opts->binary_version;
+    cc.strategy = opts->strategy ? opts->strategy : K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION;
+    cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
+    cc.request_timeout_ms = e->request_timeout_ms;
+    cc.what = e->pub.what;
+    return kl__candidate_new(&e->cand, e->pub.client, &cc, on_candidate_fatal, e);
 }
 
 static int create(k8slease_elector **out, k8slease_client *client,
@@ -476,6 +590,8 @@ static int create(k8slease_elector **out, k8slease_client *client,
                              (long long)ld, (long long)rd, (long long)rp);
     if (ld > INT64_MAX / KL_NS_PER_MS)
         return kl__error_set(K8SLEASE_EINVAL, "lease_duration %lld ms is too large", (long long)ld);
+    if ((err = check_coordinated(opts)) < 0)
+        return err;
 
     if (!(e = kl__calloc(1, sizeof(*e))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
@@ -501,7 +617,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
     cfg.release_on_cancel = opts->release_on_cancel;
     cfg.seed = kl__elector_seed(e);
     cfg.poll_only = opts->poll_only != 0;
+    cfg.coordinated = opts->coordinated != 0;
     if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
+        goto out;
+    if (opts->coordinated && (err = new_candidate(e, ns, opts, rp)) < 0)
         goto out;
     kl__timer_init(&e->timer, on_timer, e);
     kl__timer_init(&e->failed, on_failed, e);

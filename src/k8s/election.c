@@ -118,17 +118,22 @@ static int holder_is_self(const kl__elector *e)
  * renewing leaves the same record, and its expiry must count from the first
  * time we saw it, by our clock, never from its (skewed) renewTime. Our own
  * writes always restart it. */
-static void observe(kl__elector *e, const kl__lease_spec *s, int64_t now, int written)
+static void observe(kl__elector *e, const kl__lease_spec *s, const char *preferred, int64_t now,
+                    int written)
 {
     const char *h = s->holder ? s->holder : "";
     size_t len = strlen(h);
     uint64_t hash = kl__fnv1a(h, len);
+    int preferred_other =
+        e->cfg.coordinated && preferred && preferred[0] && strcmp(preferred, e->cfg.identity) != 0;
 
     if (!written && e->have_observed &&
         same_name(e->holder, e->holder_len, e->holder_hash, h, len, hash) &&
         e->duration_s == s->duration_s && e->acquire_us == s->acquire_us &&
-        e->renew_us == s->renew_us && e->transitions == s->transitions)
+        e->renew_us == s->renew_us && e->transitions == s->transitions &&
+        e->preferred_other == preferred_other)
         return;
+    e->preferred_other = preferred_other;
     copy_name(e->holder, h, len);
     e->holder_len = len;
     e->holder_hash = hash;
@@ -162,6 +167,14 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
 static int held_by_other(const kl__elector *e, int64_t now)
 {
     return e->holder_len > 0 && !holder_is_self(e) &&
+           kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
+}
+
+/* Coordinated: the controller named us holder, wants nobody else, and we
+ * saw that within the duration it wrote. */
+static int named_by_controller(const kl__elector *e, int64_t now)
+{
+    return holder_is_self(e) && !e->preferred_other &&
            kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
 }
 
@@ -252,18 +265,26 @@ static int watching(const kl__elector *e)
  * expiry of the record we see; otherwise poll as client-go does. */
 static void retry_later(kl__elector *e, int64_t now)
 {
-    if (watching(e) && e->have_observed && held_by_other(e, now))
+    if (e->cfg.coordinated && watching(e))
+        e->next_attempt = kl__add_sat(now, e->cfg.lease_duration_ns);
+    else if (watching(e) && e->have_observed && held_by_other(e, now))
         e->next_attempt =
             kl__add_sat(kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)), expiry_jitter(e));
     else
         e->next_attempt = kl__add_sat(now, retry_delay(e));
 }
 
-static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
-                             const kl__lease_spec *spec, int64_t now, int64_t wall_us,
-                             kl__elector_actions *out)
+/* Whether an ACQUIRING candidate may take the Lease it just saw. */
+static int may_take(const kl__elector *e, int64_t now)
 {
-    if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND) {
+    return e->cfg.coordinated ? named_by_controller(e, now) : !held_by_other(e, now);
+}
+
+static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
+                             const kl__lease_spec *spec, const char *preferred, int64_t now,
+                             int64_t wall_us, kl__elector_actions *out)
+{
+    if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND && !e->cfg.coordinated) {
         new_term(e, 1, now, wall_us, out);
         return;
     }
@@ -272,15 +293,15 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
         return;
     }
     if (req == KL_REQ_GET) {
-        observe(e, spec, now, 0);
+        observe(e, spec, preferred, now, 0);
         report_leader(e, out);
-        if (held_by_other(e, now))
-            retry_later(e, now);
-        else
+        if (may_take(e, now))
             new_term(e, 0, now, wall_us, out);
+        else
+            retry_later(e, now);
         return;
     }
-    observe(e, spec, now, 1);
+    observe(e, spec, preferred, now, 1);
     /* A write answered after the renew deadline would start a term that is
      * already over: stay a candidate. The next GET shows us as holder and
      * takes a fresh term at once. */
@@ -298,11 +319,11 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
 }
 
 static void leading_result(kl__elector *e, kl__elector_req req, int status,
-                           const kl__lease_spec *spec, int64_t now, int64_t wall_us,
-                           kl__elector_actions *out)
+                           const kl__lease_spec *spec, const char *preferred, int64_t now,
+                           int64_t wall_us, kl__elector_actions *out)
 {
     if (req == KL_REQ_UPDATE && status == 0) {
-        observe(e, spec, now, 1);
+        observe(e, spec, preferred, now, 1);
         report_leader(e, out);
         e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
         e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
@@ -310,12 +331,14 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
         /* the cached object may be stale: read it and try again now */
         get(e, now, out);
     } else if (req == KL_REQ_GET && status == 0) {
-        observe(e, spec, now, 0);
+        observe(e, spec, preferred, now, 0);
         report_leader(e, out);
         /* Somebody else holds it, or a new term started under our name
          * (same identity twice): either way our epoch is no longer the
          * fencing token, even if that holder has expired. */
-        if (holder_is_self(e) && e->transitions == e->epoch)
+        if (holder_is_self(e) && e->transitions == e->epoch && e->preferred_other)
+            step_down(e, e->cfg.release_on_cancel, 1, now, out);
+        else if (holder_is_self(e) && e->transitions == e->epoch)
             renew(e, 0, now, wall_us, out);
         else
             step_down(e, 0, 0, now, out);
@@ -329,15 +352,15 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
 }
 
 static void releasing_result(kl__elector *e, kl__elector_req req, int status,
-                             const kl__lease_spec *spec, int64_t now, int64_t wall_us,
-                             kl__elector_actions *out)
+                             const kl__lease_spec *spec, const char *preferred, int64_t now,
+                             int64_t wall_us, kl__elector_actions *out)
 {
     if (!e->release_started) {
         /* Sent before stopping. A write that succeeded, or failed without
          * a conflict (it may have reached the server), may have made us
          * holder: the release GET will tell. */
         if (status == 0)
-            observe(e, spec, now, req != KL_REQ_GET);
+            observe(e, spec, preferred, now, req != KL_REQ_GET);
         if (req != KL_REQ_GET && status != K8SLEASE_ECONFLICT)
             e->may_hold = 1;
         report_leader(e, out);
@@ -345,7 +368,7 @@ static void releasing_result(kl__elector *e, kl__elector_req req, int status,
         return;
     }
     if (status == 0) {
-        observe(e, spec, now, req != KL_REQ_GET);
+        observe(e, spec, preferred, now, req != KL_REQ_GET);
         report_leader(e, out);
         if (req == KL_REQ_GET && holder_is_self(e))
             release_update(e, now, wall_us, out);
@@ -371,11 +394,11 @@ static void on_result(kl__elector *e, const kl__elector_event *ev, int64_t now, 
         status = K8SLEASE_EPROTOCOL;
     e->req = KL_REQ_NONE;
     if (e->state == KL_EL_ACQUIRING)
-        acquiring_result(e, req, status, ev->spec, now, wall_us, out);
+        acquiring_result(e, req, status, ev->spec, ev->preferred_holder, now, wall_us, out);
     else if (e->state == KL_EL_LEADING)
-        leading_result(e, req, status, ev->spec, now, wall_us, out);
+        leading_result(e, req, status, ev->spec, ev->preferred_holder, now, wall_us, out);
     else if (e->state == KL_EL_RELEASING)
-        releasing_result(e, req, status, ev->spec, now, wall_us, out);
+        releasing_result(e, req, status, ev->spec, ev->preferred_holder, now, wall_us, out);
 }
 
 /* An observation from the watch. The driver has already dropped the ones
@@ -389,13 +412,13 @@ static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now,
         return;
     if (!absent &&
         (e->state == KL_EL_ACQUIRING || e->state == KL_EL_LEADING || e->state == KL_EL_RELEASING)) {
-        observe(e, ev->spec, now, 0);
+        observe(e, ev->spec, ev->preferred_holder, now, 0);
         report_leader(e, out);
     }
     if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE) {
-        if (absent)
+        if (absent && !e->cfg.coordinated)
             new_term(e, 1, now, wall_us, out);
-        else if (!held_by_other(e, now))
+        else if (!absent && may_take(e, now))
             new_term(e, 0, now, wall_us, out);
         else if (watching(e))
             retry_later(e, now);
@@ -405,6 +428,8 @@ static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now,
         /* as a GET showing the same would (leading_result) */
         if (absent || !holder_is_self(e) || e->transitions != e->epoch)
             step_down(e, 0, 0, now, out);
+        else if (e->preferred_other)
+            step_down(e, e->cfg.release_on_cancel, 1, now, out);
     }
 }
 

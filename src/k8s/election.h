@@ -74,6 +74,22 @@
  *    other transitions than our epoch, or no Lease ends the term at once
  *    (STOPPED, nothing to release, DONE), as the same GET would.
  *  - RELEASING: observations only update the observed record (NEW_LEADER).
+ *
+ * Coordinated mode (cfg.coordinated, KEP-4355 as client-go's Coordinated;
+ * the apiserver's controller writes the holder):
+ *  - The observed record also holds whether spec.preferredHolder names
+ *    somebody else (a change of it is a change of the record).
+ *  - ACQUIRING never CREATEs and never takes a Lease held by another, empty
+ *    or expired: it takes the Lease (UPDATE, a new term: transitions + 1,
+ *    as ever, so the epoch stays a fencing token; client-go keeps the
+ *    controller's count) only when the holder is our identity, no
+ *    preferredHolder names another, and observed_time + duration > now.
+ *    Otherwise it waits: polling as client-go, or with a healthy watch
+ *    (every controller write reaches us) a check every lease_duration.
+ *  - LEADING: a GET or observation whose preferredHolder names another
+ *    ends the term at once, and releases when release_on_cancel (the
+ *    controller then hands the Lease to the preferred holder without
+ *    waiting for it to expire; client-go only stops renewing).
  */
 #ifndef KL_ELECTOR_H
 #define KL_ELECTOR_H
@@ -106,8 +122,9 @@ typedef struct kl__elector_config {
     int64_t renew_deadline_ns;
     int64_t retry_period_ns;
     int release_on_cancel;
-    uint64_t seed; /* PRNG seed for the jitter */
-    int poll_only; /* 1: ignore OBSERVE and WATCH, poll like client-go */
+    uint64_t seed;   /* PRNG seed for the jitter */
+    int poll_only;   /* 1: ignore OBSERVE and WATCH, poll like client-go */
+    int coordinated; /* 1: coordinated leader election (see above) */
 } kl__elector_config;
 
 typedef enum kl__elector_event_type {
@@ -132,6 +149,8 @@ typedef struct kl__elector_event {
     int release;
     /* KL_EV_WATCH: 1 healthy, 0 not. */
     int healthy;
+    /* With spec: spec.preferredHolder, NULL or "" when absent. Borrowed. */
+    const char *preferred_holder;
 } kl__elector_event;
 
 typedef enum kl__elector_action_type {
@@ -170,6 +189,7 @@ typedef struct kl__elector {
     size_t holder_len;
     uint64_t holder_hash;
     int64_t duration_s, acquire_us, renew_us, transitions;
+    int preferred_other; /* coordinated: preferredHolder names another candidate */
     int have_observed;
     int64_t observed_time;
 

@@ -19,6 +19,7 @@
 #include "k8s/kubeconfig.h"
 
 static ts_server *server;
+static const char *const *server_args;
 
 static void delete_namespaces(void);
 
@@ -30,6 +31,11 @@ void e2e_log_to_stderr(k8slease_log_level level, const char *msg, void *ud)
     fprintf(stderr, "k8slease %s: %s\n", names[level], msg);
 }
 
+void e2e_testserver_args(const char *const *args)
+{
+    server_args = args;
+}
+
 int e2e_setup(k8slease_client **client)
 {
     k8slease_client_options opts = K8SLEASE_CLIENT_OPTIONS_INIT;
@@ -39,7 +45,7 @@ int e2e_setup(k8slease_client **client)
     if (server) {
         kc = ts_kubeconfig(server); /* already started: another client */
     } else if (!kc || !kc[0]) {
-        if (ts_start(&server, NULL) != 0) {
+        if (ts_start(&server, server_args) != 0) {
             fprintf(stderr, "e2e: cannot start k8slease-testserver\n");
             return -1;
         }

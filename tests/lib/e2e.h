@@ -13,6 +13,9 @@
  * seed ABI. client may be NULL. Called again, it reuses the server and
  * makes another client. Returns 0 or -1 (message printed). */
 int e2e_setup(k8slease_client **client);
+/* Extra flags for the test server e2e_setup starts (NULL-terminated,
+ * borrowed; e.g. a feature gate). Call before e2e_setup. */
+void e2e_testserver_args(const char *const *args);
 /* A log callback printing "k8slease LEVEL: message" on stderr. */
 void e2e_log_to_stderr(k8slease_log_level level, const char *msg, void *ud);
 

@@ -59,6 +59,7 @@ typedef struct step {
     const char *actions; /* expected, see format_actions() */
     kl__elector_state state;
     int64_t timer_ms;
+    const char *preferred; /* the event's spec.preferredHolder (coordinated) */
 } step;
 
 #define START(t)          KL_EV_START, (t), 0, NULL, 0
@@ -120,10 +121,12 @@ typedef struct run {
     int stopped, done;
 } run;
 
+static const char *deliver_preferred; /* spec.preferredHolder of the next event */
+
 static void deliver(run *r, kl__elector_event_type type, int64_t now, int status,
                     const kl__lease_spec *spec, int release)
 {
-    kl__elector_event ev = {type, status, spec, release, release};
+    kl__elector_event ev = {type, status, spec, release, release, deliver_preferred};
 
     kl__elector_step(&r->e, &ev, now, WALL0_US + (now - T0) / 1000, &r->out);
     for (int i = 0; i < r->out.n; i++) {
@@ -156,6 +159,7 @@ static void run_steps(run *r, const step *steps, size_t n)
         const char *got;
 
         assert_true(now != INT64_MAX);
+        deliver_preferred = s->preferred;
         deliver(r, s->type, now, s->status, s->spec, s->release);
         got = format_actions(&r->out);
         if (strcmp(got, s->actions) != 0)
@@ -1433,6 +1437,145 @@ static void test_rv_gate(void **state)
     assert_false(kl__rv_gate_older(&g, "x"));
 }
 
+/* ---- coordinated mode: the controller writes the holder ---- */
+
+/* What the controller writes when it picks us (5 s, renewTime now,
+ * transitions kept), and what our first write of the term makes of it. */
+static const kl__lease_spec named = {"me", 5, 0, W(50), 7};
+static const kl__lease_spec named_expired = {"me", 0, 0, W(50), 7};
+static const kl__lease_spec taken_term = {"me", 15, W(100), W(100), 8};
+static const kl__lease_spec renewed_term = {"me", 15, W(100), W(1200), 8};
+
+static kl__elector_config coordinated_config(void)
+{
+    kl__elector_config cfg = default_config();
+
+    cfg.coordinated = 1;
+    return cfg;
+}
+
+static void test_coordinated_never_creates(void **state)
+{
+    kl__elector_config cfg = coordinated_config();
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "", KL_EL_ACQUIRING, JITTER},
+        {WATCH(200, 1), "", KL_EL_ACQUIRING, ANY},
+        {DELETED(300), "", KL_EL_ACQUIRING, 300 + LD_MS},
+    };
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Held by another, released, or expired: all the controller's to decide. */
+static void test_coordinated_never_takes_from_others(void **state)
+{
+    kl__elector_config cfg = coordinated_config();
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &ancient), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(20000, 0, &empty_holder), "NEW_LEADER(,7)", KL_EL_ACQUIRING, JITTER},
+        /* the watch is not healthy: observations leave the planned poll */
+        {OBSERVE(20100, &zero_duration), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, ANY},
+        {OBSERVE(20200, &null_holder), "NEW_LEADER(,7)", KL_EL_ACQUIRING, ANY},
+    };
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Named by the controller: a new term (transitions + 1: the epoch). */
+static void test_coordinated_takes_when_named(void **state)
+{
+    kl__elector_config cfg = coordinated_config();
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RESULT(200, 0, &taken_term), "STARTED(8)", KL_EL_LEADING, 2200},
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=8)", KL_EL_LEADING, 10100},
+    };
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* Named, but a preferredHolder names another, or the record expired by our
+ * clock (duration 0) before we saw it: not ours to take. */
+static void test_coordinated_named_but_not_taken(void **state)
+{
+    kl__elector_config cfg = coordinated_config();
+    static const step preferred[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &named), "NEW_LEADER(me,7)", KL_EL_ACQUIRING, JITTER, "other"},
+        /* the preferredHolder cleared: a change, and now it is ours */
+        {OBSERVE(150, &named), "UPDATE(me,15s,a=150,r=150,t=8)", KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step expired[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &named_expired), "NEW_LEADER(me,7)", KL_EL_ACQUIRING, JITTER},
+    };
+    static const step self_preferred[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
+         NO_TIMER, "me"},
+    };
+
+    (void)state;
+    RUN(cfg, preferred);
+    RUN(cfg, expired);
+    RUN(cfg, self_preferred);
+}
+
+/* Leading, the controller prefers another: step down at once and release
+ * (the watch shows it), or without release_on_cancel just stop. */
+static void test_coordinated_steps_down_for_preferred(void **state)
+{
+    kl__elector_config cfg = coordinated_config();
+    static const step release[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RESULT(200, 0, &taken_term), "STARTED(8)", KL_EL_LEADING, 2200},
+        {OBSERVE(1300, &renewed_term), "STOPPED GET", KL_EL_RELEASING, 11300, "other"},
+        {RESULT(1400, 0, &renewed_term), "UPDATE(,1s,a=1400,r=1400,t=8)", KL_EL_RELEASING, 11300,
+         "other"},
+        {RESULT(1500, 0, &released), "NEW_LEADER(,0) DONE", KL_EL_DONE, NO_TIMER, "other"},
+    };
+    static const step keep[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RESULT(200, 0, &taken_term), "STARTED(8)", KL_EL_LEADING, 2200},
+        /* polling: the fast-path renew fails, the GET shows it */
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=8)", KL_EL_LEADING, 10100},
+        {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2400, 0, &renewed_term), "STOPPED DONE", KL_EL_DONE, NO_TIMER, "other"},
+    };
+    kl__elector_config no_release = coordinated_config();
+
+    (void)state;
+    no_release.release_on_cancel = 0;
+    RUN(cfg, release);
+    RUN(no_release, keep);
+}
+
+/* A preferredHolder means nothing to a classic election (client-go's too). */
+static void test_classic_ignores_preferred(void **state)
+{
+    kl__elector_config cfg = default_config();
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {OBSERVE(1000, &created), "", KL_EL_LEADING, 2200, "other"},
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+    };
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1495,6 +1638,12 @@ int main(void)
         cmocka_unit_test(test_poll_only_ignores_watch),
         cmocka_unit_test(test_expiry_jitter_bounded),
         cmocka_unit_test(test_rv_gate),
+        cmocka_unit_test(test_coordinated_never_creates),
+        cmocka_unit_test(test_coordinated_never_takes_from_others),
+        cmocka_unit_test(test_coordinated_takes_when_named),
+        cmocka_unit_test(test_coordinated_named_but_not_taken),
+        cmocka_unit_test(test_coordinated_steps_down_for_preferred),
+        cmocka_unit_test(test_classic_ignores_preferred),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
