@@ -54,11 +54,17 @@ typedef struct k8s_elector {
     kl__timer timer;
     kl__timer failed; /* answers a request that could not start */
 
-    /* Coordinated election: our LeaseCandidate. DONE is reported once it
-     * is deleted, so a stopped elector leaves no candidate behind. */
+    /* Coordinated election: our LeaseCandidate. It is deleted as soon as
+     * the term (or the campaign) ends, and the Lease is released only once
+     * that DELETE is done: the controller, seeing the Lease free, must not
+     * find us among the candidates and pick us again (or, from a stale
+     * cache, name us preferredHolder over the next leader). DONE is
+     * reported once it is gone, so a stopped elector leaves none behind. */
     kl__candidate *cand;
-    int cand_stopped; /* kl__candidate_stop was called */
-    int done_waits;   /* the machine is DONE; report it when the candidate is gone */
+    int cand_stopped;            /* 0 running, 1 DELETE in flight, 2 gone */
+    int done_waits;              /* the machine is DONE; report it when the candidate is gone */
+    kl__elector_action deferred; /* a release request held until then */
+    int have_deferred;
 } k8s_elector;
 
 static void run(k8s_elector *e, const kl__elector_event *ev);
@@ -371,6 +377,9 @@ static void on_candidate_gone(void *arg)
     k8s_elector *e = arg;
 
     e->cand_stopped = 2;
+    if (e->have_deferred && e->sm.state != KL_EL_DONE)
+        start_request(e, &e->deferred);
+    e->have_deferred = 0;
     if (e->done_waits) {
         detach(&e->pub);
         kl__elector_report_done(&e->pub);
@@ -421,13 +430,19 @@ static void exec_action(k8s_elector *e, const kl__elector_action *a)
     case KL_ACT_GET:
     case KL_ACT_CREATE:
     case KL_ACT_UPDATE:
-        start_request(e, a);
+        if (e->cand_stopped == 1 && e->sm.state == KL_EL_RELEASING) {
+            e->deferred = *a; /* the machine waits for its answer: one at most */
+            e->have_deferred = 1;
+        } else {
+            start_request(e, a);
+        }
         break;
     case KL_ACT_STARTED:
         kl__elector_report_started(&e->pub, a->epoch, kl__elector_leader_deadline(&e->sm));
         break;
     case KL_ACT_STOPPED:
         kl__elector_report_stopped(&e->pub);
+        stop_candidate(e);
         break;
     case KL_ACT_NEW_LEADER:
         kl__elector_report_new_leader(&e->pub, a->identity, a->epoch);
