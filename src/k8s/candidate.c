@@ -49,6 +49,7 @@ struct kl__candidate {
     /* The last pingTime answered: answered once, so that a ping ahead of
      * our clock (renewTime stays before it) cannot make us write forever. */
     int64_t answered_ping;
+    int64_t sent_ping; /* the pingTime of the object the UPDATE in flight answers */
     int stopping;
 
     kl__http_req *req;
@@ -455,11 +456,16 @@ static void on_done(const kl__http_result *res, void *arg)
     c->req = NULL;
     c->kind = REQ_NONE;
     if (kind == REQ_DELETE) {
-        if (!ok && !(res->status == 404))
+        if (!ok && res->status != 404) {
+            snprintf(what, sizeof(what), "delete LeaseCandidate %s/%s", c->ns, c->name);
+            if (res->err)
+                kl__error_set(res->err, "%s: %s", what, res->errmsg);
+            else
+                kl__http_status_error(res->status, res->body, res->body_len, what);
             kl__log_printf(log_of(c), K8SLEASE_LOG_WARN,
-                           "%s: delete LeaseCandidate %s/%s: %s (the server removes it once "
-                           "stale)",
-                           c->what, c->ns, c->name, res->err ? res->errmsg : "refused");
+                           "%s: %s (left to the server's garbage collection, 30 min)", c->what,
+                           kl__error_get());
+        }
         on_gone_now(&c->gone_now, c);
         return;
     }
@@ -515,6 +521,8 @@ static void on_done(const kl__http_result *res, void *arg)
             if (!c->written || pinged(c, c->base))
                 c->renew_due = 1;
         } else {
+            if (kind == REQ_UPDATE)
+                c->answered_ping = c->sent_ping;
             c->written = 1;
             c->renew_due = 0;
             kl__timer_arm(c->client->loop, &c->renew,
@@ -572,7 +580,7 @@ static void step(kl__candidate *c)
             return;
         }
         if (c->base) {
-            c->answered_ping = spec_time(c->base, "pingTime");
+            c->sent_ping = spec_time(c->base, "pingTime");
             start_req(c, REQ_UPDATE, "PUT", c->path, body);
         } else
             start_req(c, REQ_CREATE, "POST", c->collection, body);

@@ -280,16 +280,58 @@ static const char *spec_field(json_t *root, const char *key)
     return v ? v : "";
 }
 
-/* A ping (pingTime after renewTime) is answered with a renewTime after it.
- * Times are RFC 3339 in UTC with 6 fraction digits, so they compare as
- * strings. */
-static void ping_answered(void **state)
+/* Ping the LeaseCandidate at path as the controller does: pingTime = now,
+ * after its renewTime (written earlier, on this machine's clock), before
+ * the answer's. The ping goes into ping[64]. */
+static void ping_now(const char *path, char *ping)
 {
-    cand c;
-    char path[256], patch[160], ping[64], secs[32];
+    char patch[160], secs[32];
     long status = 0;
     struct timespec now;
     struct tm tm;
+
+    clock_gettime(CLOCK_REALTIME, &now);
+    gmtime_r(&now.tv_sec, &tm);
+    strftime(secs, sizeof(secs), "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(ping, 64, "%s.%06ldZ", secs, (long)(now.tv_nsec / 1000));
+    snprintf(patch, sizeof(patch), "{\"spec\":{\"pingTime\":\"%s\"}}", ping);
+    assert_int_equal(e2e_api("PATCH", path, patch, &status, NULL), 0);
+    assert_int_equal(status, 200);
+}
+
+/* Wait until the ping is answered: renewTime after pingTime (RFC 3339 in
+ * UTC with 6 fraction digits: they compare as strings), and pingTime not
+ * older than ours (the controller may ping too). */
+static void wait_answered(const char *path, const char *ping)
+{
+    for (int64_t until = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(50)) {
+        char *body = NULL;
+        long status = 0;
+        json_t *root;
+        int answered;
+
+        assert_int_equal(e2e_api("GET", path, NULL, &status, &body), 0);
+        assert_int_equal(status, 200);
+        root = json_loads(body, 0, NULL);
+        assert_non_null(root);
+        answered = strcmp(spec_field(root, "pingTime"), ping) >= 0 &&
+                   strcmp(spec_field(root, "renewTime"), spec_field(root, "pingTime")) > 0;
+        json_decref(root);
+        if (answered) {
+            free(body);
+            return;
+        }
+        if (e2e_mono_ms() > until)
+            fail_msg("the ping at %s was not answered: %s", ping, body);
+        free(body);
+    }
+}
+
+/* A ping (pingTime after renewTime) is answered with a renewTime after it. */
+static void ping_answered(void **state)
+{
+    cand c;
+    char path[256], ping[64];
 
     (void)state;
     need_controller();
@@ -298,36 +340,8 @@ static void ping_answered(void **state)
         fail_msg("not elected: %s", k8slease_error_last());
     snprintf(path, sizeof(path),
              "/apis/coordination.k8s.io/v1beta1/namespaces/%s/leasecandidates/pinged", ns);
-    /* now: after the candidate's renewTime (written when it was created,
-     * on this machine's clock), before the answer's */
-    clock_gettime(CLOCK_REALTIME, &now);
-    gmtime_r(&now.tv_sec, &tm);
-    strftime(secs, sizeof(secs), "%Y-%m-%dT%H:%M:%S", &tm);
-    snprintf(ping, sizeof(ping), "%s.%06ldZ", secs, now.tv_nsec / 1000);
-    snprintf(patch, sizeof(patch), "{\"spec\":{\"pingTime\":\"%s\"}}", ping);
-    assert_int_equal(e2e_api("PATCH", path, patch, &status, NULL), 0);
-    assert_int_equal(status, 200);
-    for (int64_t until = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(50)) {
-        char *body = NULL;
-        json_t *root;
-        int answered;
-
-        assert_int_equal(e2e_api("GET", path, NULL, &status, &body), 0);
-        assert_int_equal(status, 200);
-        root = json_loads(body, 0, NULL);
-        assert_non_null(root);
-        /* the controller may ping too: any ping must end up answered */
-        answered = strcmp(spec_field(root, "pingTime"), ping) >= 0 &&
-                   strcmp(spec_field(root, "renewTime"), spec_field(root, "pingTime")) > 0;
-        json_decref(root);
-        if (answered) {
-            free(body);
-            break;
-        }
-        if (e2e_mono_ms() > until)
-            fail_msg("the ping at %s was not answered: %s", ping, body);
-        free(body);
-    }
+    ping_now(path, ping);
+    wait_answered(path, ping);
     cand_free(&c);
 }
 
@@ -384,6 +398,103 @@ static void candidate_name_taken(void **state)
     assert_true(logged("already exists for lease \"cle-other\""));
     k8slease_elector_free(e);
     assert_int_equal(candidate_status("taken", NULL), 200); /* not ours: not deleted */
+}
+
+/* A client of its own, told apart by its User-Agent, for fault rules. */
+static k8slease_client *fault_client(const char *user_agent)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+
+    o.kubeconfig = getenv("KUBECONFIG");
+    o.user_agent = user_agent;
+    o.log_cb = capture_log;
+    o.log_level = K8SLEASE_LOG_WARN;
+    assert_int_equal(k8slease_client_new(&c, &o), 0);
+    return c;
+}
+
+static long add_fault(const char *user_agent, const char *verb, int status, const char *path)
+{
+    char rule[512];
+
+    snprintf(rule, sizeof(rule),
+             "{\"kind\":\"error\",\"status\":%d,\"count\":1,\"match\":{\"user_agent\":\"%s\","
+             "\"verb\":\"%s\",\"path_prefix\":\"%s\"}}",
+             status, user_agent, verb, path);
+    return e2e_add_fault(rule);
+}
+
+/* Every step of the LeaseCandidate's life survives a failed request: the
+ * create, the watch, the answer to a ping (409: read again, answer again),
+ * and the DELETE when stopping (logged, the stop still completes); a
+ * LeaseCandidate deleted by someone else is created again. */
+static void candidate_failures_survived(void **state)
+{
+    k8slease_client *c;
+    k8slease_elector_options o = coordinated_opts("cle-faults", "faulty", "1.36.0");
+    k8slease_elector *e = NULL;
+    char coll[256], path[320], ping[64];
+    long create, watch, update, status = 0;
+
+    (void)state;
+    e2e_need_testserver("needs injected failures of the LeaseCandidate requests");
+    c = fault_client("cle-faults");
+    snprintf(coll, sizeof(coll), "/apis/coordination.k8s.io/v1beta1/namespaces/%s/leasecandidates",
+             ns);
+    snprintf(path, sizeof(path), "%s/faulty", coll);
+    create = add_fault("cle-faults", "create", 503, coll);
+    watch = add_fault("cle-faults", "watch", 500, coll);
+    assert_int_equal(k8slease_elector_start(&e, c, &o), 0);
+    if (k8slease_elector_wait_elected(e, WAIT_MS, NULL) != 0)
+        fail_msg("not elected after the failures: %s", k8slease_error_last());
+    e2e_wait_fault_retired(create, WAIT_MS);
+    e2e_wait_fault_retired(watch, WAIT_MS);
+    assert_true(logged("create LeaseCandidate"));
+
+    /* a ping whose first answer meets a conflict: read again, answer */
+    update = add_fault("cle-faults", "update", 409, path);
+    ping_now(path, ping);
+    wait_answered(path, ping);
+    e2e_wait_fault_retired(update, WAIT_MS);
+
+    /* deleted by someone else: back again */
+    assert_int_equal(e2e_api("DELETE", path, NULL, &status, NULL), 0);
+    assert_int_equal(status, 200);
+    for (int64_t until = e2e_mono_ms() + WAIT_MS; candidate_status("faulty", NULL) != 200;
+         e2e_pause_ms(20))
+        if (e2e_mono_ms() > until)
+            fail_msg("the deleted LeaseCandidate was not created again");
+
+    /* the DELETE at stop fails: said, and the stop completes */
+    add_fault("cle-faults", "delete", 500, path);
+    assert_int_equal(k8slease_elector_stop(e, 1), 0);
+    assert_true(logged("delete LeaseCandidate"));
+    k8slease_elector_free(e);
+    k8slease_client_free(c);
+}
+
+/* The server refuses the LeaseCandidate (422): the election ends, saying
+ * why, instead of retrying for ever. */
+static void candidate_refused(void **state)
+{
+    k8slease_client *c;
+    k8slease_elector_options o = coordinated_opts("cle-refused", "refused", "1.36.0");
+    k8slease_elector *e = NULL;
+    char coll[256];
+
+    (void)state;
+    e2e_need_testserver("needs the server to refuse a valid LeaseCandidate");
+    c = fault_client("cle-refused");
+    snprintf(coll, sizeof(coll), "/apis/coordination.k8s.io/v1beta1/namespaces/%s/leasecandidates",
+             ns);
+    add_fault("cle-refused", "create", 422, coll);
+    assert_int_equal(k8slease_elector_start(&e, c, &o), 0);
+    assert_int_equal(k8slease_elector_wait_elected(e, WAIT_MS, NULL), K8SLEASE_ESTATE);
+    assert_true(logged("coordinated election: create LeaseCandidate"));
+    assert_true(logged("HTTP 422"));
+    k8slease_elector_free(e);
+    k8slease_client_free(c);
 }
 
 /* Options are checked at start, each mistake named. */
@@ -459,7 +570,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(options_rejected),    cmocka_unit_test(etcd_refuses),
         cmocka_unit_test(no_candidate_api),    cmocka_unit_test(candidate_name_taken),
-        cmocka_unit_test(ping_answered),       cmocka_unit_test(older_started_first),
+        cmocka_unit_test(ping_answered),       cmocka_unit_test(candidate_failures_survived),
+        cmocka_unit_test(candidate_refused),   cmocka_unit_test(older_started_first),
         cmocka_unit_test(newer_started_first),
     };
 
