@@ -47,6 +47,17 @@ static const char usage[] =
     "  --label KEY=VALUE      that label (default role=leader)\n"
     "  --http HOST:PORT       serve /healthz, /leader, / and /metrics on HOST:PORT\n"
     "                         (numeric IPv4 or [IPv6]; port 0: any free port)\n"
+    "  --coordinated          coordinated leader election (KEP-4355): publish a\n"
+    "                         LeaseCandidate; kube-apiserver's controller picks the\n"
+    "                         leader, the oldest emulation version first; the\n"
+    "                         identity must be a DNS subdomain name; a new term is\n"
+    "                         campaigned for at once (see k8slease(1))\n"
+    "  --binary-version V     with --coordinated (required): this binary's version,\n"
+    "                         MAJOR.MINOR.PATCH (semver, no \"v\")\n"
+    "  --emulation-version V  with --coordinated: the version whose behaviour it\n"
+    "                         keeps, at most --binary-version (default: the same)\n"
+    "  --strategy S           with --coordinated: OldestEmulationVersion (default)\n"
+    "                         or PREFIX/NAME, a strategy another controller applies\n"
     "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level error|warn|info|debug,\n"
     "  --help, --version\n"
     "  --backend etcd --etcd-endpoints URL[,URL...] [--etcd-cacert FILE]\n"
@@ -54,7 +65,7 @@ static const char usage[] =
     "  [--etcd-password-file FILE]: campaign in an etcd election instead, as\n"
     "                         `etcdctl elect NAME ID` (see k8slease --help);\n"
     "                         --lease-duration is the etcd lease TTL (whole\n"
-    "                         seconds); no --label-pod\n"
+    "                         seconds); no --label-pod, no --coordinated\n"
     "\n"
     "D is a duration: 500ms, 15s, 1m30s, 1.5s. SIGTERM, SIGINT or SIGHUP stop CMD,\n"
     "release the Lease and exit 0; a second one kills CMD at once.\n"
@@ -76,7 +87,11 @@ enum {
     OPT_JSON,
     OPT_LABEL_POD,
     OPT_LABEL,
-    OPT_HTTP
+    OPT_HTTP,
+    OPT_COORDINATED,
+    OPT_BINARY_VERSION,
+    OPT_EMULATION_VERSION,
+    OPT_STRATEGY
 };
 
 static const cli_opt opts[] = {
@@ -93,6 +108,10 @@ static const cli_opt opts[] = {
     {"--label-pod", OPT_LABEL_POD, 1},
     {"--label", OPT_LABEL, 1},
     {"--http", OPT_HTTP, 1},
+    {"--coordinated", OPT_COORDINATED, 0},
+    {"--binary-version", OPT_BINARY_VERSION, 1},
+    {"--emulation-version", OPT_EMULATION_VERSION, 1},
+    {"--strategy", OPT_STRATEGY, 1},
     {NULL, 0, 0},
 };
 
@@ -118,7 +137,11 @@ typedef struct elect_config {
     int have_http;
     struct sockaddr_storage http_addr;
     socklen_t http_len;
-    char **cmd; /* NULL-terminated, or NULL: report events only */
+    /* --coordinated and its flags; the library checks the values. */
+    int coordinated;
+    const char *binary_version, *emulation_version, *strategy;
+    const char *coordinated_flag; /* the first of the three given, or NULL */
+    char **cmd;                   /* NULL-terminated, or NULL: report events only */
 } elect_config;
 
 typedef struct elect {
@@ -254,6 +277,22 @@ static int parse_flags(cli_parser *p, elect_config *c)
                                        "[bracketed] IPv6 address, and a port 0-65535");
             c->have_http = 1;
             break;
+        case OPT_COORDINATED:
+            c->coordinated = 1;
+            break;
+        case OPT_BINARY_VERSION:
+        case OPT_EMULATION_VERSION:
+        case OPT_STRATEGY:
+            if (!p->value[0])
+                rc = cli_flag_error(p, "must not be empty");
+            *(id == OPT_BINARY_VERSION      ? &c->binary_version
+              : id == OPT_EMULATION_VERSION ? &c->emulation_version
+                                            : &c->strategy) = p->value;
+            if (!c->coordinated_flag)
+                c->coordinated_flag = id == OPT_BINARY_VERSION      ? "--binary-version"
+                                      : id == OPT_EMULATION_VERSION ? "--emulation-version"
+                                                                    : "--strategy";
+            break;
         }
         if (rc)
             return rc;
@@ -269,10 +308,19 @@ static int parse_flags(cli_parser *p, elect_config *c)
         return cli_usage_error(p, "--lease is required (see %s --help)", p->cmd);
     if (c->have_label && !c->have_label_pod)
         return cli_usage_error(p, "--label needs --label-pod");
+    if (c->coordinated_flag && !c->coordinated)
+        return cli_usage_error(p, "%s needs --coordinated (it is a LeaseCandidate's field)",
+                               c->coordinated_flag);
+    if (c->coordinated && !c->binary_version)
+        return cli_usage_error(p, "--coordinated needs --binary-version V (this binary's "
+                                  "version, MAJOR.MINOR.PATCH)");
     if ((rc = cli_backend_check(p, NULL)) != CLI_OK)
         return rc;
     if (c->have_label_pod && p->common.backend == K8SLEASE_BACKEND_ETCD)
         return cli_usage_error(p, "--label-pod: Kubernetes only (a Pod), not with --backend etcd");
+    if (c->coordinated && p->common.backend == K8SLEASE_BACKEND_ETCD)
+        return cli_usage_error(p, "--coordinated: Kubernetes only (LeaseCandidates), not with "
+                                  "--backend etcd");
     if ((rc = cli_lease_value(p, c->lease_value, &c->lease)) != 0)
         return rc;
     return check_timings(p, c);
@@ -305,9 +353,13 @@ static void emit_pid(elect *el, const char *event, int pid)
 
 /* ---- terms ---------------------------------------------------------------- */
 
+/* CLI_OK, or the exit code (message printed): CLI_USAGE when the library
+ * refuses a flag's value (EINVAL: e.g. a version, or an identity that is
+ * no DNS name with --coordinated), else CLI_ERROR. */
 static int start_term(elect *el)
 {
     k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    int err;
 
     o.ns = cli_ref_ns(&el->cfg.lease, el->common);
     o.name = el->cfg.lease.name;
@@ -323,13 +375,17 @@ static int start_term(elect *el)
     o.on_stopped_leading = cli_events_on_stopped;
     o.on_new_leader = cli_events_on_leader;
     o.user_data = &el->q;
-    if (k8slease_elector_start(&el->e, el->client, &o) != 0) {
+    o.coordinated = el->cfg.coordinated;
+    o.binary_version = el->cfg.binary_version;
+    o.emulation_version = el->cfg.emulation_version;
+    o.strategy = el->cfg.strategy;
+    if ((err = k8slease_elector_start(&el->e, el->client, &o)) != 0) {
         cli_error("%s", k8slease_error_last());
-        return -1;
+        return err == K8SLEASE_EINVAL ? CLI_USAGE : CLI_ERROR;
     }
     el->term_over = 0;
     cli_view_set_elector(&el->view, el->e);
-    return 0;
+    return CLI_OK;
 }
 
 /* Stop (releasing unless --no-release) and free this term's elector.
@@ -444,8 +500,19 @@ static void handle(elect *el, const cli_event *ev)
         break;
     case CLI_EV_STOPPED:
         el->term_over = 1;
-        if (!el->leading)
-            break; /* the election ended without a term: we stopped it */
+        if (!el->leading) {
+            /* The election ended without a term: we stopped it; or, in
+             * coordinated mode, the library gave up (it logged why: no
+             * LeaseCandidate API, the name taken by another Lease's
+             * candidate, a version the server refuses). Campaigning again
+             * would fail the same way. */
+            if (el->cfg.coordinated && !el->stopping) {
+                cli_error("coordinated election ended without a term (see the error above)");
+                el->exit_code = CLI_ERROR;
+                el->stopping = 1;
+            }
+            break;
+        }
         el->leading = 0;
         cli_view_set_leading(&el->view, 0);
         emit(el, "lost", NULL, 0);
@@ -509,11 +576,16 @@ static void run(elect *el)
                 /* Give the others a lease duration to take the Lease we
                  * lost or gave up: candidates retry within 2.2 retry
                  * periods, less than that. Otherwise an operator's
-                 * `k8slease release` would just hand it back to us. */
-                el->restart_at = cli_now_ms() + el->cfg.ld.ms;
+                 * `k8slease release` would just hand it back to us.
+                 * Coordinated: the controller picks the holder whatever we
+                 * do, and our LeaseCandidate is gone until the next term
+                 * starts: waiting would only leave us out of its choice
+                 * meanwhile (a newer version put in charge, then moved
+                 * back to us: two handovers instead of none). */
+                el->restart_at = cli_now_ms() + (el->cfg.coordinated ? 0 : el->cfg.ld.ms);
             }
-            if (!el->e && cli_now_ms() >= el->restart_at && start_term(el) != 0) {
-                el->exit_code = CLI_ERROR;
+            if (!el->e && cli_now_ms() >= el->restart_at && (r = start_term(el)) != CLI_OK) {
+                el->exit_code = r;
                 return;
             }
         }
@@ -552,8 +624,9 @@ static int setup(elect *el, const cli_parser *p)
     el->view.lease_duration_ms = c->ld.ms;
     el->view.renew_deadline_ms = c->rd.ms;
     el->view.backend = cli_backend_name(p->common.backend);
-    cli_info("%s %s, identity %s, server %s", cli_lease_noun(el->common), el->lease, el->identity,
-             k8slease_client_server(el->client));
+    el->view.coordinated = c->coordinated;
+    cli_info("%s %s, identity %s, server %s%s", cli_lease_noun(el->common), el->lease, el->identity,
+             k8slease_client_server(el->client), c->coordinated ? ", coordinated" : "");
     if (c->have_http && cli_sidecar_start(&el->http, &c->http_addr, c->http_len, &el->view) != 0)
         return -1;
     pod_ns = cli_ref_ns(&c->label_pod, el->common);

@@ -61,7 +61,8 @@ static const char holder_usage[] =
     "usage: k8slease holder --lease [NS/]NAME [--json]\n"
     "\n"
     "Print the holder of a Lease: identity, epoch (leaseTransitions), acquire and\n"
-    "renew times, duration, and whether it expired (renewTime + duration past).\n"
+    "renew times, duration, and whether it expired (renewTime + duration past);\n"
+    "with coordinated leader election also its strategy and preferred holder.\n"
     "With etcd: the leader of an election: identity (its key's value), epoch (its\n"
     "key's create revision) and lease TTL.\n"
     "\n"
@@ -138,6 +139,11 @@ static void print_holder(const char *lease, const k8slease_holder *h, int json)
         printf(",\"lease_duration_seconds\":%lld,\"expired\":%s,\"resource_version\":",
                (long long)h->lease_duration_s, h->expired ? "true" : "false");
         cli_json_string(stdout, h->resource_version);
+        /* Always there, "" when unset: one shape for every Lease. */
+        fputs(",\"strategy\":", stdout);
+        cli_json_string(stdout, h->strategy ? h->strategy : "");
+        fputs(",\"preferred_holder\":", stdout);
+        cli_json_string(stdout, h->preferred_holder ? h->preferred_holder : "");
         fputs("}\n", stdout);
         return;
     }
@@ -148,6 +154,11 @@ static void print_holder(const char *lease, const k8slease_holder *h, int json)
     print_time_text(stdout, "renewed:", h->renew_time_us);
     printf("%-16s%llds\n", "lease duration:", (long long)h->lease_duration_s);
     printf("%-16s%s\n", "expired:", h->expired ? "yes" : "no");
+    /* Coordinated leader election only: lines shown when set. */
+    if (h->strategy && h->strategy[0])
+        printf("%-16s%s\n", "strategy:", h->strategy);
+    if (h->preferred_holder && h->preferred_holder[0])
+        printf("preferred holder: %s\n", h->preferred_holder); /* wider than the rest */
 }
 
 int cli_holder(int argc, char **argv)

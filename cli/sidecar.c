@@ -149,8 +149,11 @@ static int leader(const cli_view *v, const snapshot *s, FILE *f)
     cli_json_string(f, v->identity);
     fputs(",\"holder\":", f);
     cli_json_string(f, s->holder);
-    fprintf(f, ",\"epoch\":%lld,\"is_leader\":%s,\"renew_deadline_ms_left\":%lld}\n",
-            (long long)s->epoch, s->is_leader ? "true" : "false", (long long)(left > 0 ? left : 0));
+    fprintf(f,
+            ",\"epoch\":%lld,\"is_leader\":%s,\"renew_deadline_ms_left\":%lld,"
+            "\"coordinated\":%s}\n",
+            (long long)s->epoch, s->is_leader ? "true" : "false", (long long)(left > 0 ? left : 0),
+            v->coordinated ? "true" : "false");
     return MHD_HTTP_OK;
 }
 

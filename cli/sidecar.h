@@ -2,8 +2,8 @@
  * (libmicrohttpd) for probes, service discovery and metrics:
  *   /healthz  200 "ok"; 500 while leader if no renew succeeded for
  *             lease_duration + request timeout (client-go's HealthzAdaptor)
- *   /leader   JSON: lease, identity, holder, epoch, is_leader,
- *             renew_deadline_ms_left
+ *   /leader   JSON: lease, backend, identity, holder, epoch, is_leader,
+ *             renew_deadline_ms_left, coordinated
  *   /         {"name":"<holder>"} like the legacy leader-elector sidecar
  *   /metrics  Prometheus text: client-go's leader_election_* and ours, and
  *             k8slease_election_info with the backend
@@ -24,6 +24,7 @@ typedef struct cli_view {
     char lease[CLI_LEASE_MAX]; /* "NS/NAME", or the etcd election name */
     char name[CLI_NAME_MAX];   /* NAME: the name label of the metrics */
     const char *backend;       /* "k8s" or "etcd": the backend label */
+    int coordinated;           /* elect --coordinated */
     char identity[CLI_IDENTITY_MAX];
     int64_t lease_duration_ms, renew_deadline_ms;
 
