@@ -89,8 +89,9 @@ gone() {
 # same ACTUAL EXPECTED WHAT
 same() { [ "$1" = "$2" ] || fail "$3: got \"$1\", expected \"$2\""; }
 
+# start_server [ARGS...]: ARGS go to the test server.
 start_server() {
-    start_testserver "$T/server" "$T/server.ready" "$T/server.err" 10
+    start_testserver "$T/server" "$T/server.ready" "$T/server.err" 10 "$@"
     _rc=$?
     PIDS="$PIDS $TESTSERVER_PID"
     [ "$_rc" = 0 ] || fail "test server ready: not within 10 s"
@@ -195,6 +196,15 @@ test_usage() {
     bad "--label needs --label-pod" elect --lease x --label role=leader
     bad "--label-pod P: pod name must be" elect --lease x --label-pod P
     bad "--identity needs a value" elect --lease x --identity --unique
+    bad "k8slease elect: --binary-version needs --coordinated" elect --lease x \
+        --binary-version 1.36.0
+    bad "k8slease elect: --emulation-version needs --coordinated" elect --lease x \
+        --emulation-version 1.35.0
+    bad "k8slease elect: --strategy needs --coordinated" elect --lease x \
+        --strategy OldestEmulationVersion
+    bad "k8slease elect: --coordinated needs --binary-version V" elect --lease x --coordinated
+    bad "--binary-version : must not be empty" elect --lease x --coordinated --binary-version=
+    bad "--coordinated takes no value" elect --lease x --coordinated=1 --binary-version 1.36.0
     bad "--log-level chatty: must be error, warn, info or debug" holder --lease x \
         --log-level chatty
     bad "unknown flag --frob" release --lease x --frob
@@ -666,6 +676,126 @@ test_demo() {
     has "$T/demo.out" "done: 3 terms"
 }
 
+# ---- coordinated leader election ------------------------------------------------
+
+# candidates: the names of the LeaseCandidates in default, one line.
+candidates() {
+    api GET /apis/coordination.k8s.io/v1beta1/namespaces/default/leasecandidates |
+        tr ',{' '\n\n' | sed -n 's/^ *"name": *"\([^"]*\)".*/\1/p' | tr '\n' ' '
+}
+candidates_are() { [ "$(candidates)" = "$1" ]; }
+count_of() { grep -c "$2" "$T/$1.out"; }
+
+# The test server with the CoordinatedLeaderElection gate (its controller
+# pings, waits its 5 s election duration, and writes the Lease); waits are
+# 30 s, several times a preferred-holder handover (ping, ack, preferredHolder,
+# step-down, release, election).
+test_coordinated() {
+    start_server --feature-gates=CoordinatedLeaderElection=true
+    # shellcheck disable=SC2086
+    CO="--lease cle $FAST --coordinated"
+
+    # Values the library refuses: a usage error (2), its message verbatim.
+    bad() {
+        _msg=$1
+        shift
+        expect 2 "$K8SLEASE" "$@"
+        has "$T/last.err" "$_msg"
+        [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: $*"
+    }
+    # shellcheck disable=SC2086
+    bad "binary_version" elect $CO --identity x --binary-version v1.36.0
+    # shellcheck disable=SC2086
+    bad "emulation_version" elect $CO --identity x --binary-version 1.36.0 \
+        --emulation-version 1.35
+    # shellcheck disable=SC2086
+    bad "emulation_version 1.37.0 must not be greater than binary_version 1.36.0" \
+        elect $CO --identity x --binary-version 1.36.0 --emulation-version 1.37.0
+    # shellcheck disable=SC2086
+    bad 'strategy "Newest"' elect $CO --identity x --binary-version 1.36.0 --strategy Newest
+    # shellcheck disable=SC2086
+    bad "identity (in coordinated election it names the LeaseCandidate)" \
+        elect $CO --identity Alice --binary-version 1.36.0
+    same "$(candidates)" "" "LeaseCandidates after refused starts"
+
+    # The newer binary first: it leads alone. Then the older one: the
+    # controller prefers it, the newer steps down (releasing) and campaigns
+    # again at once, as a candidate.
+    # shellcheck disable=SC2086
+    run n "$K8SLEASE" elect $CO --identity new-0 --binary-version 1.36.0
+    wait_until 30 "1.36.0 elected" has_line "$T/n.out" "elected epoch=1"
+    expect 0 "$K8SLEASE" holder --lease cle
+    has "$T/last.out" "holder:         new-0"
+    has "$T/last.out" "strategy:       OldestEmulationVersion"
+    lacks "$T/last.out" "preferred holder:"
+    same "$(candidates)" "new-0 " "LeaseCandidates"
+    # shellcheck disable=SC2086
+    run o "$K8SLEASE" elect $CO --identity old-0.example --binary-version 1.36.0 \
+        --emulation-version 1.35.0 --json --http 127.0.0.1:0
+    po=$(http_port o)
+    wait_until 30 "1.36.0 steps down" has_line "$T/n.out" "lost"
+    wait_until 30 "1.35.0 elected" grep -q '"event":"elected"' "$T/o.out"
+    same "$(grep '"event":"elected"' "$T/o.out" | "$CLI_JSON" -l epoch)" 2 "1.35.0's epoch"
+    # (It sees the controller's write: the holder named, the epoch still the
+    # last term's, before the holder's own update starts its term.)
+    wait_until 10 "1.36.0 sees 1.35.0" grep -q "^leader=old-0.example epoch=" "$T/n.out"
+    same "$(count_of n '^elected')" 1 "1.36.0's terms"
+    expect 0 "$K8SLEASE" holder --lease cle --json
+    same "$("$CLI_JSON" holder epoch strategy preferred_holder <"$T/last.out" | tr '\n' ' ')" \
+        "old-0.example 2 OldestEmulationVersion  " "holder --json"
+    same "$(curl -sS "http://127.0.0.1:$po/leader" | "$CLI_JSON" holder is_leader coordinated |
+        tr '\n' ' ')" "old-0.example true true " "/leader"
+    wait_until 10 "both are candidates" candidates_are "new-0 old-0.example "
+
+    # The older one stops (releasing, its LeaseCandidate deleted): the
+    # controller names the newer one, which leads again.
+    sig TERM o
+    finished o 10 0
+    wait_until 30 "1.36.0 elected again" sh -c '[ "$(grep -c "^elected" "$T/n.out")" = 2 ]'
+    same "$(candidates)" "new-0 " "LeaseCandidates once 1.35.0 stopped"
+    sig TERM n
+    finished n 10 0
+    same "$(candidates)" "" "LeaseCandidates once both stopped"
+    expect 3 "$K8SLEASE" holder --lease cle
+
+    # The preferred holder, as the controller writes it (a Lease that no
+    # candidate names: the controller leaves it alone).
+    api POST /apis/coordination.k8s.io/v1/namespaces/default/leases \
+        '{"apiVersion":"coordination.k8s.io/v1","kind":"Lease","metadata":{"name":"ph"},
+          "spec":{"holderIdentity":"a","leaseDurationSeconds":300,
+          "renewTime":"2030-01-01T00:00:00.000000Z","strategy":"OldestEmulationVersion",
+          "preferredHolder":"b"}}' >/dev/null || fail "cannot create lease ph"
+    expect 0 "$K8SLEASE" holder --lease ph
+    has "$T/last.out" "strategy:       OldestEmulationVersion"
+    has "$T/last.out" "preferred holder: b"
+    expect 0 "$K8SLEASE" holder --lease ph --json
+    same "$("$CLI_JSON" holder strategy preferred_holder <"$T/last.out" | tr '\n' ' ')" \
+        "a OldestEmulationVersion b " "holder --json, preferred holder"
+
+    # A server without LeaseCandidates: the election ends, status 1.
+    start_testserver "$T/plain" "$T/plain.ready" "$T/plain.err" 10
+    _rc=$?
+    PIDS="$PIDS $TESTSERVER_PID"
+    [ "$_rc" = 0 ] || fail "second test server ready: not within 10 s"
+    # shellcheck disable=SC2086
+    run p "$K8SLEASE" elect $CO --identity p --binary-version 1.36.0 \
+        --kubeconfig "$TESTSERVER_KUBECONFIG"
+    finished p 10 1
+    has "$T/p.err" "serves no LeaseCandidate API"
+    has "$T/p.err" "coordinated election ended without a term"
+    # A classic election's holder has neither line, and empty keys.
+    # shellcheck disable=SC2086
+    run c "$K8SLEASE" elect --lease plain --identity c $FAST --kubeconfig "$TESTSERVER_KUBECONFIG"
+    wait_until 10 "classic elected" grep -q "^elected" "$T/c.out"
+    expect 0 "$K8SLEASE" holder --lease plain --kubeconfig "$TESTSERVER_KUBECONFIG"
+    lacks "$T/last.out" "strategy:"
+    expect 0 "$K8SLEASE" holder --lease plain --kubeconfig "$TESTSERVER_KUBECONFIG" --json
+    same "$("$CLI_JSON" strategy preferred_holder <"$T/last.out" | tr '\n' ' ')" "  " \
+        "holder --json, classic"
+    sig TERM c
+    finished c 10 0
+}
+
 # ---- etcd ---------------------------------------------------------------------
 
 # 1 when the library has its etcd driver (while it is being written, every
@@ -708,6 +838,9 @@ test_etcd_flags() {
     # shellcheck disable=SC2086
     bad "k8slease elect: --label-pod: Kubernetes only (a Pod), not with --backend etcd" \
         elect $EP --lease x --label-pod p
+    # shellcheck disable=SC2086
+    bad "k8slease elect: --coordinated: Kubernetes only (LeaseCandidates), not with --backend etcd" \
+        elect $EP --lease x --identity i --coordinated --binary-version 1.36.0
     # shellcheck disable=SC2086
     bad "--kubeconfig: Kubernetes only, not with --backend etcd" holder $EP --lease x \
         --kubeconfig "$T/kc"
@@ -964,12 +1097,12 @@ test_etcd() {
 }
 
 case "${1:-}" in
-usage | holder | release | elect_events | elect_cmd | elect_signals | watch | label | sidecar | demo | etcd_flags | etcd)
+usage | holder | release | elect_events | elect_cmd | elect_signals | watch | label | sidecar | demo | coordinated | etcd_flags | etcd)
     "test_$1"
     echo "ok: cli_$1"
     ;;
 *)
-    echo "usage: cli_test.sh usage|holder|release|elect_events|elect_cmd|elect_signals|watch|label|sidecar|demo|etcd_flags|etcd" >&2
+    echo "usage: cli_test.sh usage|holder|release|elect_events|elect_cmd|elect_signals|watch|label|sidecar|demo|coordinated|etcd_flags|etcd" >&2
     exit 2
     ;;
 esac
