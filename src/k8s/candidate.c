@@ -212,19 +212,6 @@ static void start_req(kl__candidate *c, cand_req kind, const char *method, const
     }
 }
 
-static char *dump(const json_t *obj)
-{
-    char *s = json_dumps(obj, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    char *copy;
-
-    /* kl__free must be able to free it, whatever allocator jansson has */
-    if (!s)
-        return NULL;
-    copy = kl__strdup(s);
-    free(s);
-    return copy;
-}
-
 static char *new_object_body(const kl__candidate *c)
 {
     char now[KL_MICROTIME_BUFLEN];
@@ -235,7 +222,7 @@ static char *new_object_body(const kl__candidate *c)
                           c->ns, "spec", "leaseName", c->lease_name, "binaryVersion",
                           c->binary_version, "emulationVersion", c->emulation_version, "strategy",
                           c->strategy, "renewTime", kl__microtime_format(kl__clock_wall_us(), now));
-    char *s = o ? dump(o) : NULL;
+    char *s = o ? kl__json_dump(o) : NULL;
 
     json_decref(o);
     return s;
@@ -258,7 +245,7 @@ static char *update_body(const kl__candidate *c)
         !json_object_set_new(spec, "strategy", json_string(c->strategy)) &&
         !json_object_set_new(spec, "renewTime",
                              json_string(kl__microtime_format(kl__clock_wall_us(), now))))
-        s = dump(o);
+        s = kl__json_dump(o);
     json_decref(o);
     return s;
 }

@@ -229,7 +229,7 @@ K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, con
     patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
                       value ? json_string(value) : json_null());
     path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod);
-    body = patch ? json_dumps(patch, JSON_COMPACT) : NULL;
+    body = patch ? kl__json_dump(patch) : NULL;
     if (!patch || !path || !body) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
@@ -248,7 +248,7 @@ K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, con
         err = kl__http_status_error(status, resp, resp_len, what);
 out:
     kl__free(resp);
-    free(body); /* from jansson's allocator */
+    kl__free(body);
     kl__free(path);
     json_decref(patch);
     return err;

@@ -423,9 +423,7 @@ static int dump_cb(const char *buf, size_t size, void *data)
     return kl__buf_append(data, buf, size) < 0 ? -1 : 0;
 }
 
-/* Dumps through kl__buf so that the result is freed with kl__free whatever
- * allocator jansson was given. */
-static char *dump_compact(const json_t *root)
+char *kl__json_dump(const json_t *root)
 {
     kl__buf b = {0};
 
@@ -456,7 +454,7 @@ char *kl__lease_encode_create(const char *ns, const char *name, const kl__lease_
         goto out;
     if (set_spec(json_object_get(root, "spec"), spec) < 0)
         goto out;
-    body = dump_compact(root);
+    body = kl__json_dump(root);
 out:
     if (!body)
         encode_error(ns, name);
@@ -478,7 +476,7 @@ static char *encode_update(json_t *root, const kl__lease *base, const kl__lease_
     }
     if (set_spec(obj, spec) < 0)
         goto out;
-    body = dump_compact(root);
+    body = kl__json_dump(root);
 out:
     if (!body)
         encode_error(base->ns, base->name);

@@ -66,6 +66,11 @@ char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *sp
  * text (see codec.c: take the jansson path); K8SLEASE_ENOMEM. */
 int kl__lease_splice_update(const char *base, size_t len, const kl__lease_spec *spec, char **out);
 
+/* Compact JSON text of root, keys in their order, through kl__buf so that
+ * it is freed with kl__free whatever allocator jansson was given (the
+ * application may have set its own). NULL on ENOMEM. */
+char *kl__json_dump(const json_t *root);
+
 /* MicroTime: format as "YYYY-MM-DDTHH:MM:SS.uuuuuuZ" (UTC, 6 digits) into
  * buf (at least 32 bytes); returns buf. */
 #define KL_MICROTIME_BUFLEN 32

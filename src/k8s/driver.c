@@ -210,24 +210,6 @@ static void on_result(const kl__http_result *res, void *arg)
     kl__lease_free(lease);
 }
 
-/* Dumps through kl__buf so that the text is freed with kl__free whatever
- * allocator jansson was given. */
-static int dump_cb(const char *buf, size_t size, void *data)
-{
-    return kl__buf_append(data, buf, size) < 0 ? -1 : 0;
-}
-
-static char *lease_json(const kl__lease *lease)
-{
-    kl__buf b = {0};
-
-    if (json_dump_callback(lease->root, dump_cb, &b, JSON_COMPACT | JSON_PRESERVE_ORDER) < 0) {
-        kl__buf_free(&b);
-        return NULL;
-    }
-    return b.data;
-}
-
 static void on_watch(const kl__sub_event *sev, void *arg)
 {
     k8s_elector *e = arg;
@@ -245,7 +227,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
     if (!kl__rv_gate_pass(&e->gate, sev->rv))
         return;
     if (sev->type == KL_SUB_LEASE) {
-        char *json = lease_json(sev->lease);
+        char *json = kl__json_dump(sev->lease->root);
 
         /* Without the text the state cannot be an UPDATE's base: forget
          * it; the next UPDATE fails and the machine reads the Lease again. */
