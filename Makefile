@@ -31,7 +31,7 @@ tsan-test: deps
 	cd build-tsan && ctest --output-on-failure -j$(JOBS) -L 'unit|integration|abi|cli|examples|cpp' $(CTEST_ARGS)
 
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 
 clean:
 	rm -rf build build-asan build-tsan
