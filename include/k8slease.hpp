@@ -24,7 +24,7 @@
 
 #if !defined(__cplusplus) || __cplusplus < 201703L
 #error "k8slease.hpp needs C++17 or later (k8slease.h is the C API)"
-#endif
+#else
 
 #include <k8slease.h>
 
@@ -790,5 +790,7 @@ template <> struct is_error_code_enum<k8slease::errc> : true_type {
 };
 } // namespace std
 /** @endcond */
+
+#endif /* C++17 */
 
 #endif /* K8SLEASE_HPP */
