@@ -392,8 +392,9 @@ class client
      *  nullopt when the Lease does not exist (etcd: no candidate). Throws
      *  error for anything else (errc::state from a callback). Not from a
      *  callback. */
-    std::optional<holder> holder_get(const std::optional<std::string> &ns, const std::string &name,
-                                     std::chrono::milliseconds timeout = {})
+    [[nodiscard]] std::optional<holder> holder_get(const std::optional<std::string> &ns,
+                                                   const std::string &name,
+                                                   std::chrono::milliseconds timeout = {})
     {
         k8slease_holder *h = nullptr;
         int rc = k8slease_holder_get(detail::require(c_, "k8slease::client"), detail::c_str(ns),
@@ -546,7 +547,7 @@ class elector
      *  stopped or failed, whether or not it led: wait_lost(0) tells these
      *  apart, epoch() gives the term it had). Throws error with errc::state
      *  when called from a callback. Not from a callback. */
-    std::optional<std::int64_t>
+    [[nodiscard]] std::optional<std::int64_t>
     wait_elected(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1))
     {
         std::int64_t epoch = -1;
@@ -789,7 +790,7 @@ namespace std
 template <> struct is_error_code_enum<k8slease::errc> : true_type {
 };
 } // namespace std
-/** @endcond */
+  /** @endcond */
 
 #endif /* C++17 */
 
