@@ -10,14 +10,19 @@
  *    when the Lease does not exist.
  *  - k8slease::client, k8slease::elector and k8slease::watch own their C
  *    objects: move-only, and the destructor does what the _free function
- *    does. A moved-from object holds nothing; destroy it or assign to it.
- *  - A client must outlive its electors and watches (as in C).
+ *    does. A moved-from object holds nothing: its blocking and fallible
+ *    member functions throw k8slease::error with errc::state, is_leader()
+ *    is false; destroy it or assign to it.
+ *  - A client must outlive its electors and watches (as in C; asserted
+ *    when NDEBUG is not defined). Moving the client does not disturb them.
  *  - Callbacks are std::function, called on the client's loop thread one at
  *    a time; they must not block, and the blocking member functions throw
  *    k8slease::error with errc::state when called from one. An exception
  *    thrown by a callback is caught before it reaches C, logged at error
  *    level through client_options::log_cb and counted
  *    (client::callback_exceptions(), elector_stats::callback_exceptions).
+ *    The log callback itself is called from any library thread, possibly
+ *    from two at once, so it must be thread-safe.
  */
 #ifndef K8SLEASE_HPP
 #define K8SLEASE_HPP
