@@ -28,10 +28,10 @@ asan-test: deps
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=thread >/dev/null
 	cmake --build build-tsan -j$(JOBS) -- --no-print-directory
-	cd build-tsan && ctest --output-on-failure -j$(JOBS) -L 'unit|integration|abi|cli|examples' $(CTEST_ARGS)
+	cd build-tsan && ctest --output-on-failure -j$(JOBS) -L 'unit|integration|abi|cli|examples|cpp' $(CTEST_ARGS)
 
 format:
-	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp')
+	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')
 
 clean:
 	rm -rf build build-asan build-tsan

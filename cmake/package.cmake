@@ -23,7 +23,7 @@ set(K8SLEASE_CMAKE_DIR ${CMAKE_INSTALL_LIBDIR}/cmake/k8slease)
 # link libk8slease.so (debian/ splits them between the runtime and -dev).
 install(TARGETS k8slease EXPORT k8sleaseTargets LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(TARGETS k8slease_static ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
-install(FILES include/k8slease.h include/libk8s_lease_wrapper.h
+install(FILES include/k8slease.h include/k8slease.hpp include/libk8s_lease_wrapper.h
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 if(TARGET k8s_lease_wrapper)
   set_target_properties(k8s_lease_wrapper PROPERTIES EXPORT_NAME k8s_lease_wrapper)

@@ -1,8 +1,8 @@
 /*
  * storage_master: the supervisor of a replicated C++ "master" process (the
- * shape of the Go library's users), on the native k8slease API.
+ * shape of the Go library's users), on the C++ API (k8slease.hpp).
  *
- *   c++ -std=c++11 storage_master.cpp $(pkg-config --cflags --libs k8slease) -pthread
+ *   c++ -std=c++17 storage_master.cpp $(pkg-config --cflags --libs k8slease) -pthread
  *   ./storage_master --lease [NS/]NAME --identity HOST:PORT [--pod [NS/]POD]
  *                    [--campaign-timeout-ms N] [--lease-duration-ms N]
  *                    [--renew-deadline-ms N] [--retry-period-ms N]
@@ -14,7 +14,7 @@
  *    redirects to the leader it learns from a holder watch;
  *  - once elected, it labels its Pod role=leader (so a Service selects it)
  *    and serves with the epoch as fencing token: every write carries it,
- *    and nothing is written once k8slease_elector_is_leader() is false;
+ *    and nothing is written once elector::is_leader() is false;
  *  - when the term ends (renewals failed, or a signal), it removes the label
  *    and campaigns again (or, after SIGTERM/SIGINT, releases and exits 0).
  *
@@ -28,25 +28,31 @@
 #include <signal.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 
-#include <k8slease.h>
+#include <k8slease.hpp>
 
 namespace
 {
 
+using std::chrono::milliseconds;
+
 struct Config {
-    std::string ns, name;         // the Lease
-    std::string identity;         // the address clients use when we lead
-    std::string pod_ns, pod_name; // our Pod, for the role=leader label
-    int64_t campaign_timeout_ms = 10000;
-    int64_t lease_duration_ms = 15000, renew_deadline_ms = 10000, retry_period_ms = 2000;
+    std::optional<std::string> ns; // nullopt: the client's namespace
+    std::string name;              // the Lease
+    std::string identity;          // the address clients use when we lead
+    std::optional<std::string> pod_ns;
+    std::string pod_name; // our Pod, for the role=leader label
+    milliseconds campaign_timeout{10000};
+    milliseconds lease_duration{15000}, renew_deadline{10000}, retry_period{2000};
 };
 
 #if defined(__GNUC__)
@@ -61,157 +67,162 @@ void emit(const char *fmt, ...)
     std::fflush(stdout);
 }
 
+k8slease::client_options make_client_options(const Config &cfg)
+{
+    k8slease::client_options o;  // in-cluster, $KUBECONFIG or ~/.kube/config
+    o.user_agent = cfg.identity; // tells replicas apart in audit logs
+    // Library threads call it, possibly two at once: fprintf is thread-safe.
+    o.log_cb = [](k8slease::log_level, std::string_view msg) {
+        std::fprintf(stderr, "k8slease: %.*s\n", static_cast<int>(msg.size()), msg.data());
+    };
+    o.log_level = k8slease::log_level::warn;
+    return o;
+}
+
 class Master
 {
   public:
-    explicit Master(const Config &cfg) : cfg_(cfg)
+    // Creates the client and the holder watch; throws k8slease::error.
+    explicit Master(const Config &cfg)
+        : cfg_(cfg), client_(make_client_options(cfg)),
+          watch_(client_, cfg.ns, cfg.name,
+                 [this](std::string_view id, std::int64_t epoch) { on_holder(id, epoch); })
     {
-    }
-    ~Master()
-    {
-        k8slease_watch_free(watch_);
-        k8slease_client_free(client_);
-    }
-
-    // Creates the client and the holder watch. False on error (printed).
-    bool init()
-    {
-        k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
-        o.user_agent = cfg_.identity.c_str(); // tells replicas apart in audit logs
-        if (k8slease_client_new(&client_, &o) != 0)
-            return fail("k8slease_client_new");
-        if (k8slease_watch_start(&watch_, client_, ns(), cfg_.name.c_str(), on_holder, this) != 0)
-            return fail("k8slease_watch_start");
-        return true;
     }
 
     // The supervisor loop; returns when stop() was called.
     int run()
     {
         while (!stopping_) {
-            k8slease_elector *e = start_elector();
-            if (!e)
-                return 1;
-            int64_t epoch = -1;
-            int rc;
-            while ((rc = k8slease_elector_wait_elected(e, cfg_.campaign_timeout_ms, &epoch)) ==
-                   K8SLEASE_ETIMEOUT) {
+            k8slease::elector e(client_, make_elector_options());
+            Current current(*this, e);
+            std::optional<std::int64_t> epoch;
+            // nullopt: not elected within the timeout, or the election is
+            // over (a signal, or a fatal error): wait_lost(0) tells which.
+            while (!(epoch = e.wait_elected(cfg_.campaign_timeout)) &&
+                   !e.wait_lost(milliseconds(0))) {
                 std::lock_guard<std::mutex> lock(mu_);
-                emit("standby leader=%s epoch=%lld\n", leader_.c_str(), (long long)leader_epoch_);
+                emit("standby leader=%s epoch=%lld\n", leader_.c_str(),
+                     static_cast<long long>(leader_epoch_));
             }
-            if (rc == 0)
-                serve(e, epoch);
-            // Stops the election if it still runs (a signal) and releases the
-            // Lease if we still lead it.
-            {
-                std::lock_guard<std::mutex> lock(elector_mu_);
-                current_ = nullptr;
-            }
-            k8slease_elector_free(e);
+            if (epoch)
+                serve(e, *epoch);
+            // ~Current, then ~elector: stops the election if it still runs
+            // (a signal) and releases the Lease if we still lead it.
         }
         emit("stopped\n");
         return 0;
     }
 
     // Any thread (the signal thread): end the current term and the loop.
-    void stop()
+    void stop() noexcept
     {
         std::lock_guard<std::mutex> lock(elector_mu_);
         stopping_ = true;
-        if (current_)
-            k8slease_elector_stop(current_, -1); // wakes run()'s waits
+        try {
+            if (current_)
+                current_->stop(); // wakes run()'s waits; releases as the options say
+        } catch (const k8slease::error &err) {
+            std::fprintf(stderr, "storage_master: %s\n", err.what());
+        }
     }
 
   private:
-    const char *ns() const
+    // Shows the running elector to stop() (the signal thread) while in scope.
+    class Current
     {
-        return cfg_.ns.empty() ? nullptr : cfg_.ns.c_str(); // nullptr: the client's namespace
-    }
+      public:
+        Current(Master &m, k8slease::elector &e) : m_(m)
+        {
+            std::lock_guard<std::mutex> lock(m_.elector_mu_);
+            m_.current_ = &e;
+            if (m_.stopping_) // stop() ran before current_ was set
+                e.stop();
+        }
+        ~Current()
+        {
+            std::lock_guard<std::mutex> lock(m_.elector_mu_);
+            m_.current_ = nullptr;
+        }
+        Current(const Current &) = delete;
+        Current &operator=(const Current &) = delete;
 
-    bool fail(const char *what)
-    {
-        std::fprintf(stderr, "storage_master: %s: %s\n", what, k8slease_error_last());
-        return false;
-    }
+      private:
+        Master &m_;
+    };
 
     // Loop thread: the holder changed. Must not block.
-    static void on_holder(const char *identity, int64_t epoch, void *user_data)
+    void on_holder(std::string_view identity, std::int64_t epoch)
     {
-        Master *m = static_cast<Master *>(user_data);
-        std::lock_guard<std::mutex> lock(m->mu_);
-        m->leader_ = identity;
-        m->leader_epoch_ = epoch;
-        emit("view leader=%s epoch=%lld\n", identity, (long long)epoch);
+        std::lock_guard<std::mutex> lock(mu_);
+        leader_ = identity;
+        leader_epoch_ = epoch;
+        emit("view leader=%s epoch=%lld\n", leader_.c_str(), static_cast<long long>(epoch));
     }
 
-    k8slease_elector *start_elector()
+    k8slease::elector_options make_elector_options() const
     {
-        k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
-        k8slease_elector *e = nullptr;
-
-        o.ns = ns();
-        o.name = cfg_.name.c_str();
-        o.identity = cfg_.identity.c_str();
-        o.lease_duration_ms = cfg_.lease_duration_ms;
-        o.renew_deadline_ms = cfg_.renew_deadline_ms;
-        o.retry_period_ms = cfg_.retry_period_ms;
-        if (k8slease_elector_start(&e, client_, &o) != 0) {
-            fail("k8slease_elector_start");
-            return nullptr;
-        }
-        std::lock_guard<std::mutex> lock(elector_mu_);
-        current_ = e;
-        if (stopping_) // stop() ran before current_ was set
-            k8slease_elector_stop(e, -1);
-        return e;
+        k8slease::elector_options o;
+        o.ns = cfg_.ns;
+        o.name = cfg_.name;
+        o.identity = cfg_.identity;
+        o.lease_duration = cfg_.lease_duration;
+        o.renew_deadline = cfg_.renew_deadline;
+        o.retry_period = cfg_.retry_period;
+        return o;
     }
 
-    void label(const char *value)
+    void label(const std::optional<std::string> &value)
     {
         if (cfg_.pod_name.empty())
             return;
-        const char *pod_ns = cfg_.pod_ns.empty() ? nullptr : cfg_.pod_ns.c_str();
-        if (k8slease_pod_label(client_, pod_ns, cfg_.pod_name.c_str(), "role", value) != 0)
-            fail(value ? "label role=leader" : "remove label role"); // not fatal
+        try {
+            client_.pod_label(cfg_.pod_ns, cfg_.pod_name, "role", value);
+        } catch (const k8slease::error &err) { // not fatal
+            std::fprintf(stderr, "storage_master: %s\n", err.what());
+        }
     }
 
     // Serve while leader. The epoch is the fencing token: the storage nodes
     // reject a write whose epoch is lower than one they have seen, so a
     // deposed leader that did not notice yet cannot overwrite its successor.
-    void serve(k8slease_elector *e, int64_t epoch)
+    void serve(k8slease::elector &e, std::int64_t epoch)
     {
-        emit("elected epoch=%lld\n", (long long)epoch);
+        emit("elected epoch=%lld\n", static_cast<long long>(epoch));
         label("leader");
-        while (k8slease_elector_is_leader(e)) {
+        while (e.is_leader()) {
             // ... accept requests; write(key, value, epoch) ...
-            if (k8slease_elector_wait_lost(e, 1000) == 0)
+            if (e.wait_lost(milliseconds(1000)))
                 break;
         }
-        label(nullptr);
+        label(std::nullopt);
         if (!stopping_)
-            emit("lost epoch=%lld\n", (long long)epoch);
+            emit("lost epoch=%lld\n", static_cast<long long>(epoch));
     }
 
     Config cfg_;
-    k8slease_client *client_ = nullptr;
-    k8slease_watch *watch_ = nullptr;
 
     std::mutex mu_; // guards the view below; taken on the loop thread
     std::string leader_;
-    int64_t leader_epoch_ = -1;
+    std::int64_t leader_epoch_ = -1;
 
     // Guards current_ against the signal thread. Never taken by a library
-    // callback, so holding it across k8slease_elector_stop() cannot deadlock
-    // with the loop thread.
+    // callback, so holding it across elector::stop() cannot deadlock with
+    // the loop thread.
     std::mutex elector_mu_;
-    k8slease_elector *current_ = nullptr;
+    k8slease::elector *current_ = nullptr;
     std::atomic<bool> stopping_{false};
+
+    // Last: constructed after the members the watch callback uses, and
+    // destroyed first (the watch before its client).
+    k8slease::client client_;
+    k8slease::watch watch_;
 };
 
-bool split_ref(const char *s, std::string &ns, std::string &name)
+bool split_ref(const char *s, std::optional<std::string> &ns, std::string &name)
 {
     const char *slash = std::strchr(s, '/');
-    ns = slash ? std::string(s, slash) : std::string();
+    ns = slash ? std::optional<std::string>(std::string(s, slash)) : std::nullopt;
     name = slash ? slash + 1 : s;
     return !name.empty();
 }
@@ -245,14 +256,16 @@ int main(int argc, char **argv)
             cfg.identity = v;
             continue;
         }
-        int64_t *ms = flag == "--campaign-timeout-ms" ? &cfg.campaign_timeout_ms
-                      : flag == "--lease-duration-ms" ? &cfg.lease_duration_ms
-                      : flag == "--renew-deadline-ms" ? &cfg.renew_deadline_ms
-                      : flag == "--retry-period-ms"   ? &cfg.retry_period_ms
-                                                      : nullptr;
+        milliseconds *ms = flag == "--campaign-timeout-ms" ? &cfg.campaign_timeout
+                           : flag == "--lease-duration-ms" ? &cfg.lease_duration
+                           : flag == "--renew-deadline-ms" ? &cfg.renew_deadline
+                           : flag == "--retry-period-ms"   ? &cfg.retry_period
+                                                           : nullptr;
         char *end;
-        if (!ms || (*ms = std::strtoll(v, &end, 10)) <= 0 || *end)
+        long long n = std::strtoll(v, &end, 10);
+        if (!ms || n <= 0 || *end)
             return usage(argv[0]);
+        *ms = milliseconds(n);
     }
     if (cfg.name.empty() || cfg.identity.empty())
         return usage(argv[0]);
@@ -265,19 +278,28 @@ int main(int argc, char **argv)
     sigaddset(&sigs, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
 
-    Master master(cfg);
-    if (!master.init())
+    try {
+        Master master(cfg);
+        std::thread signals([&] {
+            int sig;
+            sigwait(&sigs, &sig);
+            master.stop();
+        });
+        int status;
+        try {
+            status = master.run();
+        } catch (const k8slease::error &err) {
+            std::fprintf(stderr, "storage_master: %s\n", err.what());
+            status = 1;
+        }
+        if (status != 0) {
+            // Wake the signal thread so that it can be joined.
+            pthread_kill(signals.native_handle(), SIGTERM);
+        }
+        signals.join();
+        return status;
+    } catch (const k8slease::error &err) { // the client or the watch
+        std::fprintf(stderr, "storage_master: %s\n", err.what());
         return 1;
-    std::thread signals([&] {
-        int sig;
-        sigwait(&sigs, &sig);
-        master.stop();
-    });
-    int status = master.run();
-    if (status != 0) {
-        // Wake the signal thread so that it can be joined.
-        pthread_kill(signals.native_handle(), SIGTERM);
     }
-    signals.join();
-    return status;
 }

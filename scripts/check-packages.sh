@@ -89,7 +89,7 @@ set -x
 # shellcheck disable=SC2046,SC2086
 cc -std=c11 $flags src/elect.c $(pkg-config --cflags --libs k8slease) -o pc/elect
 # shellcheck disable=SC2046,SC2086
-c++ -std=c++11 $flags src/storage_master.cpp $(pkg-config --cflags --libs k8slease) -pthread \
+c++ -std=c++17 $flags -pedantic src/storage_master.cpp $(pkg-config --cflags --libs k8slease) -pthread \
     -o pc/storage_master
 # As the Go library's users link: the header from /usr/include, -lk8s_lease_wrapper.
 # shellcheck disable=SC2086
