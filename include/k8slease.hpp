@@ -182,6 +182,16 @@ struct elector_options {
     std::function<void(std::string_view identity, std::int64_t epoch)> on_new_leader;
     /** Kubernetes: no watch, poll every retry_period like client-go. */
     bool poll_only = false;
+    /** Kubernetes: coordinated leader election (KEP-4355): the
+     *  kube-apiserver's controller picks the holder among LeaseCandidates
+     *  (docs/coordinated.md). identity must then be a DNS subdomain name. */
+    bool coordinated = false;
+    /** Coordinated: this binary's version, "MAJOR.MINOR.PATCH"; required. */
+    std::optional<std::string> binary_version;
+    /** Coordinated: the version it emulates; nullopt: binary_version. */
+    std::optional<std::string> emulation_version;
+    /** Coordinated: nullopt: "OldestEmulationVersion". */
+    std::optional<std::string> strategy;
 };
 
 /** An elector's counters: the C struct k8slease_elector_stats (all its
@@ -206,6 +216,8 @@ struct holder {
     std::chrono::seconds lease_duration{0}; /**< leaseDurationSeconds (0 when absent) */
     bool expired{false};          /**< renewTime + duration is in the past by our wall clock */
     std::string resource_version; /**< metadata.resourceVersion */
+    std::string strategy;         /**< spec.strategy (coordinated election); "" when none */
+    std::string preferred_holder; /**< spec.preferredHolder (coordinated election); "" when none */
 };
 
 /** Version of the library (not of this header), e.g. "0.1.0". */
@@ -425,6 +437,8 @@ class client
         out.lease_duration = std::chrono::seconds(h->lease_duration_s);
         out.expired = h->expired != 0;
         out.resource_version = h->resource_version ? h->resource_version : "";
+        out.strategy = h->strategy ? h->strategy : "";
+        out.preferred_holder = h->preferred_holder ? h->preferred_holder : "";
         return out;
     }
 
@@ -506,6 +520,10 @@ class elector
         o.retry_period_ms = detail::c_ms(opts.retry_period);
         o.release_on_cancel = opts.release_on_cancel ? 1 : 0;
         o.poll_only = opts.poll_only ? 1 : 0;
+        o.coordinated = opts.coordinated ? 1 : 0;
+        o.binary_version = detail::c_str(opts.binary_version);
+        o.emulation_version = detail::c_str(opts.emulation_version);
+        o.strategy = detail::c_str(opts.strategy);
         if (opts.on_started_leading)
             o.on_started_leading = &impl::started;
         if (opts.on_stopped_leading)

@@ -548,6 +548,41 @@ void blocking_calls_from_a_callback_throw_state()
 
 /* ---- holder, watch, pod label -------------------------------------------- */
 
+/* Coordinated election (the test server runs the apiserver's controller):
+ * the oldest emulation version leads, whichever started first; the holder
+ * record shows the strategy; options are checked by the C layer. */
+void coordinated_oldest_version_leads()
+{
+    k8slease::client c = make_client();
+    k8slease::elector_options bad = fast("cpp-cle", "Not:A:Name");
+    bad.coordinated = true;
+    bad.binary_version = "1.36.0";
+    std::string what = EXPECT_ERROR(errc::invalid_argument, k8slease::elector e(c, bad));
+    CHECK(contains(what, "identity (in coordinated election"));
+    bad.identity = "ok";
+    bad.binary_version = std::nullopt;
+    what = EXPECT_ERROR(errc::invalid_argument, k8slease::elector e(c, bad));
+    CHECK(contains(what, "binary_version is required"));
+
+    auto opts = [](const char *id, const char *emulation) {
+        k8slease::elector_options o = fast("cpp-cle", id);
+        o.coordinated = true;
+        o.binary_version = "1.36.0";
+        o.emulation_version = emulation;
+        return o;
+    };
+    k8slease::elector newer(c, opts("newer", "1.36.0"));
+    CHECK(newer.wait_elected(20s).has_value());
+    k8slease::elector older(c, opts("older", "1.35.0"));
+    std::optional<std::int64_t> epoch = older.wait_elected(20s);
+    CHECK(epoch.has_value());
+    CHECK(newer.wait_lost(20s)); // stepped down for the older one
+    std::optional<k8slease::holder> h = c.holder_get(std::nullopt, "cpp-cle");
+    CHECK(h && h->identity == "older" && h->epoch == *epoch);
+    CHECK(h->strategy == "OldestEmulationVersion");
+    CHECK(h->preferred_holder.empty());
+}
+
 void holder_get_missing_is_nullopt()
 {
     k8slease::client c = make_client();
@@ -614,6 +649,7 @@ const test_case tests[] = {
     {"throwing_log_sink_is_counted", throwing_log_sink_is_counted},
     {"blocking_calls_from_a_callback_throw_state", blocking_calls_from_a_callback_throw_state},
     {"holder_get_missing_is_nullopt", holder_get_missing_is_nullopt},
+    {"coordinated_oldest_version_leads", coordinated_oldest_version_leads},
     {"watch_sees_the_holder", watch_sees_the_holder},
     {"pod_label_sets_and_removes", pod_label_sets_and_removes},
 };
@@ -629,7 +665,10 @@ int main(int argc, char **argv)
     unsetenv("KUBERNETES_SERVICE_HOST");
     std::printf("C++ %ld, k8slease %s\n", static_cast<long>(__cplusplus),
                 std::string(k8slease::version()).c_str());
-    if (ts_start(&server, nullptr) != 0)
+    // The gate runs the controller of coordinated election; the other tests
+    // create no LeaseCandidates and never see it.
+    static const char *const gate[] = {"--feature-gates=CoordinatedLeaderElection=true", nullptr};
+    if (ts_start(&server, gate) != 0)
         return 1;
     for (const test_case &t : tests) {
         if (!std::strstr(t.name, filter))
