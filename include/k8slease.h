@@ -184,7 +184,9 @@ typedef void (*k8slease_elector_started_cb)(int64_t epoch, void *user_data);
 /** Called once when the election ends: after having led, or when it ends
  *  without having led (stop, fatal error). */
 typedef void (*k8slease_elector_stopped_cb)(void *user_data);
-/** Called on every change of the observed holder; identity is "" when the
+/** Called on every change of the observed holder or of its epoch (a new
+ *  term under the same identity is news to a follower that fences by
+ *  epoch; client-go reports the holder only); identity is "" when the
  *  Lease has no holder. */
 typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epoch,
                                                void *user_data);
@@ -279,7 +281,9 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
 /** Block until elected, the election ends, or timeout_ms passes (<0: no limit).
  *  Returns 0 with *epoch set when leader (after on_started_leading has
  *  returned); K8SLEASE_ETIMEOUT; K8SLEASE_ESTATE
- *  when the election ended without (or after) leading; K8SLEASE_ESTATE from
+ *  when the election ended without (or after) leading (the message says
+ *  why when it ended on its own, e.g. a coordinated election whose
+ *  LeaseCandidate the server refused); K8SLEASE_ESTATE from
  *  a callback. Any thread but the loop thread. epoch may be NULL. */
 K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *elector, int64_t timeout_ms,
                                                int64_t *epoch);

@@ -178,7 +178,7 @@ struct elector_options {
     std::function<void(std::int64_t epoch)> on_started_leading;
     /** The election ended (after leading, or without). Loop thread. */
     std::function<void()> on_stopped_leading;
-    /** The observed holder changed ("" when none). Loop thread. */
+    /** The observed holder or its epoch changed ("" when none). Loop thread. */
     std::function<void(std::string_view identity, std::int64_t epoch)> on_new_leader;
     /** Kubernetes: no watch, poll every retry_period like client-go. */
     bool poll_only = false;

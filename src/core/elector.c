@@ -112,6 +112,13 @@ uint64_t kl__elector_seed(const void *p)
     return kl__splitmix64(&x);
 }
 
+void kl__elector_report_error(k8slease_elector *e, const char *message)
+{
+    pthread_mutex_lock(&e->mu);
+    snprintf(e->end_reason, sizeof(e->end_reason), "%s", message);
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* The options of a version 1 caller end before the coordinated field. */
 #define ELECTOR_OPTIONS_V1_SIZE offsetof(k8slease_elector_options, coordinated)
 
@@ -191,8 +198,9 @@ K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *e, int64_t time
     pthread_mutex_lock(&e->mu);
     err = wait_flag(e, &e->elected, timeout_ms);
     if (err == 0 && e->done)
-        err = kl__error_set(K8SLEASE_ESTATE, "%s: election over %s", e->what,
-                            e->elected ? "(leadership already lost)" : "without becoming leader");
+        err = kl__error_set(K8SLEASE_ESTATE, "%s: election over %s%s%s", e->what,
+                            e->elected ? "(leadership already lost)" : "without becoming leader",
+                            e->end_reason[0] ? ": " : "", e->end_reason);
     else if (err == K8SLEASE_ETIMEOUT)
         kl__error_set(err, "%s: not elected within %lld ms", e->what, (long long)timeout_ms);
     pthread_mutex_unlock(&e->mu);

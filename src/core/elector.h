@@ -36,6 +36,7 @@ struct k8slease_elector {
     int done;          /* DONE happened */
     int stop_posted;   /* a STOP was sent to the loop */
     k8slease_elector_stats stats;
+    char end_reason[512]; /* why the election ended on its own, "" if it did not */
     _Atomic int64_t epoch;
     _Atomic int64_t leader_deadline; /* monotonic ns while leader, else 0 */
 };
@@ -76,6 +77,9 @@ void kl__elector_report_deadline(k8slease_elector *e, int64_t deadline);
 /* Leadership over (or never had): deadline 0, log, callback. */
 void kl__elector_report_stopped(k8slease_elector *e);
 void kl__elector_report_new_leader(k8slease_elector *e, const char *identity, int64_t epoch);
+/* The election cannot go on (before ending it): message is kept for
+ * wait_elected's error ("election over without becoming leader: ..."). */
+void kl__elector_report_error(k8slease_elector *e, const char *message);
 /* The election is over: deadline 0, every waiter wakes up. */
 void kl__elector_report_done(k8slease_elector *e);
 

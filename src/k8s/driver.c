@@ -402,6 +402,7 @@ static void on_candidate_fatal(const char *message, void *arg)
     kl__elector_event ev = {.type = KL_EV_STOP, .release = e->pub.opts.release_on_cancel};
 
     kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR, "%s: %s", e->pub.what, message);
+    kl__elector_report_error(&e->pub, message);
     stop_candidate(e);
     run(e, &ev);
 }

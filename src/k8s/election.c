@@ -149,10 +149,14 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
 {
     kl__elector_action *a;
 
-    if (!e->have_observed ||
-        (e->have_reported && same_name(e->reported, e->reported_len, e->reported_hash, e->holder,
-                                       e->holder_len, e->holder_hash)))
+    /* The epoch too: a holder's new term under the same name (a restart;
+     * in coordinated mode, the holder's first write after the controller
+     * named it) is news to a follower that fences by epoch. */
+    if (!e->have_observed || (e->have_reported && e->reported_epoch == e->transitions &&
+                              same_name(e->reported, e->reported_len, e->reported_hash, e->holder,
+                                        e->holder_len, e->holder_hash)))
         return;
+    e->reported_epoch = e->transitions;
     memcpy(e->reported, e->holder, sizeof(e->reported));
     e->reported_len = e->holder_len;
     e->reported_hash = e->holder_hash;

@@ -29,8 +29,10 @@
  *    CREATE/UPDATE + renew_deadline. is_leader is true only while LEADING
  *    and now < deadline. When now reaches it (timer or any event): step
  *    down -> STOPPED.
- *  - OnNewLeader: after every result, if the observed holder differs from
- *    the last reported one, action NEW_LEADER(holder or "", transitions).
+ *  - OnNewLeader: after every result, if the observed holder or its
+ *    transitions differ from the last reported ones, action
+ *    NEW_LEADER(holder or "", transitions). (client-go reports the holder
+ *    only; a new term under the same name changes the fencing epoch.)
  *  - STOPPED exactly once per elector: when leadership ends, or when the
  *    election ends without having led. DONE is the last action ever.
  *  - Stop (event STOP with release flag): if a request is in flight, wait
@@ -196,6 +198,7 @@ typedef struct kl__elector {
     char reported[KL_IDENTITY_MAX]; /* last holder reported by NEW_LEADER */
     size_t reported_len;
     uint64_t reported_hash;
+    int64_t reported_epoch;
     int have_reported;
 
     int64_t epoch;           /* epoch of our term, -1 before */

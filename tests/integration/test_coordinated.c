@@ -368,6 +368,8 @@ static void no_candidate_api(void **state)
     o.ns = "default";
     assert_int_equal(k8slease_elector_start(&e, c, &o), 0);
     assert_int_equal(k8slease_elector_wait_elected(e, WAIT_MS, NULL), K8SLEASE_ESTATE);
+    assert_non_null(strstr(k8slease_error_last(), "without becoming leader: coordinated election: "
+                                                  "the server serves no LeaseCandidate API"));
     assert_true(logged("serves no LeaseCandidate API"));
     k8slease_elector_free(e);
     k8slease_client_free(c);
@@ -395,6 +397,7 @@ static void candidate_name_taken(void **state)
     assert_int_equal(e2e_create(path, body), 0);
     assert_int_equal(k8slease_elector_start(&e, client, &o), 0);
     assert_int_equal(k8slease_elector_wait_elected(e, WAIT_MS, NULL), K8SLEASE_ESTATE);
+    assert_non_null(strstr(k8slease_error_last(), "already exists for lease \"cle-other\""));
     assert_true(logged("already exists for lease \"cle-other\""));
     k8slease_elector_free(e);
     assert_int_equal(candidate_status("taken", NULL), 200); /* not ours: not deleted */

@@ -476,7 +476,7 @@ static void test_own_identity_at_start_takes_new_term(void **state)
         {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
         {RESULT(100, 0, &mine_before_restart), "NEW_LEADER(me,3) UPDATE(me,15s,a=100,r=100,t=4)",
          KL_EL_ACQUIRING, NO_TIMER},
-        {RESULT(200, 0, &taken), "STARTED(4)", KL_EL_LEADING, 2200},
+        {RESULT(200, 0, &taken), "STARTED(4) NEW_LEADER(me,4)", KL_EL_LEADING, 2200},
     };
     kl__elector_config cfg = default_config();
 
@@ -517,7 +517,7 @@ static void test_late_acquisition_not_leader(void **state)
         {RESULT(10100, 0, &late), "NEW_LEADER(me,8)", KL_EL_ACQUIRING, JITTER},
         {TIMER(20000), "GET", KL_EL_ACQUIRING, NO_TIMER},
         {RESULT(20200, 0, &late), "UPDATE(me,15s,a=20200,r=20200,t=9)", KL_EL_ACQUIRING, NO_TIMER},
-        {RESULT(20300, 0, &fresh), "STARTED(9)", KL_EL_LEADING, 22300},
+        {RESULT(20300, 0, &fresh), "STARTED(9) NEW_LEADER(me,9)", KL_EL_LEADING, 22300},
     };
     kl__elector_config cfg = default_config();
 
@@ -728,7 +728,7 @@ static void test_get_while_leading_shows_other_term(void **state)
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
-        {RESULT(2400, 0, &mine_other_term), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {RESULT(2400, 0, &mine_other_term), "NEW_LEADER(me,9) STOPPED DONE", KL_EL_DONE, NO_TIMER},
     };
     kl__elector_config cfg = default_config();
 
@@ -1317,7 +1317,7 @@ static void test_observe_while_leading(void **state)
     };
     static const step other_term[] = {
         LEAD_FROM_CREATE,
-        {OBSERVE(1000, &mine_other_term), "STOPPED DONE", KL_EL_DONE, NO_TIMER},
+        {OBSERVE(1000, &mine_other_term), "NEW_LEADER(me,9) STOPPED DONE", KL_EL_DONE, NO_TIMER},
     };
     kl__elector_config cfg = default_config();
 
@@ -1494,7 +1494,7 @@ static void test_coordinated_takes_when_named(void **state)
         {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
         {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
          NO_TIMER},
-        {RESULT(200, 0, &taken_term), "STARTED(8)", KL_EL_LEADING, 2200},
+        {RESULT(200, 0, &taken_term), "STARTED(8) NEW_LEADER(me,8)", KL_EL_LEADING, 2200},
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=8)", KL_EL_LEADING, 10100},
     };
 
@@ -1538,7 +1538,7 @@ static void test_coordinated_steps_down_for_preferred(void **state)
         {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
         {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
          NO_TIMER},
-        {RESULT(200, 0, &taken_term), "STARTED(8)", KL_EL_LEADING, 2200},
+        {RESULT(200, 0, &taken_term), "STARTED(8) NEW_LEADER(me,8)", KL_EL_LEADING, 2200},
         {OBSERVE(1300, &renewed_term), "STOPPED GET", KL_EL_RELEASING, 11300, "other"},
         {RESULT(1400, 0, &renewed_term), "UPDATE(,1s,a=1400,r=1400,t=8)", KL_EL_RELEASING, 11300,
          "other"},
@@ -1548,7 +1548,7 @@ static void test_coordinated_steps_down_for_preferred(void **state)
         {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
         {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_EL_ACQUIRING,
          NO_TIMER},
-        {RESULT(200, 0, &taken_term), "STARTED(8)", KL_EL_LEADING, 2200},
+        {RESULT(200, 0, &taken_term), "STARTED(8) NEW_LEADER(me,8)", KL_EL_LEADING, 2200},
         /* polling: the fast-path renew fails, the GET shows it */
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=8)", KL_EL_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_LEADING, 10100},
