@@ -341,16 +341,22 @@ fail:
     kl__timer_arm(e->pub.client->loop, &e->failed, kl__loop_now(e->pub.client->loop));
 }
 
-static void detach(k8slease_elector *pub)
+/* Cancel the Lease side: timers, the request in flight, the watch. */
+static void detach_lease(k8s_elector *e)
 {
-    k8s_elector *e = (k8s_elector *)pub;
-
     kl__timer_cancel(e->pub.client->loop, &e->timer);
     kl__timer_cancel(e->pub.client->loop, &e->failed);
     kl__http_cancel(e->pub.client->loop, e->req);
     e->req = NULL;
     kl__sub_stop(e->sub);
     e->sub = NULL;
+}
+
+static void detach(k8slease_elector *pub)
+{
+    k8s_elector *e = (k8s_elector *)pub;
+
+    detach_lease(e);
     kl__candidate_detach(e->cand);
 }
 
@@ -380,12 +386,7 @@ static void finish(k8s_elector *e)
 {
     if (e->cand && e->cand_stopped != 2) {
         /* the Lease side is over; the candidate's DELETE is not */
-        kl__timer_cancel(e->pub.client->loop, &e->timer);
-        kl__timer_cancel(e->pub.client->loop, &e->failed);
-        kl__http_cancel(e->pub.client->loop, e->req);
-        e->req = NULL;
-        kl__sub_stop(e->sub);
-        e->sub = NULL;
+        detach_lease(e);
         e->done_waits = 1;
         stop_candidate(e);
         return;

@@ -80,6 +80,14 @@ lacks() { ! grep -qF -- "$2" "$1" || fail "${1##*/} has \"$2\""; }
 # has_line FILE LINE: an exact line.
 has_line() { grep -qxF -- "$2" "$1"; }
 lines() { wc -l <"$1" | tr -d ' '; }
+# bad MSG ARGS...: k8slease ARGS exits 2 with one line on stderr saying MSG.
+bad() {
+    _msg=$1
+    shift
+    expect 2 "$K8SLEASE" "$@"
+    has "$T/last.err" "$_msg"
+    [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: $*"
+}
 at_least_lines() { [ -f "$1" ] && [ "$(lines "$1")" -ge "$2" ]; }
 # gone PID: no such process, or a zombie (orphans may not be reaped here).
 gone() {
@@ -162,14 +170,7 @@ test_usage() {
     expect 2 "$K8SLEASE" frob
     has "$T/last.err" 'unknown command "frob"'
 
-    # Exit 2 and one line that names the flag and the rule.
-    bad() {
-        _msg=$1
-        shift
-        expect 2 "$K8SLEASE" "$@"
-        has "$T/last.err" "$_msg"
-        [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: $*"
-    }
+    # Exit 2 and one line that names the flag and the rule (bad, above).
     bad "k8slease elect: --lease is required" elect
     bad "k8slease holder: --lease is required" holder
     bad "--renew-deadline 20s: must be less than --lease-duration (15s)" \
@@ -696,13 +697,6 @@ test_coordinated() {
     CO="--lease cle $FAST --coordinated"
 
     # Values the library refuses: a usage error (2), its message verbatim.
-    bad() {
-        _msg=$1
-        shift
-        expect 2 "$K8SLEASE" "$@"
-        has "$T/last.err" "$_msg"
-        [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: $*"
-    }
     # shellcheck disable=SC2086
     bad "binary_version" elect $CO --identity x --binary-version v1.36.0
     # shellcheck disable=SC2086
@@ -808,14 +802,7 @@ etcd_driver_built() {
 
 # No etcd needed: flags, their errors, and what the library says of bad values.
 test_etcd_flags() {
-    # Exit 2 and one line that names the flag and the rule.
-    bad() {
-        _msg=$1
-        shift
-        expect 2 "$K8SLEASE" "$@"
-        has "$T/last.err" "$_msg"
-        [ "$(lines "$T/last.err")" = 1 ] || fail "more than one line of error: $*"
-    }
+    # Exit 2 and one line that names the flag and the rule (bad, above).
     EP="--backend etcd --etcd-endpoints http://127.0.0.1:1"
     for c in elect holder watch release; do
         # Flags each command needs besides these.
