@@ -26,7 +26,7 @@
  * elections never mix), in a stable format:
  *
  *   TIME k8slease[PID] LEVEL NAMESPACE/NAME: MESSAGE
- *   2026-12-01T14:14:00.443463Z k8slease[19004] info default/x: successfully acquired lease (epoch 3)
+ *   2026-12-01T14:14:00.443463Z k8slease[19004] info default/x: released lease (epoch 3)
  *
  * TIME is UTC with microseconds; LEVEL error, warn, info or debug;
  * NAMESPACE/NAME the Lease ("-" for the process). A failed request is

@@ -524,7 +524,9 @@ static void test_splice_update(void **state)
         {NULL, 0, 0, 0, 0},
         {"a \"quoted\\\" one\n\x01", 15, 0, T_CLIENTGO_RENEW2, 7},
     };
-    const kl__lease_spec utf8 = {"n\xc3\xb6" "de", 15, 1, 2, 3};
+    const kl__lease_spec utf8 = {"n\xc3\xb6"
+                                 "de",
+                                 15, 1, 2, 3};
     int declined;
 
     (void)state;
