@@ -70,7 +70,11 @@ enum class errc : int {
 };
 
 /** The error category "k8slease": message() is k8slease_strerror(),
- *  e.g. "K8SLEASE_ECONFLICT". One object per program. */
+ *  e.g. "K8SLEASE_ECONFLICT". One object per program, as an inline
+ *  function's static: but two shared objects that each include this header
+ *  and hide their symbols (-fvisibility=hidden) get one each, and
+ *  std::error_code compares categories by address. Across such a boundary
+ *  compare e.code().value() and e.code().category().name() instead. */
 inline const std::error_category &category() noexcept
 {
     class impl final : public std::error_category
