@@ -3,6 +3,7 @@
  * delete) beside one watch stream of the object. */
 #include "k8s/candidate.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 
