@@ -379,16 +379,17 @@ static void on_watch_done(const kl__http_result *res, void *arg)
     kl__candidate *c = arg;
 
     c->watch = NULL;
-    if (res->err || res->status != 200) {
-        if (res->err)
-            kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: LeaseCandidate watch: %s", c->what,
-                           res->errmsg);
-        else
-            kl__http_status_error(res->status, res->body, res->body_len, "watch LeaseCandidate");
-        if (!res->err)
-            kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: %s", c->what, kl__error_get());
-        if (res->status == 410)
-            c->need_read = 1;
+    if (res->err) {
+        /* a broken stream is routine (a restart, an idle timeout): resume */
+        kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: LeaseCandidate watch: %s", c->what,
+                       res->errmsg);
+        retry_later(c);
+        return;
+    }
+    if (res->status != 200) {
+        kl__http_status_error(res->status, res->body, res->body_len, "watch LeaseCandidate");
+        kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: %s", c->what, kl__error_get());
+        c->need_read = res->status == 410;
         retry_later(c);
         return;
     }

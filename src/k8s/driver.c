@@ -61,7 +61,7 @@ typedef struct k8s_elector {
      * cache, name us preferredHolder over the next leader). DONE is
      * reported once it is gone, so a stopped elector leaves none behind. */
     kl__candidate *cand;
-    int cand_stopped;            /* 0 running, 1 DELETE in flight, 2 gone */
+    enum { CAND_RUNNING, CAND_DELETING, CAND_GONE } cand_state;
     int done_waits;              /* the machine is DONE; report it when the candidate is gone */
     kl__elector_action deferred; /* a release request held until then */
     int have_deferred;
@@ -364,7 +364,7 @@ static void on_candidate_gone(void *arg)
 {
     k8s_elector *e = arg;
 
-    e->cand_stopped = 2;
+    e->cand_state = CAND_GONE;
     if (e->have_deferred && e->sm.state != KL_EL_DONE)
         start_request(e, &e->deferred);
     e->have_deferred = 0;
@@ -376,15 +376,15 @@ static void on_candidate_gone(void *arg)
 
 static void stop_candidate(k8s_elector *e)
 {
-    if (!e->cand || e->cand_stopped)
+    if (!e->cand || e->cand_state != CAND_RUNNING)
         return;
-    e->cand_stopped = 1;
+    e->cand_state = CAND_DELETING;
     kl__candidate_stop(e->cand, on_candidate_gone, e);
 }
 
 static void finish(k8s_elector *e)
 {
-    if (e->cand && e->cand_stopped != 2) {
+    if (e->cand && e->cand_state != CAND_GONE) {
         /* the Lease side is over; the candidate's DELETE is not */
         detach_lease(e);
         e->done_waits = 1;
@@ -414,7 +414,7 @@ static void exec_action(k8s_elector *e, const kl__elector_action *a)
     case KL_ACT_GET:
     case KL_ACT_CREATE:
     case KL_ACT_UPDATE:
-        if (e->cand_stopped == 1 && e->sm.state == KL_EL_RELEASING) {
+        if (e->cand_state == CAND_DELETING && e->sm.state == KL_EL_RELEASING) {
             e->deferred = *a; /* the machine waits for its answer: one at most */
             e->have_deferred = 1;
         } else {
@@ -510,12 +510,19 @@ static void destroy(k8slease_elector *pub)
 
 /* The coordinated options, checked as the apiserver would check the
  * LeaseCandidate, so that a mistake shows at start, not as a 422 later. */
+static const char *emulation_of(const k8slease_elector_options *opts)
+{
+    return opts->emulation_version ? opts->emulation_version : opts->binary_version;
+}
+
+static const char *strategy_of(const k8slease_elector_options *opts)
+{
+    return opts->strategy ? opts->strategy : K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION;
+}
+
 static int check_coordinated(const k8slease_elector_options *opts)
 {
-    const char *strategy =
-        opts->strategy ? opts->strategy : K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION;
-    const char *emulation =
-        opts->emulation_version ? opts->emulation_version : opts->binary_version;
+    const char *strategy = strategy_of(opts), *emulation = emulation_of(opts);
     const char *slash = strchr(strategy, '/');
     int err;
 
@@ -553,8 +560,8 @@ static int new_candidate(k8s_elector *e, const char *ns, const k8slease_elector_
     cc.name = opts->identity;
     cc.lease_name = opts->name;
     cc.binary_version = opts->binary_version;
-    cc.emulation_version = opts->emulation_version ? opts->emulation_version : opts->binary_version;
-    cc.strategy = opts->strategy ? opts->strategy : K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION;
+    cc.emulation_version = emulation_of(opts);
+    cc.strategy = strategy_of(opts);
     cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
     cc.request_timeout_ms = e->request_timeout_ms;
     cc.what = e->pub.what;
