@@ -1,12 +1,14 @@
 #!/bin/sh
 # envtest.sh COMMAND [ARGS...]
-# envtest.sh --ctl DIR apiserver|etcd kill|term|stop|cont|start|restart|pid|ready
+# envtest.sh --ctl DIR apiserver|etcd kill|term|stop|cont|start|restart|pid|ready|rotate-token|wipe
 #
 # Start etcd + kube-apiserver from the envtest binaries (the convention of
 # controller-runtime's envtest: $KUBEBUILDER_ASSETS holding kube-apiserver
 # and etcd, or $TEST_ASSET_KUBE_APISERVER and $TEST_ASSET_ETCD), on loopback
-# with fresh certificates and free ports, then run COMMAND with
-# K8SLEASE_TEST_KUBECONFIG (and KUBECONFIG) pointing at it, e.g.
+# with fresh certificates and free ports (outside the kernel's ephemeral
+# range, so that no outgoing connection takes one while its server is down
+# for a restart), wait until namespace "default" exists, then run COMMAND
+# with K8SLEASE_TEST_KUBECONFIG (and KUBECONFIG) pointing at it, e.g.
 #
 #   KUBEBUILDER_ASSETS=/opt/envtest/1.30 tests/integration/envtest.sh \
 #       ctest --test-dir build -L integration --output-on-failure
@@ -15,7 +17,10 @@
 # the two processes for fault tests (process faults a real server can have):
 #
 #   $K8SLEASE_ENVTEST_CTL apiserver kill      SIGKILL, wait until it is gone
-#   $K8SLEASE_ENVTEST_CTL apiserver start     start again (same port, flags, etcd)
+#                                  (every thread) and nothing listens on its port
+#   $K8SLEASE_ENVTEST_CTL apiserver start     start again (same port, flags, etcd);
+#                                  returns once /readyz is ok and namespace
+#                                  "default" exists
 #   $K8SLEASE_ENVTEST_CTL apiserver stop|cont SIGSTOP / SIGCONT
 #   $K8SLEASE_ENVTEST_CTL etcd kill|start|stop|cont   the same for etcd (same data)
 #   ... restart = kill + start; ready = wait until it answers; pid = print it
@@ -28,8 +33,11 @@
 # kubeconfig-user (envtest-user: no groups, only what RBAC grants it),
 # kubeconfig-tokenfile (system:masters, tokenFile: token-rotating).
 #
-# Every wait is bounded (start: 60 s, exit after SIGKILL: 10 s); the script
-# exits non-zero with the process's last log lines when one is exceeded.
+# Every wait is bounded (start: 60 s until it answers, then 60 s until the
+# apiserver has namespace "default"; gone and ports free after SIGKILL:
+# 10 s); the script exits non-zero with the process's last log lines when
+# one is exceeded or the process exits during start (e.g. its port is
+# taken), and the test should then stop: the server is gone.
 #
 # K8SLEASE_ENVTEST_APISERVER_FLAGS adds flags to kube-apiserver (word-split),
 # e.g. "--feature-gates=CoordinatedLeaderElection=true".
@@ -42,23 +50,84 @@ set -eu
 
 # ---- process control (also used by --ctl) ---------------------------------
 
-# Is PID alive? A zombie (killed, not yet reaped) counts as gone.
+# Is PID alive (running)? A zombie (killed, not yet reaped) counts as not
+# running; see gone for when its sockets are released.
 alive() {
     [ -n "$1" ] && [ -r "/proc/$1/stat" ] || return 1
     state=$(sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f1) || return 1
     [ -n "$state" ] && [ "$state" != Z ] && [ "$state" != X ]
 }
 
+# Has PID released everything? Not the same as "not alive": when a
+# multi-threaded process (Go's kube-apiserver, etcd) is killed, its main
+# thread can be a zombie while other threads are still exiting, and the
+# sockets are closed only when the last thread is gone. Gone = no
+# /proc/PID, or only zombie threads left in /proc/PID/task.
+gone() {
+    [ -n "$1" ] && [ -d "/proc/$1" ] || return 0
+    for t in "/proc/$1/task"/*/stat; do
+        state=$(sed 's/.*) //' "$t" 2>/dev/null | cut -d' ' -f1) || continue
+        case $state in '' | Z | X) ;; *) return 1 ;; esac
+    done
+    return 0
+}
+
 pid_of() { cat "$dir/$1.pid" 2>/dev/null || true; }
 
-# wait_gone NAME TENTHS: wait until NAME's process is gone; 1 if it is not.
+# The loopback ports NAME listens on.
+# shellcheck disable=SC2153 # PORT and the others come from $dir/env
+ports_of() {
+    # shellcheck disable=SC1091
+    . "$dir/env"
+    case $1 in
+    apiserver) echo "$PORT" ;;
+    etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
+    esac
+}
+
+# Does anything LISTEN (state 0A) on TCP port PORT, IPv4 or IPv6?
+listening() {
+    hex=$(printf '%04X' "$1")
+    for f in /proc/net/tcp /proc/net/tcp6; do
+        [ -r "$f" ] || continue
+        awk -v port=":$hex" 'NR > 1 && $4 == "0A" && substr($2, length($2) - 4) == port {
+                found = 1
+            }
+            END { exit !found }' "$f" && return 0
+    done
+    return 1
+}
+
+# wait_gone NAME TENTHS: wait until NAME's process is gone (all its
+# threads) and nothing listens on its ports any more, so that it can start
+# again on them. 1 if that takes longer, with the reason in $why.
 wait_gone() {
     p=$(pid_of "$1")
     i=0
-    while alive "$p"; do
+    while ! gone "$p"; do
         i=$((i + 1))
-        [ "$i" -le "$2" ] || return 1
+        if [ "$i" -gt "$2" ]; then
+            why="pid $p still has running threads after $(($2 / 10)) s"
+            return 1
+        fi
         sleep 0.1
+    done
+    wait_ports_free "$1" $(($2 - i))
+}
+
+# wait_ports_free NAME TENTHS: wait until nothing listens on NAME's ports;
+# 1 if that takes longer, with the reason in $why.
+wait_ports_free() {
+    i=0
+    for port in $(ports_of "$1"); do
+        while listening "$port"; do
+            i=$((i + 1))
+            if [ "$i" -gt "$2" ]; then
+                why="port $port still has a listener after $(($2 / 10)) s"
+                return 1
+            fi
+            sleep 0.1
+        done
     done
     return 0
 }
@@ -97,22 +166,37 @@ start_apiserver() {
     echo $! > "$dir/apiserver.pid"
 }
 
-# ready NAME: wait (at most 60 s) until it answers its health check.
+# ready NAME: wait (at most 60 s) until it answers its health check; for
+# the apiserver, then (at most 60 s more) until the namespace "default"
+# exists: v1.24.0 on a loaded machine answers /readyz before it has made
+# it, and a test's first request would get a 404.
+# shellcheck disable=SC2153 # PORT and the others come from $dir/env
 ready() {
     # shellcheck disable=SC1091
     . "$dir/env"
-    i=0
+    end=$(($(date +%s) + 60))
     while :; do
         p=$(pid_of "$1")
         case $1 in
-        etcd) curl -sf "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && return 0 ;;
+        etcd)
+            curl -sf --max-time 5 "http://127.0.0.1:$ETCD_PORT/health" >/dev/null 2>&1 && return 0 ;;
         apiserver)
-            curl -sf --cacert "$dir/ca.crt" -H "Authorization: Bearer $TOKEN" \
-                "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && return 0 ;;
+            curl -sf --max-time 5 --cacert "$dir/ca.crt" -H "Authorization: Bearer $TOKEN" \
+                "https://127.0.0.1:$PORT/readyz" >/dev/null 2>&1 && break ;;
         esac
         alive "$p" || die_with_log "$1" "exited"
-        i=$((i + 1))
-        [ "$i" -le 300 ] || die_with_log "$1" "not ready after 60 s"
+        [ "$(date +%s)" -lt "$end" ] || die_with_log "$1" "not ready after 60 s"
+        sleep 0.2
+    done
+    end=$(($(date +%s) + 60))
+    while :; do
+        code=$(curl -s --max-time 5 -o /dev/null -w '%{http_code}' --cacert "$dir/ca.crt" \
+            -H "Authorization: Bearer $TOKEN" "https://127.0.0.1:$PORT/api/v1/namespaces/default" \
+            2>/dev/null) || true
+        [ "$code" = 200 ] && return 0
+        alive "$p" || die_with_log "$1" "exited"
+        [ "$(date +%s)" -lt "$end" ] || die_with_log "$1" "/readyz is ok but GET \
+/api/v1/namespaces/default still answers HTTP ${code:-000} after 60 s"
         sleep 0.2
     done
 }
@@ -125,7 +209,7 @@ stop_gracefully() {
     kill -TERM "$p" 2>/dev/null || true
     wait_gone "$1" 30 && return 0
     kill -KILL "$p" 2>/dev/null || true
-    wait_gone "$1" 100 || echo "envtest.sh: $1 (pid $p) survives SIGKILL" >&2
+    wait_gone "$1" 100 || echo "envtest.sh: $1 not gone 10 s after SIGKILL: $why" >&2
 }
 
 ctl() { # NAME ACTION
@@ -137,13 +221,16 @@ ctl() { # NAME ACTION
     stop) alive "$p" || die_with_log "$1" "not running"; kill -STOP "$p" ;;
     cont) alive "$p" || die_with_log "$1" "not running"; kill -CONT "$p" ;;
     kill)
-        if alive "$p"; then
-            kill -KILL "$p"
-            wait_gone "$1" 100 || die_with_log "$1" "survives SIGKILL for 10 s"
-        fi ;;
+        # Also when it is already dying (a zombie main thread): wait until
+        # its last thread is gone and its ports are free, or start fails
+        # with "bind: address already in use".
+        gone "$p" || kill -KILL "$p" 2>/dev/null || true
+        wait_gone "$1" 100 || die_with_log "$1" "not gone 10 s after SIGKILL: $why" ;;
     term) stop_gracefully "$1" ;;
     start)
         alive "$p" && { echo "envtest.sh --ctl: $1 is already running (pid $p)" >&2; exit 1; }
+        # Killed by someone else (or term): its ports may not be free yet.
+        wait_ports_free "$1" 100 || { echo "envtest.sh: $1: cannot start: $why" >&2; exit 1; }
         "start_$1"
         ready "$1" ;;
     restart) ctl "$1" kill; ctl "$1" start ;;
@@ -184,9 +271,9 @@ fi
 
 apiserver=${TEST_ASSET_KUBE_APISERVER:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/kube-apiserver}}
 etcd=${TEST_ASSET_ETCD:-${KUBEBUILDER_ASSETS:+$KUBEBUILDER_ASSETS/etcd}}
-[ -n "$apiserver" ] && [ -x "$apiserver" ] ||
+{ [ -n "$apiserver" ] && [ -x "$apiserver" ]; } ||
     { echo "envtest.sh: no kube-apiserver: set KUBEBUILDER_ASSETS or TEST_ASSET_KUBE_APISERVER" >&2; exit 2; }
-[ -n "$etcd" ] && [ -x "$etcd" ] ||
+{ [ -n "$etcd" ] && [ -x "$etcd" ]; } ||
     { echo "envtest.sh: no etcd: set KUBEBUILDER_ASSETS or TEST_ASSET_ETCD" >&2; exit 2; }
 [ $# -gt 0 ] || { echo "usage: envtest.sh COMMAND [ARGS...]" >&2; exit 2; }
 # Absolute: the ctl script runs from wherever a test runs.
@@ -195,6 +282,7 @@ apiserver=$(abs "$apiserver")
 etcd=$(abs "$etcd")
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/envtest.XXXXXX")
+# shellcheck disable=SC2317 # called by the trap
 cleanup() {
     trap - EXIT INT TERM
     stop_gracefully apiserver
@@ -208,9 +296,41 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# A free loopback port: bind port 0 and read what the kernel chose.
+# free_port [TAKEN...]: a free loopback port, not one of TAKEN. Not from the
+# kernel's ephemeral range (ip_local_port_range, e.g. 32768-60999), where
+# any outgoing connection may take it while the server is down for a
+# restart: a random one in 10000..low-1 or high+1..65535, checked by
+# binding it on 127.0.0.1 (python3) or, without python3, by finding no
+# listener in /proc/net; 50 tries.
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+    # Not `read <file`: dash reads a byte at a time, and a sysctl file
+    # answers only its first read.
+    range=$(cat /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null) || range="32768 60999"
+    low=${range%%[!0-9]*} high=${range##*[!0-9]}
+    below=$((low > 10000 ? low - 10000 : 0))
+    above=$((high < 65535 ? 65535 - high : 0))
+    if [ $((below + above)) -le 0 ]; then
+        echo "envtest.sh: no ports outside the ephemeral range $low-$high" >&2
+        return 1
+    fi
+    tries=0
+    while [ "$tries" -lt 50 ]; do
+        tries=$((tries + 1))
+        r=$(od -An -N4 -tu4 /dev/urandom | tr -d ' \n')
+        k=$((r % (below + above)))
+        if [ "$k" -lt "$below" ]; then port=$((10000 + k)); else port=$((high + 1 + k - below)); fi
+        case " $* " in *" $port "*) continue ;; esac
+        if command -v python3 >/dev/null 2>&1; then
+            python3 -c 'import socket, sys; socket.socket().bind(("127.0.0.1", int(sys.argv[1])))' \
+                "$port" 2>/dev/null || continue
+        else
+            ! listening "$port" || continue
+        fi
+        echo "$port"
+        return 0
+    done
+    echo "envtest.sh: no free loopback port outside $low-$high after 50 tries" >&2
+    return 1
 }
 
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
@@ -235,12 +355,15 @@ $rotating_token,envtest-rotating,envtest-rotating,system:masters
 EOF
 printf '%s' "$rotating_token" > "$dir/token-rotating"
 
+port=$(free_port)
+etcd_port=$(free_port "$port")
+etcd_peer_port=$(free_port "$port" "$etcd_port")
 cat > "$dir/env" <<EOF
 APISERVER_BIN='$apiserver'
 ETCD_BIN='$etcd'
-PORT=$(free_port)
-ETCD_PORT=$(free_port)
-ETCD_PEER_PORT=$(free_port)
+PORT=$port
+ETCD_PORT=$etcd_port
+ETCD_PEER_PORT=$etcd_peer_port
 TOKEN=$token
 APISERVER_FLAGS='${K8SLEASE_ENVTEST_APISERVER_FLAGS:-}'
 EOF

@@ -1,9 +1,11 @@
 #include "e2e.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -261,10 +263,18 @@ bool e2e_has_ctl(const char *proc)
     return ctl && ctl[0] && getenv("K8SLEASE_TEST_KUBECONFIG");
 }
 
+/* The actions that end with the process started again: their failure
+ * leaves no server. */
+static bool brings_back(const char *action)
+{
+    return !strcmp(action, "start") || !strcmp(action, "restart") ||
+           !strcmp(action, "rotate-token") || !strcmp(action, "wipe");
+}
+
 int e2e_ctl(const char *proc, const char *action)
 {
     const char *ctl = getenv("K8SLEASE_ENVTEST_CTL");
-    char cmd[4096];
+    char cmd[4096], how[128];
     int rc;
 
     if (server && !strcmp(proc, "apiserver")) {
@@ -284,9 +294,28 @@ int e2e_ctl(const char *proc, const char *action)
     }
     snprintf(cmd, sizeof(cmd), "'%s' %s %s", ctl, proc, action);
     rc = system(cmd);
-    if (rc != 0)
-        fprintf(stderr, "e2e_ctl: %s: exit status %d\n", cmd, rc);
-    return rc == 0 ? 0 : -1;
+    if (rc == 0)
+        return 0;
+    if (rc == -1)
+        snprintf(how, sizeof(how), "cannot run it: %s", strerror(errno));
+    else if (WIFEXITED(rc))
+        snprintf(how, sizeof(how), "exit status %d", WEXITSTATUS(rc));
+    else if (WIFSIGNALED(rc))
+        snprintf(how, sizeof(how), "killed by signal %d", WTERMSIG(rc));
+    else
+        snprintf(how, sizeof(how), "wait status %d", rc);
+    if (brings_back(action)) {
+        /* The process is down and did not come back: every later test
+         * would time out against nothing, one by one. */
+        fflush(stdout);
+        fprintf(stderr,
+                "e2e_ctl: FATAL: %s %s failed (%s; envtest.sh's message above): the real "
+                "server under test is gone, so this suite stops here\n",
+                proc, action, how);
+        exit(1);
+    }
+    fprintf(stderr, "e2e_ctl: %s: %s\n", cmd, how);
+    return -1;
 }
 
 /* ---- the server's address and token ------------------------------------ */

@@ -50,12 +50,18 @@ const char *e2e_namespace(const char *prefix);
 
 /*
  * Process faults on the server under test. proc: "apiserver" or "etcd";
- * action: "kill", "start", "restart", "stop" (SIGSTOP), "cont" (SIGCONT).
+ * action: "kill", "start", "restart", "stop" (SIGSTOP), "cont" (SIGCONT),
+ * and "rotate-token" (apiserver) and "wipe" (etcd) of envtest.sh.
  * Under tests/integration/envtest.sh they act on the real processes
- * ($K8SLEASE_ENVTEST_CTL; start and restart return once the process
- * answers again). On k8slease-testserver only the apiserver's stop, cont
- * and restart (in place, keeping state) exist. e2e_has_ctl tells whether
- * proc can be driven at all. e2e_ctl returns 0 or -1 (message printed).
+ * ($K8SLEASE_ENVTEST_CTL; start, restart, rotate-token and wipe return
+ * once the process answers again, the apiserver once it also has
+ * namespace "default"). There a failed start, restart, rotate-token or
+ * wipe is fatal: it leaves no server, so e2e_ctl prints which action
+ * failed and how, and exits the test program with status 1 rather than
+ * let every later test time out.
+ * On k8slease-testserver only the apiserver's stop, cont and restart (in
+ * place, keeping state) exist. e2e_has_ctl tells whether proc can be
+ * driven at all. e2e_ctl returns 0 or -1 (message printed).
  */
 bool e2e_has_ctl(const char *proc);
 int e2e_ctl(const char *proc, const char *action);
