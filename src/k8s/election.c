@@ -83,8 +83,11 @@ static void request(kl__elector *e, kl__elector_req req, const kl__lease_spec *s
                                                     [KL_REQ_UPDATE] = KL_ACT_UPDATE};
     kl__elector_action *a = push(out, types[req]);
 
-    if (spec)
+    if (spec) {
         a->spec = *spec;
+        e->req_transitions = spec->transitions;
+        e->req_acquire_us = spec->acquire_us;
+    }
     e->req = req;
     e->req_started = now;
     e->req_fast_path = 0;
@@ -248,6 +251,10 @@ static void begin_release(kl__elector *e, int64_t now, kl__elector_actions *out)
 static void step_down(kl__elector *e, int release, int may_hold, int64_t now,
                       kl__elector_actions *out)
 {
+    if (e->state == KL_EL_LEADING) {
+        e->held_transitions = e->epoch;
+        e->held_acquire_us = e->term_acquire_us;
+    }
     emit_stopped(e, out);
     set_state(e, KL_EL_RELEASING);
     e->stop_release = release;
@@ -316,6 +323,7 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
     }
     set_state(e, KL_EL_LEADING);
     e->epoch = e->transitions;
+    e->term_acquire_us = e->acquire_us;
     e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
     e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     push(out, KL_ACT_STARTED)->epoch = e->epoch;
@@ -365,8 +373,11 @@ static void releasing_result(kl__elector *e, kl__elector_req req, int status,
          * holder: the release GET will tell. */
         if (status == 0)
             observe(e, spec, preferred, now, req != KL_REQ_GET);
-        if (req != KL_REQ_GET && status != K8SLEASE_ECONFLICT)
+        if (req != KL_REQ_GET && status != K8SLEASE_ECONFLICT) {
             e->may_hold = 1;
+            e->held_transitions = e->req_transitions;
+            e->held_acquire_us = e->req_acquire_us;
+        }
         report_leader(e, out);
         begin_release(e, now, out);
         return;
@@ -374,7 +385,8 @@ static void releasing_result(kl__elector *e, kl__elector_req req, int status,
     if (status == 0) {
         observe(e, spec, preferred, now, req != KL_REQ_GET);
         report_leader(e, out);
-        if (req == KL_REQ_GET && holder_is_self(e))
+        if (req == KL_REQ_GET && holder_is_self(e) && e->transitions == e->held_transitions &&
+            e->acquire_us == e->held_acquire_us)
             release_update(e, now, wall_us, out);
         else
             finish(e, out);

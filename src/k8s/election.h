@@ -41,6 +41,10 @@
  *    self -> UPDATE {holder="", duration=1, acquire=renew=now, transitions
  *    kept}; 409 -> GET again; other errors -> retry after RP; give up at
  *    stop time + renew_deadline; -> DONE. Without release -> DONE.
+ *    Released is only the term we may hold: holder self with the
+ *    transitions and acquireTime of our term (or of the write that may
+ *    have made us holder); a later term under our identity (another
+ *    elector of ours, started after this one's term ended) is left alone.
  *    If not leading: STOPPED, DONE (an acquisition that completes after the
  *    stop was asked is released as above when release is set).
  *  - Losing leadership because the deadline passed releases too when
@@ -206,8 +210,14 @@ typedef struct kl__elector {
     int64_t next_attempt;    /* monotonic ns of the next attempt, INT64_MAX if none */
     int stop_requested, stop_release, stopped_emitted;
     int64_t release_deadline;
-    int may_hold;        /* RELEASING: the server may name us holder (we led, or a write of
-                            ours completed or failed ambiguously after the stop) */
+    int may_hold; /* RELEASING: the server may name us holder (we led, or a write of
+                     ours completed or failed ambiguously after the stop) */
+    /* RELEASING: the record of the term we may hold (transitions, acquireTime): only that
+     * one is released, never a later term under the same identity (a new election of the
+     * same process, which the seed ABI starts while this one still releases). */
+    int64_t held_transitions, held_acquire_us;
+    int64_t term_acquire_us;                 /* acquireTime of our term, valid while LEADING */
+    int64_t req_transitions, req_acquire_us; /* the write in flight: the term it asks for */
     int release_started; /* RELEASING: the release GET/UPDATE sequence has begun; until then
                             the request in flight is one sent before stopping */
     int watch_healthy;   /* the last WATCH event said healthy (never in poll_only mode) */

@@ -930,6 +930,62 @@ static void test_stop_after_ambiguous_write_checks(void **state)
     RUN(cfg, steps);
 }
 
+/* The release is for our term only. A later term under our identity (the
+ * seed ABI starts a new election of the same process as soon as this
+ * one's term is over, while this one still releases) is left alone: by
+ * transitions, and by acquireTime when a recreated Lease starts again at
+ * 0. The same for the term an ambiguous acquisition may have won. */
+static void test_release_leaves_a_later_term_alone(void **state)
+{
+    static const kl__lease_spec next_term = {"me", 15, W(3050), W(3050), 1};
+    static const kl__lease_spec recreated = {"me", 15, W(3050), W(3050), 0};
+    static const kl__lease_spec created_later = {"me", 15, W(250), W(250), 0};
+    static const step later_term[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &next_term), "NEW_LEADER(me,1) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    static const step same_count_later_acquire[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &recreated), "DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* a conflict on the release: read again, and by then it is the next term */
+    static const step raced[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_EL_RELEASING, 13000},
+        {RESULT(3100, 0, &created), "UPDATE(,1s,a=3100,r=3100,t=0)", KL_EL_RELEASING, 13000},
+        {RESULT(3200, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_RELEASING, 13000},
+        {RESULT(3300, 0, &next_term), "NEW_LEADER(me,1) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    static const step ambiguous_then_later[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {STOP(150, 1), "STOPPED", KL_EL_RELEASING, 10150},
+        {RESULT(200, K8SLEASE_ETIMEOUT, NULL), "GET", KL_EL_RELEASING, 10150},
+        {RESULT(300, 0, &created_later), "NEW_LEADER(me,0) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    /* and the term it did win is released */
+    static const step ambiguous_won[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=100,r=100,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {STOP(150, 1), "STOPPED", KL_EL_RELEASING, 10150},
+        {RESULT(200, K8SLEASE_ETIMEOUT, NULL), "GET", KL_EL_RELEASING, 10150},
+        {RESULT(300, 0, &created), "NEW_LEADER(me,0) UPDATE(,1s,a=300,r=300,t=0)", KL_EL_RELEASING,
+         10150},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, later_term);
+    RUN(cfg, same_count_later_acquire);
+    RUN(cfg, raced);
+    RUN(cfg, ambiguous_then_later);
+    RUN(cfg, ambiguous_won);
+}
+
 /* STOPPED exactly once (run_steps checks "at most once" at every step and
  * "once" at DONE) on every way to the end. */
 static void test_stopped_exactly_once(void **state)
@@ -1618,6 +1674,7 @@ int main(void)
         cmocka_unit_test(test_stop_waits_for_request_in_flight),
         cmocka_unit_test(test_stop_while_acquiring),
         cmocka_unit_test(test_stop_after_ambiguous_write_checks),
+        cmocka_unit_test(test_release_leaves_a_later_term_alone),
         cmocka_unit_test(test_stopped_exactly_once),
         cmocka_unit_test(test_events_after_done_do_nothing),
         cmocka_unit_test(test_timer_per_state),
