@@ -346,15 +346,28 @@ typedef struct k8slease_elector_stats {
 K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *elector,
                                             k8slease_elector_stats *stats);
 
-/** Block until the election is over (leadership lost or stopped), or
- *  timeout_ms passes (<0: no limit). Returns 0 when over, K8SLEASE_ETIMEOUT,
- *  K8SLEASE_ESTATE from a callback. Any thread but the loop thread. */
+/** Block until the term is over, or timeout_ms passes (<0: no limit).
+ *  The term is over the moment is_leader turns false for good: the renew
+ *  deadline passed without a successful renewal (by the monotonic clock,
+ *  even if the loop thread has not seen it yet), another holder or a new
+ *  term was seen, the Lease was deleted, or the elector was stopped; for
+ *  an elector that never led, when its election ends. on_stopped_leading
+ *  runs at that moment too. What the election may still do afterwards (a
+ *  release, requests waiting for a server that does not answer) is not
+ *  waited for: k8slease_elector_stop() waits for that.
+ *  Returns 0 when over, K8SLEASE_ETIMEOUT, K8SLEASE_ESTATE from a callback
+ *  (timeout_ms 0 may be used there). Any thread. */
 K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *elector, int64_t timeout_ms);
 
-/** Stop the election and wait until it is over. release: 1 to write holder
- *  "" if we lead, 0 to leave the Lease to expire, -1 to follow the options.
- *  Idempotent. Returns 0 or K8SLEASE_ESTATE (from a callback).
- *  Any thread but the loop thread. */
+/** Stop the election and wait until it is over, release included.
+ *  release: 1 to write holder "" if we lead, 0 to leave the Lease to
+ *  expire, -1 to follow the options. The term ends at once (is_leader
+ *  false, on_stopped_leading, waiters of wait_lost woken), before the
+ *  release is written; the release is bounded: on a server that does not
+ *  answer it gives up renew_deadline after the stop (plus at most one
+ *  request timeout). Only the term this elector won is released, never a
+ *  later one under the same identity. Idempotent. Returns 0 or
+ *  K8SLEASE_ESTATE (from a callback). Any thread but the loop thread. */
 K8SLEASE_API int k8slease_elector_stop(k8slease_elector *elector, int release);
 
 /** Stop (as the options say about release) if running, then free.

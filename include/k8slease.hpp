@@ -568,9 +568,9 @@ class elector
         reset();
     }
 
-    /** Blocks until elected, the election is over, or timeout passes
+    /** Blocks until elected, the term is over, or timeout passes
      *  (negative: no limit). Returns the epoch once on_started_leading has
-     *  returned; nullopt on timeout and when the election is over (lost,
+     *  returned; nullopt on timeout and when the term is over (lost,
      *  stopped or failed, whether or not it led: wait_lost(0) tells these
      *  apart, epoch() gives the term it had). Throws error with errc::state
      *  when called from a callback. Not from a callback. */
@@ -624,10 +624,12 @@ class elector
         return v;
     }
 
-    /** Blocks until the election is over (leadership lost or stopped) or
-     *  timeout passes (negative: no limit). True when over, false on
-     *  timeout. A zero timeout only looks, also from a callback; any other
-     *  throws error with errc::state there. */
+    /** Blocks until the term is over (k8slease_elector_wait_lost: the
+     *  moment is_leader() turns false for good, whatever the election
+     *  still sends to a server that does not answer; for an elector that
+     *  never led, when its election ends) or timeout passes (negative: no
+     *  limit). True when over, false on timeout. A zero timeout only looks,
+     *  also from a callback; any other throws error with errc::state there. */
     bool wait_lost(std::chrono::milliseconds timeout = std::chrono::milliseconds(-1))
     {
         int rc = k8slease_elector_wait_lost(detail::require(e_, "k8slease::elector"),

@@ -61,22 +61,33 @@ typedef void (*holder_change_cb_t)(void *ctx, const char *holder, size_t holderS
 K8SLEASE_COMPAT_API extern int K8sLeaseInit(char **errMsg);
 
 /** Start campaigning for ns/leaseName (release on cancel). Fails if an
- * election for the same key is running; a finished one may be restarted.
- * Logs "attempting to acquire leader lease", then what the election does. */
+ * election for the same key is running; one whose term is over (the
+ * moment K8sLeaseWaitLost returns) may be started again at once, even
+ * while the old one still releases the Lease in the background: the old
+ * one releases only its own term, never the new one's. Logs "attempting
+ * to acquire leader lease", then what the election does. */
 K8SLEASE_COMPAT_API extern int K8sLeaseRunElection(char *ns, char *leaseName, char *identity,
                                                    int leaseDurationSec, int renewDeadlineSec,
                                                    int retryPeriodSec, char **errMsg);
 
 /** 0 and *leaseTransitions (the epoch) once elected; -1 if the election ended
- * first; -1 after timeoutSec, having cancelled the election. */
+ * first; -1 after timeoutSec, having cancelled the election (its term, if
+ * it won one meanwhile, is over when this returns). */
 K8SLEASE_COMPAT_API extern int K8sLeaseWaitElected(char *ns, char *leaseName, int timeoutSec,
                                                    long long int *leaseTransitions, char **errMsg);
 
-/** Block until the election is over; 0 at once if none exists. */
+/** Block until the election's term is over (or the election ended without
+ * one): returns the moment leadership ends, when the renew deadline passes
+ * without a successful renewal (even if the API server still has not
+ * answered), another holder is seen, or the election is cancelled. A
+ * release and requests still waiting for a server that does not answer
+ * go on in the background (bounded by renewDeadlineSec) and are not
+ * waited for. 0 at once if no election exists. */
 K8SLEASE_COMPAT_API extern int K8sLeaseWaitLost(char *ns, char *leaseName, char **errMsg);
 
 /** Cancel the election (releasing the Lease if leading). Idempotent; does
- * not wait: use K8sLeaseWaitLost. */
+ * not wait: K8sLeaseWaitLost returns as soon as the term is over, before
+ * the release is written; the release goes on in the background. */
 K8SLEASE_COMPAT_API extern int K8sLeaseCancelElection(char *ns, char *leaseName, char **errMsg);
 
 /** Read the holder: *holderIdentity NULL when none or expired (renewTime +

@@ -18,15 +18,37 @@
 #include <unistd.h>
 
 #include "core/client.h"
+#include "core/elector.h"
 #include "k8slease.h"
 
 #define GET_HOLDER_TIMEOUT_MS 5000
+#define LINE_MAX_BYTES        2048
+#define ERRS_KEPT             8 /* distinct errors remembered between two successes */
+
+/* What the log lines of one election are made of (lg_mu held). Each
+ * election has its own, so that an election still releasing in the
+ * background never touches the state of the next one for the same Lease. */
+typedef struct election_log {
+    char *identity;   /* ours */
+    int renew_s;      /* our renew deadline */
+    int64_t epoch;    /* of our term */
+    int leading;      /* between started and stopped */
+    int led;          /* this election led at some point */
+    int stopping;     /* cancelled through the ABI (or WaitElected timed out) */
+    int deleted;      /* the Lease was not found while leading */
+    char holder[256]; /* another holder seen while leading ("" if none) */
+    int64_t holder_epoch;
+    uint64_t errs[ERRS_KEPT]; /* hashes of the request errors printed since the last success */
+    int nerrs;
+    char last_err[LINE_MAX_BYTES / 2]; /* the last request error since the last success */
+} election_log;
 
 typedef struct entry {
     struct entry *next;
     char *key;
     int refs; /* the map's reference + one per caller using it */
     k8slease_elector *elector;
+    election_log lg;
     k8slease_watch *watch;
     holder_change_cb_t cb;
     void *cb_ctx;
@@ -54,37 +76,25 @@ static entry *g_watches;
  * warn, info, debug; default info) is read once, at the first call.
  *
  * What the lines are made of: the seed calls themselves (attempting,
- * cancel), the elector's callbacks (acquired, lost, holder changes), and
- * the client's log callback, whose messages name the Lease they are about
- * (docs/operations.md, "Logs"): "get|create|update lease NS/NAME: ..." is
- * the outcome of an election's request ("ok ..." and "not found" are
- * successes, at debug level), "lease NS/NAME: ..." the elector's own,
- * "watch of lease NS/NAME: ...", "watch of the leases in namespace NS:
- * ..." and "watch lease NS/NAME: ..." the watch's ("healthy" / "not
- * healthy" at debug level). The client logs everything to us (debug); we
- * choose. A failed request is named once per distinct error; the same
- * error again is printed only after a success of that Lease's requests. */
+ * cancel), each election's notes (core/elector.h: acquired, lost, holder
+ * changes, the outcome of its requests, its end), and the client's log
+ * callback, whose messages name the Lease they are about
+ * (docs/operations.md, "Logs"): the library's own lines are printed at
+ * debug level (warnings and errors of "lease NS/NAME: ..." at theirs),
+ * and "watch of lease NS/NAME: ...", "watch of the leases in namespace
+ * NS: ..." and "watch lease NS/NAME: ..." tell the watch's health. The
+ * client logs everything to us (debug); we choose. A failed request is
+ * named once per distinct error; the same error again is printed only
+ * after a success of that election's requests. */
 
-#define LINE_MAX_BYTES 2048
-#define LOG_OFF        (-1)
-#define ERRS_KEPT      8 /* distinct errors remembered between two successes */
+#define LOG_OFF (-1)
 
+/* The watch of a Lease (or of a namespace) is the Lease's, not one
+ * election's: its state is kept by key. */
 typedef struct log_subject {
     struct log_subject *next;
-    char key[300];    /* "ns/name" (the watch of a namespace: "ns/" and "*") */
-    char *identity;   /* of the current election; NULL if none */
-    int renew_s;      /* its renew deadline */
-    int64_t epoch;    /* of our term */
-    int leading;      /* between started and stopped */
-    int led;          /* this election led at some point */
-    int stopping;     /* cancelled through the ABI (or WaitElected timed out) */
-    int deleted;      /* the Lease was not found while leading */
-    char holder[256]; /* another holder seen while leading ("" if none) */
-    int64_t holder_epoch;
-    uint64_t errs[ERRS_KEPT]; /* hashes of the request errors printed since the last success */
-    int nerrs;
-    char last_err[LINE_MAX_BYTES / 2]; /* the last request error since the last success */
-    uint64_t werrs[ERRS_KEPT];         /* the same for the watch, until it is healthy */
+    char key[300];             /* "ns/name" (the watch of a namespace: "ns/" and "*") */
+    uint64_t werrs[ERRS_KEPT]; /* hashes of the watch errors printed until it is healthy */
     int nwerrs;
     int watch_trouble; /* a watch problem was printed since it was last healthy */
 } log_subject;
@@ -218,7 +228,6 @@ static log_subject *lg_subject(const char *key)
             return s;
     if (!(s = calloc(1, sizeof(*s)))) {
         s = &scratch;
-        free(s->identity);
         memset(s, 0, sizeof(*s));
         snprintf(s->key, sizeof(s->key), "%s", key);
         return s;
@@ -269,108 +278,146 @@ static int lg_first_time(uint64_t *set, int *n, uint64_t h)
     return 1;
 }
 
-/* A new election for key (lg_mu held). */
-static void lg_election_begins(const char *key, const char *identity, int renew_s)
+/* A new election (lg_mu held). */
+static int lg_election_begins(entry *x, const char *identity, int renew_s)
 {
-    log_subject *s = lg_subject(key);
+    election_log *s = &x->lg;
 
-    free(s->identity);
     s->identity = strdup(identity ? identity : "");
     s->renew_s = renew_s;
     s->epoch = -1;
-    s->leading = s->led = s->stopping = s->deleted = 0;
-    s->holder[0] = '\0';
-    s->nerrs = 0;
-    s->last_err[0] = '\0';
+    return s->identity ? 0 : -1;
 }
 
-static void lg_stopping(const char *key)
+static void lg_stopping(entry *x)
 {
     pthread_mutex_lock(&lg_mu);
-    lg_subject(key)->stopping = 1;
+    x->lg.stopping = 1;
     pthread_mutex_unlock(&lg_mu);
 }
 
-static void lg_on_started(int64_t epoch, void *user_data)
+static void lg_started(entry *x, int64_t epoch)
 {
-    const entry *e = user_data;
-    log_subject *s;
+    election_log *s = &x->lg;
 
-    pthread_mutex_lock(&lg_mu);
-    s = lg_subject(e->key);
     s->leading = s->led = 1;
     s->epoch = epoch;
     s->holder[0] = '\0';
     s->nerrs = 0;
     s->last_err[0] = '\0';
-    lg_write(K8SLEASE_LOG_INFO, s->key, "successfully acquired lease (epoch %lld)",
+    lg_write(K8SLEASE_LOG_INFO, x->key, "successfully acquired lease (epoch %lld)",
              (long long)epoch);
-    pthread_mutex_unlock(&lg_mu);
 }
 
-static void lg_on_stopped(void *user_data)
+static void lg_stopped(entry *x)
 {
-    const entry *e = user_data;
-    log_subject *s;
+    election_log *s = &x->lg;
 
-    pthread_mutex_lock(&lg_mu);
-    s = lg_subject(e->key);
     s->leading = 0;
     if (s->stopping)
-        lg_write(K8SLEASE_LOG_DEBUG, s->key, "stopped leading (cancelled) (epoch %lld)",
+        lg_write(K8SLEASE_LOG_DEBUG, x->key, "stopped leading (cancelled) (epoch %lld)",
                  (long long)s->epoch);
     else if (s->holder[0])
-        lg_write(K8SLEASE_LOG_ERROR, s->key,
+        lg_write(K8SLEASE_LOG_ERROR, x->key,
                  "lost leadership (epoch %lld): lease now held by \"%s\" "
                  "(epoch %lld)",
                  (long long)s->epoch, s->holder, (long long)s->holder_epoch);
     else if (s->deleted)
-        lg_write(K8SLEASE_LOG_ERROR, s->key, "lost leadership (epoch %lld): the lease was deleted",
+        lg_write(K8SLEASE_LOG_ERROR, x->key, "lost leadership (epoch %lld): the lease was deleted",
                  (long long)s->epoch);
     else if (s->last_err[0])
-        lg_write(K8SLEASE_LOG_ERROR, s->key,
+        lg_write(K8SLEASE_LOG_ERROR, x->key,
                  "lost leadership (epoch %lld): failed to renew lease within %ds: %s",
                  (long long)s->epoch, s->renew_s, s->last_err);
     else
-        lg_write(K8SLEASE_LOG_ERROR, s->key,
+        lg_write(K8SLEASE_LOG_ERROR, x->key,
                  "lost leadership (epoch %lld): failed to renew lease within %ds",
                  (long long)s->epoch, s->renew_s);
-    pthread_mutex_unlock(&lg_mu);
 }
 
-static void lg_on_new_leader(const char *identity, int64_t epoch, void *user_data)
+static void lg_new_leader(entry *x, const char *identity, int64_t epoch)
 {
-    const entry *e = user_data;
-    log_subject *s;
+    election_log *s = &x->lg;
 
-    pthread_mutex_lock(&lg_mu);
-    s = lg_subject(e->key);
     if (!identity[0] && s->led && !s->leading) {
-        lg_write(K8SLEASE_LOG_INFO, s->key, "released lease (epoch %lld)", (long long)epoch);
+        lg_write(K8SLEASE_LOG_INFO, x->key, "released lease (epoch %lld)", (long long)epoch);
         s->led = 0; /* nothing left to release */
     } else if (!identity[0]) {
-        lg_write(K8SLEASE_LOG_INFO, s->key, "lease has no holder (epoch %lld)", (long long)epoch);
-    } else if (!s->identity || strcmp(identity, s->identity) != 0) {
+        lg_write(K8SLEASE_LOG_INFO, x->key, "lease has no holder (epoch %lld)", (long long)epoch);
+    } else if (strcmp(identity, s->identity) != 0) {
         if (s->leading) {
             snprintf(s->holder, sizeof(s->holder), "%s", identity);
             s->holder_epoch = epoch;
         }
-        lg_write(K8SLEASE_LOG_INFO, s->key, "lease held by \"%s\" (epoch %lld)", identity,
+        lg_write(K8SLEASE_LOG_INFO, x->key, "lease held by \"%s\" (epoch %lld)", identity,
                  (long long)epoch);
     }
-    pthread_mutex_unlock(&lg_mu);
 }
 
-/* The end of an election ("lease NS/NAME: election over"). */
-static void lg_election_over(log_subject *s)
+/* The end of an election, its release included. */
+static void lg_election_over(entry *x)
 {
+    election_log *s = &x->lg;
+
     if (s->led && s->stopping)
-        lg_write(K8SLEASE_LOG_WARN, s->key,
+        lg_write(K8SLEASE_LOG_WARN, x->key,
                  "lease not released%s%s: other candidates wait for it to expire",
                  s->last_err[0] ? ": " : "", s->last_err);
     else if (!s->led && s->stopping && s->epoch < 0)
-        lg_write(K8SLEASE_LOG_INFO, s->key, "stopped campaigning");
+        lg_write(K8SLEASE_LOG_INFO, x->key, "stopped campaigning");
     s->led = 0;
+}
+
+/* The outcome of a request of the election. */
+static void lg_request(entry *x, const char *verb, int status, const char *message)
+{
+    election_log *s = &x->lg;
+    const char *what;
+
+    if (!message) { /* a success: the Lease read or written, or no Lease */
+        s->nerrs = 0;
+        s->last_err[0] = '\0';
+        if (status == K8SLEASE_ENOTFOUND && s->leading)
+            s->deleted = 1;
+        return;
+    }
+    if (status == K8SLEASE_ECONFLICT)
+        return; /* another candidate wrote first */
+    snprintf(s->last_err, sizeof(s->last_err), "%s", message);
+    if (!lg_first_time(s->errs, &s->nerrs, lg_hash(verb, message)))
+        return;
+    what = verb[0] == 'g'          ? "error retrieving lease"
+           : verb[0] == 'c'        ? "error creating lease"
+           : s->leading            ? "error renewing lease"
+           : s->stopping && s->led ? "error releasing lease"
+                                   : "error updating lease";
+    lg_write(K8SLEASE_LOG_WARN, x->key, "%s: %s", what, message);
+}
+
+/* An election's notes (loop thread), in order. */
+static void lg_on_note(const kl__elector_note *n, void *arg)
+{
+    entry *x = arg;
+
+    pthread_mutex_lock(&lg_mu);
+    switch (n->type) {
+    case KL_NOTE_STARTED:
+        lg_started(x, n->epoch);
+        break;
+    case KL_NOTE_STOPPED:
+        lg_stopped(x);
+        break;
+    case KL_NOTE_LEADER:
+        lg_new_leader(x, n->identity, n->epoch);
+        break;
+    case KL_NOTE_REQUEST:
+        lg_request(x, n->verb, n->status, n->message);
+        break;
+    case KL_NOTE_DONE:
+        lg_election_over(x);
+        break;
+    }
+    pthread_mutex_unlock(&lg_mu);
 }
 
 /* "NS/NAME: rest" after prefix: the subject into key, the rest returned. */
@@ -400,31 +447,6 @@ static void lg_strip(char *s, const char *suffix)
 
     if (n >= m && strcmp(s + n - m, suffix) == 0)
         s[n - m] = '\0';
-}
-
-/* The outcome of a request of an election. */
-static void lg_request(log_subject *s, const char *verb, k8slease_log_level level, const char *rest)
-{
-    const char *what;
-
-    if (strncmp(rest, "ok", 2) == 0 || strcmp(rest, "not found") == 0) {
-        s->nerrs = 0;
-        s->last_err[0] = '\0';
-        if (rest[0] == 'n' && s->leading)
-            s->deleted = 1;
-        return;
-    }
-    if (level > K8SLEASE_LOG_WARN)
-        return; /* 409 Conflict: another candidate wrote first (debug) */
-    snprintf(s->last_err, sizeof(s->last_err), "%s", rest);
-    if (!lg_first_time(s->errs, &s->nerrs, lg_hash(verb, rest)))
-        return;
-    what = verb[0] == 'g'          ? "error retrieving lease"
-           : verb[0] == 'c'        ? "error creating lease"
-           : s->leading            ? "error renewing lease"
-           : s->stopping && s->led ? "error releasing lease"
-                                   : "error updating lease";
-    lg_write(K8SLEASE_LOG_WARN, s->key, "%s: %s", what, rest);
 }
 
 /* A message of the watch of a Lease (or of a namespace). */
@@ -464,21 +486,19 @@ static void lg_native(k8slease_log_level level, const char *msg, void *user_data
 
     (void)user_data;
     pthread_mutex_lock(&lg_mu);
+    /* An election's requests: what they mean is in its notes. */
     for (int i = 0; i < 3 && !rest; i++) {
         snprintf(prefix, sizeof(prefix), "%s lease ", verbs[i]);
-        if ((rest = lg_after(msg, prefix, key, sizeof(key), 0))) {
+        if ((rest = lg_after(msg, prefix, key, sizeof(key), 0)))
             lg_write(K8SLEASE_LOG_DEBUG, key, "%s", msg);
-            lg_request(lg_subject(key), verbs[i], level, rest);
-        }
     }
     if (rest) {
         /* done */
     } else if ((rest = lg_after(msg, "lease ", key, sizeof(key), 0))) {
-        /* The elector's: what it says at info level is said above in the
-         * words of the seed's users; its warnings and errors as they are. */
+        /* The elector's: what it says at info level is said in its notes
+         * in the words of the seed's users; its warnings and errors as
+         * they are. */
         lg_write(level <= K8SLEASE_LOG_WARN ? level : K8SLEASE_LOG_DEBUG, key, "%s", rest);
-        if (strcmp(rest, "election over") == 0)
-            lg_election_over(lg_subject(key));
     } else if ((rest = lg_after(msg, "watch of lease ", key, sizeof(key), 0)) ||
                (rest = lg_after(msg, "watch lease ", key, sizeof(key), 0)) ||
                (rest = lg_after(msg, "watch of the leases in namespace ", key, sizeof(key), 1))) {
@@ -510,8 +530,36 @@ static int fail_last(char **errMsg)
     return fail(errMsg, "%s", k8slease_error_last());
 }
 
+/* A program that cancels, waits for the end of its term and exits at
+ * once (what the Go library's users do) must not lose the release that is
+ * on its way: at exit, wait for the elections whose term is over to be
+ * done, and for the ones given up (their releases are bounded by their
+ * renew deadline). Elections still running at exit end with the process,
+ * as with the Go library. Not from the loop thread (a callback that
+ * exits): nothing would run the releases. */
+static void wait_releases_at_exit(void)
+{
+    pthread_mutex_lock(&g_mu);
+    if (!g_client || kl__loop_on_thread(g_client->loop)) {
+        pthread_mutex_unlock(&g_mu);
+        return;
+    }
+    for (entry *e = g_elections; e; e = e->next)
+        if (k8slease_elector_wait_lost(e->elector, 0) == 0)
+            kl__elector_wait_done(e->elector, -1);
+    pthread_mutex_unlock(&g_mu);
+    kl__elector_wait_retired(g_client);
+}
+
+static void register_at_exit(void)
+{
+    atexit(wait_releases_at_exit);
+}
+
 static int ensure_client(char **errMsg)
 {
+    static pthread_once_t at_exit_once = PTHREAD_ONCE_INIT;
+
     k8slease_client_options opts = K8SLEASE_CLIENT_OPTIONS_INIT;
     int err = 0;
 
@@ -520,6 +568,7 @@ static int ensure_client(char **errMsg)
         opts.log_cb = lg_native;
         opts.log_level = K8SLEASE_LOG_DEBUG; /* lg_native picks what to print */
     }
+    pthread_once(&at_exit_once, register_at_exit);
     pthread_mutex_lock(&g_mu);
     if (!g_client)
         err = k8slease_client_new(&g_client, &opts);
@@ -568,6 +617,19 @@ static entry *ref_election(const char *key)
     return e;
 }
 
+static void free_entry(void *arg)
+{
+    entry *e = arg;
+
+    free(e->lg.identity);
+    free(e->key);
+    free(e);
+}
+
+/* The last reference gives the election up without waiting for the
+ * server: its term is over (it was replaced), but a release may still be
+ * on its way; the loop frees it, and the entry its notes go to, once it
+ * is done. */
 static void unref_election(entry *e)
 {
     int last;
@@ -575,11 +637,8 @@ static void unref_election(entry *e)
     pthread_mutex_lock(&g_mu);
     last = --e->refs == 0;
     pthread_mutex_unlock(&g_mu);
-    if (!last)
-        return;
-    k8slease_elector_free(e->elector);
-    free(e->key);
-    free(e);
+    if (last)
+        kl__elector_retire(e->elector, free_entry, e);
 }
 
 K8SLEASE_COMPAT_API int K8sLeaseInit(char **errMsg)
@@ -616,10 +675,6 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
     opts.renew_deadline_ms = (int64_t)renewDeadlineSec * 1000;
     opts.retry_period_ms = (int64_t)retryPeriodSec * 1000;
     opts.release_on_cancel = 1;
-    opts.on_started_leading = lg_on_started;
-    opts.on_stopped_leading = lg_on_stopped;
-    opts.on_new_leader = lg_on_new_leader;
-    opts.user_data = e; /* outlives the elector: freed after it */
 
     pthread_mutex_lock(&g_mu);
     if ((old = find(g_elections, key))) {
@@ -629,20 +684,28 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
             rc = fail(errMsg, "election already running for %s", key);
             goto out;
         }
-        /* The previous election for this key is over: it may start again;
-         * the map's reference to it goes with the unlinking. */
+        /* The previous election's term for this key is over: a new one
+         * may start, even while the old one still releases (it releases
+         * only its own term, never the new one's). The map's reference to
+         * it goes with the unlinking. */
         unlink_entry(&g_elections, old);
     }
     /* lg_mu from before the start until "attempting" is out: what the
-     * loop thread logs for this election comes after it. */
+     * loop thread logs for this election comes after it. Its notes go to
+     * the entry, which outlives the elector (freed after it). */
     pthread_mutex_lock(&lg_mu);
-    if (k8slease_elector_start(&e->elector, g_client, &opts) < 0) {
+    if (lg_election_begins(e, identity, renewDeadlineSec) < 0) {
+        pthread_mutex_unlock(&lg_mu);
+        pthread_mutex_unlock(&g_mu);
+        rc = fail(errMsg, "out of memory");
+        goto out;
+    }
+    if (kl__elector_start_noted(&e->elector, g_client, &opts, lg_on_note, e) < 0) {
         pthread_mutex_unlock(&lg_mu);
         pthread_mutex_unlock(&g_mu);
         rc = fail(errMsg, "failed to create leader elector: %s", k8slease_error_last());
         goto out;
     }
-    lg_election_begins(key, identity, renewDeadlineSec);
     lg_write(K8SLEASE_LOG_INFO, key, "attempting to acquire leader lease as \"%s\"...", identity);
     pthread_mutex_unlock(&lg_mu);
     e->next = g_elections;
@@ -652,10 +715,8 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
 out:
     if (old)
         unref_election(old);
-    if (e) {
-        free(e->key);
-        free(e);
-    }
+    if (e)
+        free_entry(e);
     return rc;
 }
 
@@ -678,9 +739,11 @@ K8SLEASE_COMPAT_API int K8sLeaseWaitElected(char *ns, char *leaseName, int timeo
         if (leaseTransitions)
             *leaseTransitions = epoch;
     } else if (err == K8SLEASE_ETIMEOUT) {
-        /* As the Go library: give up the candidacy before reporting. */
-        lg_stopping(key);
-        k8slease_elector_stop(e->elector, -1);
+        /* As the Go library: give up the candidacy before reporting; a
+         * release goes on in the background, the term is over now. */
+        lg_stopping(e);
+        if (kl__elector_stop_async(e->elector, -1) == 0)
+            k8slease_elector_wait_lost(e->elector, -1);
         rc = fail(errMsg, "election timed out after %ds", timeoutSec);
     } else if (err == K8SLEASE_ESTATE && k8slease_elector_wait_lost(e->elector, 0) == 0) {
         rc = fail(errMsg, "election lost before becoming leader");
@@ -719,7 +782,7 @@ K8SLEASE_COMPAT_API int K8sLeaseCancelElection(char *ns, char *leaseName, char *
         return -1;
     if (!(e = ref_election(key)))
         return 0;
-    lg_stopping(key);
+    lg_stopping(e);
     if (kl__elector_stop_async(e->elector, -1) < 0)
         rc = fail_last(errMsg);
     unref_election(e);

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/clock.h"
+#include "core/elector.h"
 
 /* The options of a version 1 caller end before the backend field. */
 #define CLIENT_OPTIONS_V1_SIZE offsetof(k8slease_client_options, backend)
@@ -60,10 +61,18 @@ out:
     return err;
 }
 
+static void reap_retired(void *arg)
+{
+    kl__elector_reap_retired(arg);
+}
+
 K8SLEASE_API void k8slease_client_free(k8slease_client *client)
 {
     if (!client)
         return;
+    /* The electors the seed ABI gave up while they released: cut short. */
+    if (client->loop)
+        kl__loop_call(client->loop, reap_retired, client);
     /* Streams are loop objects: stopped on the loop, before it goes. */
     if (client->loop && client->be->client_shutdown)
         client->be->client_shutdown(client);

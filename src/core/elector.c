@@ -31,6 +31,7 @@ void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
     e->opts.binary_version = e->opts.emulation_version = e->opts.strategy = NULL;
     atomic_init(&e->epoch, -1);
     atomic_init(&e->leader_deadline, 0);
+    kl__timer_init(&e->reap, NULL, e); /* armed only once retired */
     va_start(ap, what_fmt);
     vsnprintf(e->what, sizeof(e->what), what_fmt, ap);
     va_end(ap);
@@ -42,12 +43,21 @@ void kl__elector_head_destroy(k8slease_elector *e)
     pthread_mutex_destroy(&e->mu);
 }
 
+static void note(k8slease_elector *e, const kl__elector_note *n)
+{
+    if (e->note_cb)
+        e->note_cb(n, e->note_arg);
+}
+
 void kl__elector_report_started(k8slease_elector *e, int64_t epoch, int64_t deadline)
 {
+    kl__elector_note n = {.type = KL_NOTE_STARTED, .epoch = epoch};
+
     kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: elected, epoch %lld", e->what,
                    (long long)epoch);
     atomic_store(&e->epoch, epoch);
     atomic_store(&e->leader_deadline, deadline);
+    note(e, &n);
     /* The callback first: wait_elected returns once it has run. */
     if (e->opts.on_started_leading)
         e->opts.on_started_leading(epoch, e->opts.user_data);
@@ -63,31 +73,60 @@ void kl__elector_report_deadline(k8slease_elector *e, int64_t deadline)
     atomic_store(&e->leader_deadline, deadline);
 }
 
+/* The term is over the moment it is: whatever the election still has to
+ * do (a release, requests that wait for a server that does not answer),
+ * wait_lost and wait_elected return now, not at DONE. */
 void kl__elector_report_stopped(k8slease_elector *e)
 {
+    kl__elector_note n = {.type = KL_NOTE_STOPPED};
+
     kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: stopped leading", e->what);
     atomic_store(&e->leader_deadline, 0);
+    note(e, &n);
     if (e->opts.on_stopped_leading)
         e->opts.on_stopped_leading(e->opts.user_data);
+    pthread_mutex_lock(&e->mu);
+    e->stopped = 1;
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
 }
 
 void kl__elector_report_new_leader(k8slease_elector *e, const char *identity, int64_t epoch)
 {
+    kl__elector_note n = {.type = KL_NOTE_LEADER, .identity = identity, .epoch = epoch};
+
     kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: leader is \"%s\" (epoch %lld)", e->what,
                    identity, (long long)epoch);
+    note(e, &n);
     if (e->opts.on_new_leader)
         e->opts.on_new_leader(identity, epoch, e->opts.user_data);
 }
 
+void kl__elector_report_request(k8slease_elector *e, const char *verb, int status,
+                                const char *message)
+{
+    kl__elector_note n = {.type = KL_NOTE_REQUEST, .verb = verb, .status = status};
+
+    n.message = status < 0 && !(status == K8SLEASE_ENOTFOUND && verb[0] == 'g') ? message : NULL;
+    note(e, &n);
+}
+
 void kl__elector_report_done(k8slease_elector *e)
 {
+    kl__elector_note n = {.type = KL_NOTE_DONE};
+
     kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: election over", e->what);
     atomic_store(&e->leader_deadline, 0);
+    note(e, &n);
     pthread_mutex_lock(&e->mu);
+    e->stopped = 1; /* a backend's DONE always follows its STOPPED; to be sure */
     e->done = 1;
     e->stats.watch_healthy = 0;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
+    /* Not freed here: the backend is still on the stack. */
+    if (e->retired)
+        kl__timer_arm(e->client->loop, &e->reap, kl__loop_now(e->client->loop));
 }
 
 void kl__elector_count_renewal(k8slease_elector_stats *st, int64_t started_ns, int64_t took_ns)
@@ -132,6 +171,12 @@ static void start_on_loop(void *arg)
 K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client *client,
                                         const k8slease_elector_options *opts)
 {
+    return kl__elector_start_noted(out, client, opts, NULL, NULL);
+}
+
+int kl__elector_start_noted(k8slease_elector **out, k8slease_client *client,
+                            const k8slease_elector_options *opts, kl__elector_note_cb cb, void *arg)
+{
     k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
     const kl__elector_backend *backend;
     k8slease_elector *e = NULL;
@@ -154,6 +199,8 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
     backend = client->be->elector;
     if ((err = backend->create(&e, client, &o)) < 0)
         return err;
+    e->note_cb = cb;
+    e->note_arg = arg;
     if (kl__loop_post(client->loop, start_on_loop, e) < 0) {
         backend->destroy(e);
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
@@ -162,25 +209,60 @@ K8SLEASE_API int k8slease_elector_start(k8slease_elector **out, k8slease_client 
     return 0;
 }
 
-/* Absolute CLOCK_MONOTONIC time timeout_ms from now. */
-static struct timespec deadline_in(int64_t timeout_ms)
+/* Whether the term is over (mu held): on_stopped_leading has run, the
+ * election is over, or we led and the leader deadline has passed by the
+ * clock, which is_leader already says even if the loop thread has not
+ * seen it yet (a callback that blocks it, a process just thawed). */
+static int term_over(k8slease_elector *e)
 {
-    int64_t at = kl__clock_mono_ns() + timeout_ms * KL_NS_PER_MS;
-    struct timespec ts = {.tv_sec = at / KL_NS_PER_S, .tv_nsec = at % KL_NS_PER_S};
+    int64_t deadline;
 
-    return ts;
+    if (e->stopped || e->done)
+        return 1;
+    if (!e->elected)
+        return 0;
+    deadline = atomic_load(&e->leader_deadline);
+    return deadline == 0 || kl__clock_mono_ns() >= deadline;
 }
 
-/* Wait (mu held) until *flag or done; 0, or K8SLEASE_ETIMEOUT. */
-static int wait_flag(k8slease_elector *e, const int *flag, int64_t timeout_ms)
+static int elected_or_over(k8slease_elector *e)
 {
-    struct timespec until = deadline_in(timeout_ms < 0 ? 0 : timeout_ms);
+    return e->elected || term_over(e);
+}
 
-    while (!*flag && !e->done) {
-        if (timeout_ms < 0)
-            pthread_cond_wait(&e->cv, &e->mu);
-        else if (pthread_cond_timedwait(&e->cv, &e->mu, &until) != 0 && !*flag && !e->done)
+static int is_done(k8slease_elector *e)
+{
+    return e->done;
+}
+
+static void sleep_until(k8slease_elector *e, int64_t at_ns)
+{
+    struct timespec ts = {.tv_sec = at_ns / KL_NS_PER_S, .tv_nsec = at_ns % KL_NS_PER_S};
+
+    if (at_ns == INT64_MAX)
+        pthread_cond_wait(&e->cv, &e->mu);
+    else
+        pthread_cond_timedwait(&e->cv, &e->mu, &ts);
+}
+
+/* Wait (mu held) until ready(e), at most timeout_ms (< 0: no limit); 0 or
+ * K8SLEASE_ETIMEOUT. While we lead, it also wakes at the leader deadline:
+ * nothing signals when the clock passes it. */
+static int wait_for(k8slease_elector *e, int (*ready)(k8slease_elector *), int64_t timeout_ms)
+{
+    int64_t until = INT64_MAX;
+
+    if (timeout_ms >= 0 && timeout_ms < INT64_MAX / KL_NS_PER_MS)
+        until = kl__add_sat(kl__clock_mono_ns(), timeout_ms * KL_NS_PER_MS);
+
+    while (!ready(e)) {
+        int64_t deadline = atomic_load(&e->leader_deadline), at = until;
+
+        if (kl__clock_mono_ns() >= until)
             return K8SLEASE_ETIMEOUT;
+        if (ready != is_done && e->elected && deadline != 0 && deadline < at)
+            at = deadline;
+        sleep_until(e, at);
     }
     return 0;
 }
@@ -196,8 +278,8 @@ K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *e, int64_t time
         return kl__error_set(K8SLEASE_ESTATE,
                              "k8slease_elector_wait_elected: called from a callback");
     pthread_mutex_lock(&e->mu);
-    err = wait_flag(e, &e->elected, timeout_ms);
-    if (err == 0 && e->done)
+    err = wait_for(e, elected_or_over, timeout_ms);
+    if (err == 0 && term_over(e))
         err = kl__error_set(K8SLEASE_ESTATE, "%s: election over %s%s%s", e->what,
                             e->elected ? "(leadership already lost)" : "without becoming leader",
                             e->end_reason[0] ? ": " : "", e->end_reason);
@@ -237,7 +319,6 @@ K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *e)
 
 K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *e, int64_t timeout_ms)
 {
-    static const int never = 0;
     int err;
 
     if (!e)
@@ -245,11 +326,10 @@ K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *e, int64_t timeout
     if (timeout_ms != 0 && kl__loop_on_thread(e->client->loop))
         return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_wait_lost: called from a callback");
     pthread_mutex_lock(&e->mu);
-    err = wait_flag(e, &never, timeout_ms);
+    err = wait_for(e, term_over, timeout_ms);
     pthread_mutex_unlock(&e->mu);
     if (err == K8SLEASE_ETIMEOUT)
-        kl__error_set(err, "%s: election still running after %lld ms", e->what,
-                      (long long)timeout_ms);
+        kl__error_set(err, "%s: term not over after %lld ms", e->what, (long long)timeout_ms);
     return err;
 }
 
@@ -317,7 +397,17 @@ K8SLEASE_API int k8slease_elector_stop(k8slease_elector *e, int release)
         return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_stop: called from a callback");
     if ((err = kl__elector_stop_async(e, release)) < 0)
         return err;
-    return k8slease_elector_wait_lost(e, -1);
+    return kl__elector_wait_done(e, -1); /* bounded by the machine's release deadline */
+}
+
+int kl__elector_wait_done(k8slease_elector *e, int64_t timeout_ms)
+{
+    int err;
+
+    pthread_mutex_lock(&e->mu);
+    err = wait_for(e, is_done, timeout_ms);
+    pthread_mutex_unlock(&e->mu);
+    return err;
 }
 
 static void detach(void *arg)
@@ -338,4 +428,110 @@ K8SLEASE_API void k8slease_elector_free(k8slease_elector *e)
     /* FIFO: once this returns, no closure of ours is left in the queue. */
     kl__loop_call(e->client->loop, detach, e);
     e->backend->destroy(e);
+}
+
+/* ---- Retired electors ---------------------------------------------------
+ *
+ * The seed ABI starts a new election for a Lease as soon as the last one's
+ * term is over, while that one may still be releasing on a server that
+ * does not answer. The old one is handed to the loop, which frees it when
+ * its election is over. */
+
+static void unlink_retired(k8slease_elector *e)
+{
+    for (k8slease_elector **p = &e->client->retired; *p; p = &(*p)->retired_next)
+        if (*p == e) {
+            *p = e->retired_next;
+            return;
+        }
+}
+
+static void free_retired(k8slease_elector *e)
+{
+    void (*reaped)(void *) = e->reaped;
+    void *arg = e->reaped_arg;
+
+    k8slease_client *client = e->client;
+
+    kl__timer_cancel(client->loop, &e->reap);
+    unlink_retired(e);
+    e->backend->detach(e);
+    e->backend->destroy(e);
+    if (reaped)
+        reaped(arg);
+    if (!client->retired && client->retired_drained) {
+        kl__loop_set_flag(client->loop, client->retired_drained);
+        client->retired_drained = NULL;
+    }
+}
+
+static void on_reap(kl__timer *t, void *arg)
+{
+    (void)t;
+    free_retired(arg);
+}
+
+static void retire_on_loop(void *arg)
+{
+    k8slease_elector *e = arg;
+    int stop;
+
+    e->retired = 1;
+    e->retired_next = e->client->retired;
+    e->client->retired = e;
+    kl__timer_init(&e->reap, on_reap, e);
+    /* Posted closures run in order: a STOP posted before this has run. */
+    pthread_mutex_lock(&e->mu);
+    stop = !e->done && !e->stop_posted;
+    e->stop_posted = 1;
+    pthread_mutex_unlock(&e->mu);
+    if (stop)
+        e->backend->stop(e, e->opts.release_on_cancel);
+    if (e->done && !e->reap.slot)
+        kl__timer_arm(e->client->loop, &e->reap, kl__loop_now(e->client->loop));
+}
+
+void kl__elector_retire(k8slease_elector *e, void (*reaped)(void *arg), void *arg)
+{
+    if (!e)
+        return;
+    e->reaped = reaped;
+    e->reaped_arg = arg;
+    /* Waits for the loop, never for the server; and once it returns, no
+     * closure of the caller's for e is left in the queue. From a callback,
+     * in the queue after them. */
+    if (!kl__loop_on_thread(e->client->loop))
+        kl__loop_call(e->client->loop, retire_on_loop, e);
+    else if (kl__loop_post(e->client->loop, retire_on_loop, e) < 0)
+        kl__log_printf(&e->client->log, K8SLEASE_LOG_ERROR,
+                       "%s: out of memory retiring the election: it is left running", e->what);
+}
+
+typedef struct drain {
+    k8slease_client *client;
+    int drained;
+} drain;
+
+static void drain_on_loop(void *arg)
+{
+    drain *d = arg;
+
+    if (d->client->retired)
+        d->client->retired_drained = &d->drained;
+    else
+        kl__loop_set_flag(d->client->loop, &d->drained);
+}
+
+void kl__elector_wait_retired(k8slease_client *client)
+{
+    drain d = {client, 0};
+
+    if (kl__loop_call(client->loop, drain_on_loop, &d) == 0)
+        kl__loop_wait_flag(client->loop, &d.drained);
+}
+
+void kl__elector_reap_retired(k8slease_client *client)
+{
+    while (client->retired)
+        free_retired(client->retired);
 }

@@ -16,12 +16,39 @@
 #include <stdint.h>
 
 #include "core/common.h"
+#include "core/loop.h"
 
 #define KL_DEFAULT_LEASE_DURATION_MS 15000
 #define KL_DEFAULT_RENEW_DEADLINE_MS 10000
 #define KL_DEFAULT_RETRY_PERIOD_MS   2000
 
 typedef struct kl__elector_backend kl__elector_backend;
+
+/* What an election does, as typed records, in the order it happens (loop
+ * thread): the one source the seed ABI's log lines are made from (and
+ * whatever else wants an election's story without parsing log text). */
+typedef enum kl__elector_note_type {
+    KL_NOTE_STARTED, /* elected: epoch (on_started_leading follows) */
+    KL_NOTE_STOPPED, /* the term is over, or the election ended without one */
+    KL_NOTE_LEADER,  /* observed holder changed: identity ("" none), epoch */
+    KL_NOTE_REQUEST, /* a request of the election ended: verb, status, message */
+    KL_NOTE_DONE     /* the election is over, its release included: the last note */
+} kl__elector_note_type;
+
+typedef struct kl__elector_note {
+    kl__elector_note_type type;
+    int64_t epoch;        /* STARTED, LEADER */
+    const char *identity; /* LEADER; borrowed for the call */
+    /* REQUEST: "get", "create" or "update" (Kubernetes; the etcd elector
+     * reports none); status 0, or a K8SLEASE_E* code (K8SLEASE_ENOTFOUND
+     * of a GET is the answer "no Lease", not a failure); message: what went
+     * wrong, without the "VERB lease NS/NAME: " prefix, NULL on success. */
+    const char *verb;
+    int status;
+    const char *message;
+} kl__elector_note;
+
+typedef void (*kl__elector_note_cb)(const kl__elector_note *note, void *arg);
 
 struct k8slease_elector {
     k8slease_client *client;
@@ -33,12 +60,24 @@ struct k8slease_elector {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
     int elected;       /* STARTED happened */
-    int done;          /* DONE happened */
+    int stopped;       /* STOPPED happened: the term is over (or never was) */
+    int done;          /* DONE happened: nothing left in flight */
     int stop_posted;   /* a STOP was sent to the loop */
     k8slease_elector_stats stats;
     char end_reason[512]; /* why the election ended on its own, "" if it did not */
     _Atomic int64_t epoch;
     _Atomic int64_t leader_deadline; /* monotonic ns while leader, else 0 */
+
+    /* Set before the start is posted, then read on the loop thread only. */
+    kl__elector_note_cb note_cb;
+    void *note_arg;
+
+    /* Retired (kl__elector_retire): the loop frees it once DONE. Loop thread. */
+    int retired;
+    void (*reaped)(void *arg); /* called once it is freed */
+    void *reaped_arg;
+    kl__timer reap;
+    k8slease_elector *retired_next; /* the client's list of retired electors */
 };
 
 struct kl__elector_backend {
@@ -74,7 +113,8 @@ void kl__elector_head_destroy(k8slease_elector *e);
 void kl__elector_report_started(k8slease_elector *e, int64_t epoch, int64_t deadline);
 /* A renewal moved the leader deadline. */
 void kl__elector_report_deadline(k8slease_elector *e, int64_t deadline);
-/* Leadership over (or never had): deadline 0, log, callback. */
+/* Leadership over (or never had): deadline 0, log, callback, then the
+ * waiters of wait_lost wake up. */
 void kl__elector_report_stopped(k8slease_elector *e);
 void kl__elector_report_new_leader(k8slease_elector *e, const char *identity, int64_t epoch);
 /* The election cannot go on (before ending it): message is kept for
@@ -82,6 +122,33 @@ void kl__elector_report_new_leader(k8slease_elector *e, const char *identity, in
 void kl__elector_report_error(k8slease_elector *e, const char *message);
 /* The election is over: deadline 0, every waiter wakes up. */
 void kl__elector_report_done(k8slease_elector *e);
+
+/* A request of the election ended (see kl__elector_note). */
+void kl__elector_report_request(k8slease_elector *e, const char *verb, int status,
+                                const char *message);
+
+/* k8slease_elector_start with a note hook: cb(note, arg) runs on the loop
+ * thread for every note of the election, from its start to DONE. */
+int kl__elector_start_noted(k8slease_elector **out, k8slease_client *client,
+                            const k8slease_elector_options *opts, kl__elector_note_cb cb,
+                            void *arg);
+
+/* Give the elector up without waiting for the server: stop it (releasing
+ * as its options say) if it runs, and free it on the loop once its
+ * election is over (the release, bounded by renew_deadline, goes on in the
+ * background; its notes and callbacks keep coming until DONE). Then
+ * reaped(arg) runs on the loop thread. k8slease_client_free frees the
+ * retired electors still running (their releases cut short). The caller
+ * must not use e afterwards. Any thread but the loop's. */
+void kl__elector_retire(k8slease_elector *e, void (*reaped)(void *arg), void *arg);
+/* Wait until every retired elector of the client is over and freed (each
+ * is bounded by its release deadline). Any thread but the loop's. */
+void kl__elector_wait_retired(k8slease_client *client);
+/* Wait until the election is over, release included (k8slease_elector_stop
+ * without the stop): 0 or K8SLEASE_ETIMEOUT. Any thread but the loop's. */
+int kl__elector_wait_done(k8slease_elector *e, int64_t timeout_ms);
+/* k8slease_client_free: free every retired elector now (loop thread). */
+void kl__elector_reap_retired(k8slease_client *client);
 
 /* Count one successful renewal that took took_ns, started at started_ns
  * (e->mu held). */

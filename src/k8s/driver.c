@@ -160,6 +160,14 @@ static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
     kl__sub_relist(e->sub);
 }
 
+/* msg without its "what: " prefix. */
+static const char *after_prefix(const char *msg, const char *what)
+{
+    size_t n = strlen(what);
+
+    return strncmp(msg, what, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
 static void on_result(const kl__http_result *res, void *arg)
 {
     k8s_elector *e = arg;
@@ -205,6 +213,7 @@ static void on_result(const kl__http_result *res, void *arg)
                        ev.status == K8SLEASE_ECONFLICT ? K8SLEASE_LOG_INFO : K8SLEASE_LOG_WARN,
                        "%s", kl__error_get());
     }
+    kl__elector_report_request(&e->pub, verb, ev.status, after_prefix(kl__error_get(), what));
     run(e, &ev);
     kl__lease_free(newer);
     kl__lease_free(lease);
