@@ -18,6 +18,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <csignal>
 #include <unistd.h>
 
 #include <chrono>
@@ -30,6 +31,7 @@
 #include <regex>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -331,6 +333,41 @@ void elect_stop_release_takeover()
     CHECK(sa.requests > 0);
     CHECK(sa.callback_exceptions == 0);
     CHECK(b.stats().terms == 1);
+}
+
+// The term ends at the leader deadline while the server hangs (SIGSTOP):
+// wait_lost returns then, not once the requests to the server time out, and
+// a new elector started at that moment leads once the server answers.
+void wait_lost_on_time_while_the_server_hangs()
+{
+    k8slease::client c = make_client();
+    k8slease::elector a(c, fast("cpp-hang", "a:1"));
+    std::optional<std::int64_t> epoch = a.wait_elected(10s);
+    CHECK(epoch.has_value());
+
+    std::chrono::steady_clock::time_point returned;
+    bool over = false;
+    std::thread waiter([&] {
+        over = a.wait_lost(20s);
+        returned = std::chrono::steady_clock::now();
+    });
+    CHECK(kill(ts_pid(server), SIGSTOP) == 0);
+    std::chrono::steady_clock::time_point deadline{};
+    while (std::optional<std::chrono::steady_clock::time_point> d = a.leader_deadline()) {
+        deadline = *d; // no renewal succeeds any more: the last one is the end
+        std::this_thread::sleep_for(1ms);
+    }
+    waiter.join();
+    CHECK(kill(ts_pid(server), SIGCONT) == 0);
+    CHECK(over);
+    auto late = std::chrono::duration_cast<std::chrono::microseconds>(returned - deadline);
+    std::printf("  wait_lost returned %+.1f ms after the leader deadline\n",
+                static_cast<double>(late.count()) / 1000);
+    CHECK(late >= -2ms && late <= 100ms);
+    CHECK(!a.is_leader());
+    k8slease::elector b(c, fast("cpp-hang", "a:1"));
+    std::optional<std::int64_t> next = b.wait_elected(20s);
+    CHECK(next && *next > *epoch);
 }
 
 void stop_follows_release_on_cancel()
@@ -641,6 +678,7 @@ const test_case tests[] = {
     {"etcd_options_are_validated", etcd_options_are_validated},
     {"elect_stop_release_takeover", elect_stop_release_takeover},
     {"stop_follows_release_on_cancel", stop_follows_release_on_cancel},
+    {"wait_lost_on_time_while_the_server_hangs", wait_lost_on_time_while_the_server_hangs},
     {"election_over_without_leading", election_over_without_leading},
     {"moves_keep_callbacks", moves_keep_callbacks},
     {"client_move_keeps_electors_and_watches", client_move_keeps_electors_and_watches},

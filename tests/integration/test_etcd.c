@@ -1112,6 +1112,92 @@ static void keepalive_blocked(void **state)
     fx->passed = 1;
 }
 
+/* The end of a term is reported when it ends (issue 21): with etcd
+ * frozen, wait_lost returns within 100 ms of the moment is_leader turned
+ * false (the leader deadline passing, or the stop), not once the requests
+ * to the frozen etcd have timed out; a new elector started then leads once
+ * etcd answers; and a stop while etcd hangs is bounded. */
+struct lost_waiter {
+    k8slease_elector *e;
+    int rc;
+    int64_t returned_ns;
+};
+
+static void *wait_lost_thread(void *arg)
+{
+    struct lost_waiter *w = arg;
+
+    w->rc = k8slease_elector_wait_lost(w->e, WAIT_MS);
+    w->returned_ns = mono_ns();
+    return NULL;
+}
+
+static void *stop_thread(void *arg)
+{
+    struct lost_waiter *w = arg;
+
+    w->rc = k8slease_elector_stop(w->e, 1);
+    w->returned_ns = mono_ns();
+    return NULL;
+}
+
+static void frozen_etcd_reports_the_end_on_time(void **state)
+{
+    struct fx *fx = *state;
+    eh_etcd *e = start_etcd(fx, NULL);
+    k8slease_client *client = etcd_client(fx, e, "t");
+    struct lost_waiter w = {0}, st = {0};
+    struct cand *a, *b, *c;
+    pthread_t th, th2;
+    int64_t ea, eb, ec, deadline = 0, d, late, stopped;
+
+    /* The deadline passes while etcd is frozen. */
+    a = cand_start(fx, client, "etcd-termend", "a:1");
+    ea = elected(a);
+    w.e = a->e;
+    assert_int_equal(pthread_create(&th, NULL, wait_lost_thread, &w), 0);
+    assert_int_equal(eh_pause(e), 0);
+    while ((d = k8slease_elector_leader_deadline(a->e)) != 0) {
+        deadline = d; /* the last one stored: no keepalive succeeds any more */
+        e2e_pause_ms(1);
+    }
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(w.rc, 0);
+    late = w.returned_ns - deadline;
+    print_message("wait_lost returned %+.1f ms after the leader deadline (etcd frozen)\n",
+                  late / 1e6);
+    assert_true(late >= -2000000 && late <= 100000000);
+    /* Campaign again at once; it leads once etcd answers. */
+    b = cand_start(fx, client, "etcd-termend", "a:1");
+    assert_int_equal(eh_resume(e), 0);
+    eb = elected(b);
+    assert_true(eb > ea);
+
+    /* Stopped while etcd hangs: told at once, the release bounded. */
+    assert_int_equal(eh_pause(e), 0);
+    w.e = st.e = b->e;
+    assert_int_equal(pthread_create(&th, NULL, wait_lost_thread, &w), 0);
+    stopped = mono_ns();
+    assert_int_equal(pthread_create(&th2, NULL, stop_thread, &st), 0);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(w.rc, 0);
+    late = w.returned_ns - stopped;
+    print_message("wait_lost returned %.1f ms after the stop (etcd frozen)\n", late / 1e6);
+    assert_true(late <= 100000000);
+    assert_false(k8slease_elector_is_leader(b->e));
+    assert_int_equal(pthread_join(th2, NULL), 0);
+    assert_int_equal(st.rc, 0);
+    print_message("the stop (its release) returned after %.0f ms\n",
+                  (st.returned_ns - stopped) / 1e6);
+    assert_true(st.returned_ns - stopped <= (int64_t)(LD_MS + RD_MS + 5000) * 1000000);
+    c = cand_start(fx, client, "etcd-termend", "c:1");
+    assert_int_equal(eh_resume(e), 0);
+    ec = elected(c);
+    assert_true(ec > eb);
+    assert_never_two_leaders(fx);
+    fx->passed = 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* 6. etcd restarted under a leader and a follower                          */
 /* ------------------------------------------------------------------------ */
@@ -1744,6 +1830,7 @@ int main(void)
         T(five_candidates_in_queue_order),
         T(interop_with_etcdctl_elect),
         T(keepalive_blocked),
+        T(frozen_etcd_reports_the_end_on_time),
         T(etcd_restart),
         T(tls_client_certificates),
         T(auth_user_password),
