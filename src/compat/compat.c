@@ -36,6 +36,7 @@ typedef struct election_log {
     int led;          /* this election led at some point */
     int stopping;     /* cancelled through the ABI (or WaitElected timed out) */
     int deleted;      /* the Lease was not found while leading */
+    int released;     /* our release was written */
     char holder[256]; /* another holder seen while leading ("" if none) */
     int64_t holder_epoch;
     uint64_t errs[ERRS_KEPT]; /* hashes of the request errors printed since the last success */
@@ -339,9 +340,8 @@ static void lg_new_leader(entry *x, const char *identity, int64_t epoch)
 {
     election_log *s = &x->lg;
 
-    if (!identity[0] && s->led && !s->leading) {
-        lg_write(K8SLEASE_LOG_INFO, x->key, "released lease (epoch %lld)", (long long)epoch);
-        s->led = 0; /* nothing left to release */
+    if (!identity[0] && s->released) {
+        /* our own release, said by lg_released */
     } else if (!identity[0]) {
         lg_write(K8SLEASE_LOG_INFO, x->key, "lease has no holder (epoch %lld)", (long long)epoch);
     } else if (strcmp(identity, s->identity) != 0) {
@@ -352,6 +352,15 @@ static void lg_new_leader(entry *x, const char *identity, int64_t epoch)
         lg_write(K8SLEASE_LOG_INFO, x->key, "lease held by \"%s\" (epoch %lld)", identity,
                  (long long)epoch);
     }
+}
+
+/* Our release: the Lease has no holder now, by our write (another
+ * election's release of the same Lease is "lease has no holder"). */
+static void lg_released(entry *x, int64_t epoch)
+{
+    lg_write(K8SLEASE_LOG_INFO, x->key, "released lease (epoch %lld)", (long long)epoch);
+    x->lg.released = 1;
+    x->lg.led = 0; /* nothing left to release */
 }
 
 /* The end of an election, its release included. */
@@ -412,6 +421,9 @@ static void lg_on_note(const kl__elector_note *n, void *arg)
         break;
     case KL_NOTE_REQUEST:
         lg_request(x, n->verb, n->status, n->message);
+        break;
+    case KL_NOTE_RELEASED:
+        lg_released(x, n->epoch);
         break;
     case KL_NOTE_DONE:
         lg_election_over(x);

@@ -111,6 +111,13 @@ void kl__elector_report_request(k8slease_elector *e, const char *verb, int statu
     note(e, &n);
 }
 
+void kl__elector_report_released(k8slease_elector *e, int64_t epoch)
+{
+    kl__elector_note n = {.type = KL_NOTE_RELEASED, .epoch = epoch};
+
+    note(e, &n);
+}
+
 void kl__elector_report_done(k8slease_elector *e)
 {
     kl__elector_note n = {.type = KL_NOTE_DONE};

@@ -28,16 +28,17 @@ typedef struct kl__elector_backend kl__elector_backend;
  * thread): the one source the seed ABI's log lines are made from (and
  * whatever else wants an election's story without parsing log text). */
 typedef enum kl__elector_note_type {
-    KL_NOTE_STARTED, /* elected: epoch (on_started_leading follows) */
-    KL_NOTE_STOPPED, /* the term is over, or the election ended without one */
-    KL_NOTE_LEADER,  /* observed holder changed: identity ("" none), epoch */
-    KL_NOTE_REQUEST, /* a request of the election ended: verb, status, message */
-    KL_NOTE_DONE     /* the election is over, its release included: the last note */
+    KL_NOTE_STARTED,  /* elected: epoch (on_started_leading follows) */
+    KL_NOTE_STOPPED,  /* the term is over, or the election ended without one */
+    KL_NOTE_LEADER,   /* observed holder changed: identity ("" none), epoch */
+    KL_NOTE_REQUEST,  /* a request of the election ended: verb, status, message */
+    KL_NOTE_RELEASED, /* our release was written: the term's epoch (Kubernetes) */
+    KL_NOTE_DONE      /* the election is over, its release included: the last note */
 } kl__elector_note_type;
 
 typedef struct kl__elector_note {
     kl__elector_note_type type;
-    int64_t epoch;        /* STARTED, LEADER */
+    int64_t epoch;        /* STARTED, LEADER, RELEASED */
     const char *identity; /* LEADER; borrowed for the call */
     /* REQUEST: "get", "create" or "update" (Kubernetes; the etcd elector
      * reports none); status 0, or a K8SLEASE_E* code (K8SLEASE_ENOTFOUND
@@ -126,6 +127,9 @@ void kl__elector_report_done(k8slease_elector *e);
 /* A request of the election ended (see kl__elector_note). */
 void kl__elector_report_request(k8slease_elector *e, const char *verb, int status,
                                 const char *message);
+
+/* Our release was written (the Lease now has no holder); epoch: the term's. */
+void kl__elector_report_released(k8slease_elector *e, int64_t epoch);
 
 /* k8slease_elector_start with a note hook: cb(note, arg) runs on the loop
  * thread for every note of the election, from its start to DONE. */

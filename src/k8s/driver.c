@@ -214,6 +214,9 @@ static void on_result(const kl__http_result *res, void *arg)
                        "%s", kl__error_get());
     }
     kl__elector_report_request(&e->pub, verb, ev.status, after_prefix(kl__error_get(), what));
+    if (ev.status == 0 && e->req_kind == KL_REQ_UPDATE && e->sm.state == KL_EL_RELEASING &&
+        (!lease->spec.holder || !lease->spec.holder[0]))
+        kl__elector_report_released(&e->pub, lease->spec.transitions);
     run(e, &ev);
     kl__lease_free(newer);
     kl__lease_free(lease);

@@ -604,7 +604,7 @@ static void failed_renewal_says_lost(void **state)
 {
     child *c;
     const char *lease = "log-lost";
-    long long epoch;
+    long long epoch, epoch2;
     char want[128], *text;
 
     (void)state;
@@ -622,11 +622,28 @@ static void failed_renewal_says_lost(void **state)
              "2s",
              epoch);
     wait_lines(c, 1, want, NULL);
+    /* The term is over while the server still hangs: WaitLost says so
+     * now, and the supervisor campaigns again at once (the old election's
+     * release is still waiting for the server, in the background). */
+    child_ok(c, "waitlost %s%s", lease, "");
+    child_ok(c, "run %s %s", lease, "log-lost:8080");
     assert_int_equal(e2e_ctl("apiserver", "cont"), 0);
+    epoch2 = child_ok(c, "wait %s%s", lease, "");
+    assert_true(epoch2 > epoch);
+    child_ok(c, "cancel %s%s", lease, "");
     child_ok(c, "waitlost %s%s", lease, "");
     text = child_finish(c);
     check_format(text);
+    /* Each election's lines tell its own story: one loss (of the first
+     * term), one acquisition per term, the second term's release. */
     assert_int_equal(count_in(text, " lost leadership ", NULL), 1);
+    assert_int_equal(count_in(text, ": attempting to acquire leader lease as ", NULL), 2);
+    snprintf(want, sizeof(want), " info default/log-lost: successfully acquired lease (epoch %lld)",
+             epoch2);
+    assert_int_equal(count_in(text, want, NULL), 1);
+    snprintf(want, sizeof(want), " info default/log-lost: released lease (epoch %lld)", epoch2);
+    assert_int_equal(count_in(text, want, NULL), 1);
+    assert_int_equal(count_in(text, "lease not released", NULL), 0);
     free(text);
 }
 
