@@ -13,7 +13,12 @@
  * offers it). Dead connections are found by TCP keepalive with
  * TCP_USER_TIMEOUT (kl__loop_set_dead_timeout), the same for HTTP/1.1 and
  * HTTP/2: libcurl's HTTP/2 PING (curl_easy_upkeep) has no deadline, so it
- * would not notice a peer that stopped answering.
+ * would not notice a peer that stopped answering. A peer whose kernel still
+ * acknowledges but that answers nothing (a hung kube-apiserver, or one
+ * behind a load balancer) is found by the timeout of a request: the
+ * connection it went on is abandoned (abandon_connection), so that every
+ * request and stream on it fails at once and the next ones open a new
+ * connection, through the balancer to a replica that answers.
  *
  * Length (about 1,500 lines): a request's whole life (waiting for a slot,
  * credentials, TLS setup, streaming, completion, retry after a 401) works on
@@ -33,6 +38,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -109,7 +115,10 @@ typedef struct http {
     kl__http_req *wait_head, *wait_tail; /* requests waiting for a slot, FIFO */
     int destroying;
     int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
-    char *token;     /* static or token-file bearer token, NULL: none */
+    int *socks;      /* the connections' sockets libcurl has open */
+    size_t nsocks, socks_cap;
+    uint64_t abandoned; /* connections abandoned after a timeout */
+    char *token;        /* static or token-file bearer token, NULL: none */
     int64_t token_read_at;
     kl__exec_credential cred;
     int have_cred;
@@ -135,6 +144,7 @@ struct kl__http_req {
     char *body; /* a copy: it must outlive kl__http_start while the request waits */
     size_t body_len;
     int64_t timeout_ms, idle_ns, started_at, last_byte;
+    unsigned conn; /* local port of the connection it went on, 0: not known (yet) */
     kl__http_data_cb on_data;
     kl__http_open_cb on_open;
     int opened;       /* the 200 headers arrived */
@@ -408,13 +418,93 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
 
 /* Sockets are close-on-exec from birth: a child the program forks and
  * execs (the CLI's supervised command) must not keep the connection to the
- * API server open after we close it, or hold a TLS session it cannot use. */
+ * API server open after we close it, or hold a TLS session it cannot use.
+ * Each is remembered until libcurl closes it, so that a connection that
+ * answers nothing can be abandoned. */
 static curl_socket_t on_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
 {
-    (void)arg;
+    http *loop = arg;
+    int fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+
     (void)purpose;
-    return socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
+    if (fd < 0)
+        return CURL_SOCKET_BAD;
+    if (loop->nsocks == loop->socks_cap) {
+        size_t cap = loop->socks_cap ? loop->socks_cap * 2 : 16;
+        int *grown = kl__realloc(loop->socks, cap * sizeof(*grown));
+
+        if (!grown)
+            return fd; /* not remembered: never abandoned, still bounded by its timeouts */
+        loop->socks = grown;
+        loop->socks_cap = cap;
+    }
+    loop->socks[loop->nsocks++] = fd;
+    return fd;
 }
+
+static int on_closesocket(void *arg, curl_socket_t fd)
+{
+    http *loop = arg;
+
+    for (size_t i = 0; i < loop->nsocks; i++)
+        if (loop->socks[i] == fd) {
+            loop->socks[i] = loop->socks[--loop->nsocks];
+            break;
+        }
+    return close(fd);
+}
+
+static unsigned local_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return 0;
+}
+
+/* The request's connection answered nothing in time: shut its socket down.
+ * libcurl then sees it end, fails every request and stream still on it at
+ * once (their owners retry, the informer resumes its streams) and opens a
+ * new connection for the next request. Over HTTP/1.1 libcurl has closed it
+ * already; over HTTP/2 a timed-out stream would otherwise leave the
+ * connection in the cache, and the next requests would wait on it too. */
+static void abandon_connection(http *loop, kl__http_req *req, const char *why)
+{
+    if (!req->conn)
+        return;
+    for (size_t i = 0; i < loop->nsocks; i++) {
+        if (local_port(loop->socks[i]) != req->conn)
+            continue;
+        (void)shutdown(loop->socks[i], SHUT_RDWR);
+        loop->abandoned++;
+        kl__log_printf(loop->log, K8SLEASE_LOG_WARN,
+                       "%s: the connection from local port %u %s: abandoned; the next requests "
+                       "open a new one",
+                       req_server(loop, req), req->conn, why);
+        break;
+    }
+    req->conn = 0;
+}
+
+#if LIBCURL_VERSION_NUM >= 0x075000
+/* The connection a request goes on, new or reused (libcurl 7.80). */
+static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_port, int local)
+{
+    kl__http_req *req = arg;
+
+    (void)primary_ip;
+    (void)local_ip;
+    (void)primary_port;
+    req->conn = local > 0 ? (unsigned)local : 0;
+    return CURL_PREREQFUNC_OK;
+}
+#endif
 
 static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
@@ -667,6 +757,7 @@ static int req_launch(http *loop, kl__http_req *req)
     req->resp.len = 0;
     req->streaming = 0;
     req->opened = req->open_pending = 0;
+    req->conn = 0;
     req->last_byte = kl__loop_now(loop->loop);
     if (curl_multi_add_handle(loop->multi, req->easy) != CURLM_OK) {
         set_req_error(req, K8SLEASE_ETRANSPORT, "%s%s: libcurl refused the request",
@@ -780,6 +871,7 @@ static void req_complete(http *loop, kl__http_req *req)
     res.body = req->resp.data && !req->streaming ? req->resp.data : "";
     res.body_len = req->resp.data && !req->streaming ? req->resp.len : 0;
     res.content_type = content_type ? content_type : "";
+    res.conn = req->conn;
     if (req->err)
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method,
                        req_server(loop, req), req->path, req->errmsg);
@@ -814,6 +906,7 @@ static void on_req_timer(kl__timer *t, void *arg)
     }
     snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", req_server(loop, req),
              req->path, (long long)(req->idle_ns / KL_NS_PER_MS));
+    abandon_connection(loop, req, "carried a stream that got no data in time");
     req_fail(loop, req, K8SLEASE_ETIMEOUT, msg);
 }
 
@@ -841,6 +934,8 @@ static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
     if (rc != CURLE_OK) {
         if (!req->err)
             map_curl_error(loop, req, rc);
+        if (rc == CURLE_OPERATION_TIMEDOUT)
+            abandon_connection(loop, req, "answered nothing in time");
         req_complete(loop, req);
         return;
     }
@@ -872,6 +967,12 @@ static CURLcode easy_setup(http *loop, CURL *e)
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, loop);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_closesocket);
+    curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, loop);
+#if LIBCURL_VERSION_NUM >= 0x075000
+    curl_easy_setopt(e, CURLOPT_PREREQFUNCTION, on_prereq);
+#endif
     curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
     curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
@@ -916,6 +1017,9 @@ static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
     CURLcode rc;
 
     curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+#if LIBCURL_VERSION_NUM >= 0x075000
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, req);
+#endif
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, req->on_open ? on_header : NULL);
@@ -969,6 +1073,9 @@ static void easy_put(http *loop, CURL *e)
         return;
     }
     curl_easy_setopt(e, CURLOPT_PRIVATE, NULL);
+#if LIBCURL_VERSION_NUM >= 0x075000
+    curl_easy_setopt(e, CURLOPT_PREREQDATA, NULL);
+#endif
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, NULL);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, NULL);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, NULL);
@@ -1069,6 +1176,18 @@ kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_do
 fail:
     req_free(loop, req);
     return NULL;
+}
+
+unsigned kl__http_req_conn(const kl__http_req *req)
+{
+    return req ? req->conn : 0;
+}
+
+uint64_t kl__loop_abandoned(const kl__loop *l)
+{
+    const http *loop = kl__loop_io_data(l);
+
+    return loop->abandoned;
 }
 
 void kl__http_cancel(kl__loop *l, kl__http_req *req)
@@ -1312,6 +1431,7 @@ static void io_destroy(void *data)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
         curl_multi_cleanup(loop->multi);
+    kl__free(loop->socks);
     curl_slist_free_all(loop->connect_to);
     kl__free(loop->server);
     kl__free(loop->base);

@@ -57,3 +57,10 @@ int kl__timings_check(int64_t ld, int64_t rd, int64_t rp)
             kl__duration_format(rd, a, sizeof(a)), kl__duration_format(rp, b, sizeof(b)));
     return 0;
 }
+
+int64_t kl__request_timeout_ms(int64_t renew_deadline_ms, int64_t retry_period_ms)
+{
+    int64_t t = (renew_deadline_ms - retry_period_ms) / 2;
+
+    return t > KL_REQUEST_TIMEOUT_MIN_MS ? t : KL_REQUEST_TIMEOUT_MIN_MS;
+}

@@ -28,4 +28,14 @@ int kl__identity_check(const char *identity);
 int kl__timings_check(int64_t lease_duration_ns, int64_t renew_deadline_ns,
                       int64_t retry_period_ns);
 
+/* The timeout of a Kubernetes elector's requests (ms) for its renew
+ * deadline and retry period (ms): (renew_deadline - retry_period) / 2, at
+ * least KL_REQUEST_TIMEOUT_MIN_MS. A renewal starts retry_period after the
+ * last success and must succeed within renew_deadline of it; what is left
+ * holds one attempt that gets no answer (its connection is then
+ * abandoned) and one more on a new connection. 15/10/2 s: 4 s; 5/3/1 s:
+ * 1 s. */
+#define KL_REQUEST_TIMEOUT_MIN_MS 500
+int64_t kl__request_timeout_ms(int64_t renew_deadline_ms, int64_t retry_period_ms);
+
 #endif

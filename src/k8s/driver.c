@@ -624,9 +624,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
-    /* As client-go: a request may take at most half the renew deadline, so
-     * one slow request cannot eat the whole budget; but at least 1 s. */
-    e->request_timeout_ms = rd / 2 > 1000 ? rd / 2 : 1000;
+    /* Room for a stalled attempt and one on a new connection inside the
+     * renew deadline (core/timings.h); client-go takes half the renew
+     * deadline, which leaves no room for the second. */
+    e->request_timeout_ms = kl__request_timeout_ms(rd, rp);
 
     cfg.identity = e->identity;
     cfg.lease_duration_ns = ld * KL_NS_PER_MS;

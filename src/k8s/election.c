@@ -358,6 +358,10 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
         /* Deleted under us. Recreating it would restart transitions at 0
          * and break the epoch order, so this term is over. */
         step_down(e, 0, 0, now, out);
+    } else if (status == K8SLEASE_ETIMEOUT) {
+        /* The timeout spaced the attempts already, and its connection was
+         * abandoned: try again at once, on a new one. */
+        e->next_attempt = now;
     } else {
         e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     }

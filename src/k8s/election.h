@@ -23,7 +23,8 @@
  *  - Leading: renew every RP after the last completion, straight from the
  *    cached object (UPDATE {renew=now, acquire/transitions kept}: the fast
  *    path); on any error fall back at once to GET + UPDATE (slow path); on a
- *    failure of the slow path retry after RP. A GET that shows another
+ *    failure of the slow path retry after RP, or at once after a timeout
+ *    (the request's connection was abandoned: the next goes on a new one). A GET that shows another
  *    valid holder while leading means we lost: step down at once.
  *  - Leader deadline = start (now at emission) of the last successful
  *    CREATE/UPDATE + renew_deadline. is_leader is true only while LEADING

@@ -73,6 +73,8 @@ struct stream {
     char what[340];
     entry *entries;
     kl__http_req *req;
+    kl__http_req *probe; /* a GET asking whether the stream's connection answers */
+    int64_t last_probe;  /* when the last probe was answered */
     kl__timer retry, health;
     kl__line_splitter lines;
     char *rv;      /* resume point; NULL: list first */
@@ -353,6 +355,15 @@ static int64_t restart_after(const stream *st)
     return r > RESTART_MIN_NS ? r : RESTART_MIN_NS;
 }
 
+/* A stream silent this long is probed: its connection may be one that
+ * answers nothing (a hung server, behind a load balancer that still holds
+ * the connection). Electors renew every RP, so a followed Lease with a
+ * leader shows an event at least every RP. */
+static int64_t probe_after(const stream *st)
+{
+    return 2 * st->rp;
+}
+
 static void set_health(stream *st, int healthy)
 {
     kl__sub_event ev = {KL_SUB_HEALTH, NULL, NULL, healthy};
@@ -383,6 +394,13 @@ static void arm_health(stream *st)
         at = st->last_activity + (st->healthy ? window(st) : restart_after(st));
     else
         return;
+    if (!st->probe) {
+        int64_t quiet_since =
+            st->last_activity > st->last_probe ? st->last_activity : st->last_probe;
+
+        if (quiet_since + probe_after(st) < at)
+            at = quiet_since + probe_after(st);
+    }
     if (!st->health.slot || st->health.at > at)
         kl__timer_arm(loop, &st->health, at);
 }
@@ -426,14 +444,64 @@ static void restart(stream *st)
         list(st);
 }
 
+static void on_probe(const kl__http_result *res, void *arg)
+{
+    stream *st = arg;
+    kl__informer *inf = st->inf;
+    unsigned conn = kl__http_req_conn(st->req);
+
+    enter(inf);
+    st->probe = NULL;
+    st->last_probe = kl__loop_now(inf->loop);
+    if (res->err) {
+        /* It timed out: its connection is abandoned, and the stream with
+         * it if it was there (it then resumes on a new one). */
+        kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", st->what, res->errmsg);
+    } else if (st->req && conn && res->conn && conn != res->conn) {
+        /* The connection the next requests take answers; the stream's is
+         * another, maybe one that answers nothing: move the stream. */
+        kl__log_printf(inf->log, K8SLEASE_LOG_INFO,
+                       "%s: silent on another connection than the one that answers; "
+                       "resuming it there",
+                       st->what);
+        restart(st);
+    }
+    arm_health(st);
+    leave(inf);
+}
+
+/* Ask the server for one of the stream's Leases on the connection the
+ * next requests take (the stream's own while there is one connection). */
+static void probe(stream *st)
+{
+    kl__http_opts req = {0};
+    char *path;
+    int64_t timeout = st->rp / KL_NS_PER_MS;
+
+    if (!st->entries)
+        return;
+    path = kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s", st->nsi->ns,
+                       st->entries->name);
+    if (!path)
+        return; /* out of memory: the health rules still hold */
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout > 1000 ? timeout : 1000;
+    st->probe = kl__http_start(st->inf->loop, &req, on_probe, st);
+    kl__free(path);
+}
+
 static void on_health(kl__timer *t, void *arg)
 {
     stream *st = arg;
     kl__informer *inf = st->inf;
-    int64_t quiet = kl__loop_now(inf->loop) - st->last_activity;
+    int64_t now = kl__loop_now(inf->loop), quiet = now - st->last_activity;
 
     (void)t;
     enter(inf);
+    if (st->connected && !st->probe && quiet >= probe_after(st) &&
+        now - st->last_probe >= probe_after(st))
+        probe(st);
     if (st->connected && quiet >= restart_after(st)) {
         kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s: silent for %lld ms; restarting it",
                        st->what, (long long)(quiet / KL_NS_PER_MS));
@@ -516,6 +584,7 @@ static void stream_free(stream *st)
     kl__informer *inf = st->inf;
 
     kl__http_cancel(inf->loop, st->req);
+    kl__http_cancel(inf->loop, st->probe);
     kl__timer_cancel(inf->loop, &st->retry);
     kl__timer_cancel(inf->loop, &st->health);
     kl__line_splitter_free(&st->lines);

@@ -28,6 +28,15 @@
  * one-minute bookmark period, so a quiet healthy stream is never cut before
  * it could teach us B).
  *
+ * Probes: a stream silent for 2 * RP (and at most once per 2 * RP) gets a
+ * probe, a GET of one of its Leases with a timeout of max(RP, 1 s). If it
+ * times out, its connection is abandoned (core/http.h), and the stream
+ * with it when it was there: it resumes at once on a new connection
+ * (through a load balancer, to a replica that answers). If it is answered
+ * on another connection than the stream's, the stream moves there. So a
+ * stream on a connection that answers nothing is back within 3 * RP (+ a
+ * balancer's own detection).
+ *
  * Threads: everything on the loop thread. Callbacks run from the loop's
  * stream, timer and request callbacks, never from kl__sub_start/stop. */
 #ifndef KL_INFORMER_H
@@ -40,7 +49,7 @@
 
 #define KL_INFORMER_NS_THRESHOLD 8
 
-typedef struct kl__informer kl__informer;
+        typedef struct kl__informer kl__informer;
 typedef struct kl__sub kl__sub;
 
 typedef enum kl__sub_event_type {

@@ -48,6 +48,7 @@ static const kl__lease_spec mine_other_term = {"me", 15, W(-500), W(-500), 9};
 static const kl__lease_spec created = {"me", 15, W(100), W(100), 0};
 static const kl__lease_spec renewed_2200 = {"me", 15, W(100), W(2200), 0};
 static const kl__lease_spec renewed_4300 = {"me", 15, W(100), W(4300), 0};
+static const kl__lease_spec renewed_9000 = {"me", 15, W(100), W(9000), 0};
 static const kl__lease_spec released = {"", 1, W(3000), W(3000), 0};
 
 typedef struct step {
@@ -586,6 +587,25 @@ static void test_fast_path_error_falls_back_to_get(void **state)
     run_steps(&r, steps, KL_ARRAY_LEN(steps));
     /* the slow path's UPDATE was sent at 2400 */
     assert_int_equal(kl__elector_leader_deadline(&r.e), T0 + (2400 + RD_MS) * MS);
+}
+
+/* A timeout (its connection abandoned) is tried again at once: the stalled
+ * attempt spent the time already, and the renew deadline must hold a
+ * second attempt on a new connection. */
+static void test_timeout_while_leading_retries_at_once(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(6200, K8SLEASE_ETIMEOUT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(9000, K8SLEASE_ETIMEOUT, NULL), "", KL_EL_LEADING, 9000},
+        {TIMER(9000), "UPDATE(me,15s,a=100,r=9000,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(9050, 0, &renewed_9000), "", KL_EL_LEADING, 11050},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
 }
 
 static void test_slow_path_failure_retries_after_retry_period(void **state)
@@ -1657,6 +1677,7 @@ int main(void)
         cmocka_unit_test(test_fast_path_renew),
         cmocka_unit_test(test_fast_path_error_falls_back_to_get),
         cmocka_unit_test(test_slow_path_failure_retries_after_retry_period),
+        cmocka_unit_test(test_timeout_while_leading_retries_at_once),
         cmocka_unit_test(test_renew_failures_until_deadline),
         cmocka_unit_test(test_deadline_without_release_on_cancel),
         cmocka_unit_test(test_is_leader_false_at_deadline_without_event),
