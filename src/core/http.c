@@ -871,7 +871,6 @@ static void req_complete(http *loop, kl__http_req *req)
     res.body = req->resp.data && !req->streaming ? req->resp.data : "";
     res.body_len = req->resp.data && !req->streaming ? req->resp.len : 0;
     res.content_type = content_type ? content_type : "";
-    res.conn = req->conn;
     if (req->err)
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method,
                        req_server(loop, req), req->path, req->errmsg);
@@ -1176,11 +1175,6 @@ kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_do
 fail:
     req_free(loop, req);
     return NULL;
-}
-
-unsigned kl__http_req_conn(const kl__http_req *req)
-{
-    return req ? req->conn : 0;
 }
 
 uint64_t kl__loop_abandoned(const kl__loop *l)

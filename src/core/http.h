@@ -39,11 +39,6 @@ typedef struct kl__http_result {
     const char *body; /* NUL-terminated; "" if none */
     size_t body_len;
     const char *content_type; /* "" if none */
-    /* The connection it went on (its local port), 0 if none or not known.
-     * A request that timed out has had its connection abandoned: shut
-     * down, so that everything on it fails at once and the next requests
-     * open a new one (through a load balancer, to a replica that answers). */
-    unsigned conn;
 } kl__http_result;
 
 typedef void (*kl__http_done_cb)(const kl__http_result *res, void *arg);
@@ -83,10 +78,10 @@ typedef struct kl__http_opts {
  * Returns NULL on ENOMEM (error set). */
 kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http_done_cb done,
                              void *arg);
-/* The connection a request in progress went on (as kl__http_result.conn);
- * 0 before it has one. Loop thread. */
-unsigned kl__http_req_conn(const kl__http_req *req);
-/* Connections abandoned so far because a request on them timed out. */
+/* A request that timed out has had its connection abandoned: shut down, so
+ * that everything on it fails at once and the next requests open a new one
+ * (through a load balancer, to a replica that answers). Connections
+ * abandoned so far because a request on them timed out. */
 uint64_t kl__loop_abandoned(const kl__loop *loop);
 
 /* Cancel (loop thread); done is not called. Accepts NULL. */

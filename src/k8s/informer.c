@@ -448,7 +448,8 @@ static void on_probe(const kl__http_result *res, void *arg)
 {
     stream *st = arg;
     kl__informer *inf = st->inf;
-    unsigned conn = kl__http_req_conn(st->req);
+    kl__lease *lease = NULL;
+    uint64_t seen, streamed;
 
     enter(inf);
     st->probe = NULL;
@@ -457,21 +458,26 @@ static void on_probe(const kl__http_result *res, void *arg)
         /* It timed out: its connection is abandoned, and the stream with
          * it if it was there (it then resumes on a new one). */
         kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", st->what, res->errmsg);
-    } else if (st->req && conn && res->conn && conn != res->conn) {
-        /* The connection the next requests take answers; the stream's is
-         * another, maybe one that answers nothing: move the stream. */
-        kl__log_printf(inf->log, K8SLEASE_LOG_INFO,
-                       "%s: silent on another connection than the one that answers; "
-                       "resuming it there",
-                       st->what);
+    } else if (res->status == 200 && st->req &&
+               kl__lease_parse(&lease, res->body, res->body_len) == 0 &&
+               rv_parse(lease->rv, &seen) && rv_parse(st->rv, &streamed) && seen > streamed) {
+        /* The Lease changed and the stream did not say so: it is on a
+         * connection that answers nothing (another than the probe's, or
+         * over HTTP/1.1 its own). Resume it on the one that answers. */
+        kl__log_printf(inf->log, K8SLEASE_LOG_WARN,
+                       "%s: silent while lease %s changed (resourceVersion %s after %s); "
+                       "resuming it",
+                       st->what, lease->name, lease->rv, st->rv);
         restart(st);
     }
+    kl__lease_free(lease);
     arm_health(st);
     leave(inf);
 }
 
-/* Ask the server for one of the stream's Leases on the connection the
- * next requests take (the stream's own while there is one connection). */
+/* Ask the server for one of the stream's Leases: over HTTP/2 on the
+ * connection the next requests take (the stream's own while there is one
+ * connection). */
 static void probe(stream *st)
 {
     kl__http_opts req = {0};

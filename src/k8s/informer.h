@@ -33,9 +33,10 @@
  * times out, its connection is abandoned (core/http.h), and the stream
  * with it when it was there: it resumes at once on a new connection
  * (through a load balancer, to a replica that answers). If it is answered
- * on another connection than the stream's, the stream moves there. So a
- * stream on a connection that answers nothing is back within 3 * RP (+ a
- * balancer's own detection).
+ * with a newer resourceVersion than the stream has shown, the stream missed
+ * changes (its connection is another one, or over HTTP/1.1 its own): it
+ * resumes, on a new connection. So a stream on a connection that answers
+ * nothing is back within 3 * RP (+ a balancer's own detection).
  *
  * Threads: everything on the loop thread. Callbacks run from the loop's
  * stream, timer and request callbacks, never from kl__sub_start/stop. */
@@ -49,7 +50,7 @@
 
 #define KL_INFORMER_NS_THRESHOLD 8
 
-        typedef struct kl__informer kl__informer;
+typedef struct kl__informer kl__informer;
 typedef struct kl__sub kl__sub;
 
 typedef enum kl__sub_event_type {
