@@ -1,7 +1,8 @@
 /*
  * test_transport.c - k8slease-testserver's transport: HTTP/2 over TLS (ALPN
  * h2) next to HTTP/1.1 on one port, as a real kube-apiserver serves them;
- * every fault kind over h2; restarts under load; the real bookmark cadence.
+ * every fault kind over h2; stalled connections over both protocols;
+ * restarts under load; the real bookmark cadence.
  *
  * libcurl only (no library under test). Every wait is bounded and fails
  * with a message; nothing sleeps to synchronise. The few checks for an
@@ -43,12 +44,14 @@ typedef struct client {
     const char *agent;
     bool cert;         /* client certificate instead of the token */
     const char *token; /* instead of the current token, or NULL */
+    long timeout_ms;   /* per request; 0: 30 s */
 } client;
 
 typedef struct reply {
     CURLcode rc;
     long status;
-    long version; /* CURLINFO_HTTP_VERSION */
+    long version;  /* CURLINFO_HTTP_VERSION */
+    long connects; /* CURLINFO_NUM_CONNECTS: 0 on a reused connection */
     char *body;
     size_t len;
     char retry_after[32];
@@ -108,7 +111,7 @@ static void req(client *c, const char *method, const char *path, const char *bod
     char *url = tc_fmt("%s%s", ts_url(c->s), path);
     curl_easy_setopt(c->h, CURLOPT_URL, url);
     curl_easy_setopt(c->h, CURLOPT_CUSTOMREQUEST, method);
-    curl_easy_setopt(c->h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(c->h, CURLOPT_TIMEOUT_MS, c->timeout_ms ? c->timeout_ms : 30000L);
     curl_easy_setopt(c->h, CURLOPT_WRITEFUNCTION, ts_buf_write);
     curl_easy_setopt(c->h, CURLOPT_WRITEDATA, &b);
     curl_easy_setopt(c->h, CURLOPT_HEADERFUNCTION, on_header);
@@ -120,6 +123,7 @@ static void req(client *c, const char *method, const char *path, const char *bod
     r->rc = curl_easy_perform(c->h);
     curl_easy_getinfo(c->h, CURLINFO_RESPONSE_CODE, &r->status);
     curl_easy_getinfo(c->h, CURLINFO_HTTP_VERSION, &r->version);
+    curl_easy_getinfo(c->h, CURLINFO_NUM_CONNECTS, &r->connects);
     r->body = b.data ? b.data : strdup("");
     r->len = b.len;
     curl_slist_free_all(hdr);
@@ -782,6 +786,434 @@ static void test_h2_faults(void **state)
     client_free(&other);
 }
 
+/* ---- stall: a replica that hangs behind a load balancer ------------------------------------ */
+
+/* POST a rule; returns its id. */
+static long long add_rule(ts_server *s, const char *json)
+{
+    long st = 0;
+    char *body = NULL;
+    assert_int_equal(ts_control(s, "POST", "/testserver/v1/faults", json, &st, &body), 0);
+    if (st != 201)
+        print_message("POST fault %s: HTTP %ld %s\n", json, st, body ? body : "");
+    assert_int_equal(st, 201);
+    json_t *j = json_loads(body, 0, NULL);
+    long long id = json_integer_value(tc_at(j, "id"));
+    json_decref(j);
+    free(body);
+    assert_true(id > 0);
+    return id;
+}
+
+/* GET /testserver/v1/faults/ID (NULL when gone; json_decref it). */
+static json_t *get_rule(ts_server *s, long long id)
+{
+    long st = 0;
+    char *body = NULL;
+    char *path = tc_fmt("/testserver/v1/faults/%lld", id);
+    assert_int_equal(ts_control(s, "GET", path, NULL, &st, &body), 0);
+    free(path);
+    json_t *j = st == 200 ? json_loads(body, 0, NULL) : NULL;
+    assert_true(st == 200 || st == 404);
+    free(body);
+    return j;
+}
+
+/* Waits (polling, at most ms) until the rule's integer field is want. */
+static void wait_rule(ts_server *s, long long id, const char *field, long long want, long ms)
+{
+    long long end = tc_now_ms() + ms, have = -1;
+    for (;;) {
+        json_t *j = get_rule(s, id);
+        have = j ? json_integer_value(tc_at(j, field)) : -1;
+        json_decref(j);
+        if (have == want)
+            return;
+        if (tc_now_ms() > end) {
+            print_message("fault %lld: %s is %lld, not %lld after %ld ms\n", id, field, have, want,
+                          ms);
+            fail();
+        }
+        tc_pause_ms(20);
+    }
+}
+
+/* One transfer of a multi handle: a request, or a watch read line by line. */
+typedef struct mxfer {
+    CURL *h;
+    struct curl_slist *hdr;
+    ts_buf body;
+    bool done;
+    CURLcode rc;
+    long status;
+    long connects;
+} mxfer;
+
+static void mxfer_start(CURLM *m, mxfer *x, ts_server *s, const char *agent, const char *path,
+                        long timeout_ms)
+{
+    memset(x, 0, sizeof(*x));
+    assert_non_null(x->h = curl_easy_init());
+    setup_easy(x->h, s, CURL_HTTP_VERSION_2TLS, agent, false, NULL, &x->hdr);
+    char *url = tc_fmt("%s%s", ts_url(s), path);
+    curl_easy_setopt(x->h, CURLOPT_URL, url);
+    free(url);
+    curl_easy_setopt(x->h, CURLOPT_PIPEWAIT, 1L); /* multiplexed on the connection there is */
+    curl_easy_setopt(x->h, CURLOPT_WRITEFUNCTION, ts_buf_write);
+    curl_easy_setopt(x->h, CURLOPT_WRITEDATA, &x->body);
+    curl_easy_setopt(x->h, CURLOPT_TIMEOUT_MS, timeout_ms);
+    curl_easy_setopt(x->h, CURLOPT_PRIVATE, x);
+    assert_int_equal(curl_multi_add_handle(m, x->h), CURLM_OK);
+}
+
+static void mxfer_free(CURLM *m, mxfer *x)
+{
+    curl_multi_remove_handle(m, x->h);
+    curl_easy_cleanup(x->h);
+    curl_slist_free_all(x->hdr);
+    free(x->body.data);
+    memset(x, 0, sizeof(*x));
+}
+
+/* Complete lines of x's body that contain needle (NULL: all). */
+static size_t mxfer_lines(const mxfer *x, const char *needle)
+{
+    size_t n = 0;
+    const char *p = x->body.data, *end = p ? p + x->body.len : NULL;
+    while (p && p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        if (!nl)
+            break;
+        size_t k = needle ? strlen(needle) : 0, len = (size_t)(nl - p);
+        bool found = !needle;
+        for (size_t i = 0; !found && i + k <= len; i++)
+            found = !memcmp(p + i, needle, k);
+        n += found;
+        p = nl + 1;
+    }
+    return n;
+}
+
+/* Runs m's transfers (marking those that end) until until(arg) holds or ms pass. */
+static bool mdrive(CURLM *m, long ms, bool (*until)(void *), void *arg)
+{
+    long long end = tc_now_ms() + ms;
+    for (;;) {
+        int running, left;
+        assert_int_equal(curl_multi_perform(m, &running), CURLM_OK);
+        CURLMsg *msg;
+        while ((msg = curl_multi_info_read(m, &left))) {
+            mxfer *x = NULL;
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            curl_easy_getinfo(msg->easy_handle, CURLINFO_PRIVATE, (char **)&x);
+            x->done = true;
+            x->rc = msg->data.result;
+            curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &x->status);
+            curl_easy_getinfo(x->h, CURLINFO_NUM_CONNECTS, &x->connects);
+        }
+        if (until && until(arg))
+            return true;
+        if (tc_now_ms() >= end)
+            return false;
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+    }
+}
+
+static bool never(void *arg)
+{
+    (void)arg;
+    return false;
+}
+
+static bool is_done(void *arg)
+{
+    return ((mxfer *)arg)->done;
+}
+
+static bool has_bookmark(void *arg)
+{
+    return mxfer_lines(arg, "\"BOOKMARK\"") >= 1;
+}
+
+static bool has_added(void *arg)
+{
+    return mxfer_lines(arg, "\"ADDED\"") >= 1;
+}
+
+typedef struct two {
+    mxfer *a, *b;
+} two;
+
+static bool both_done(void *arg)
+{
+    two *t = arg;
+    return t->a->done && t->b->done;
+}
+
+#define STALL_WATCH LEASES "?watch=1&allowWatchBookmarks=true&fieldSelector=metadata.name%3D"
+
+/*
+ * HTTP/2: a watch and requests multiplexed on one connection. The request
+ * that hits the rule stalls the connection: from then on no frame comes
+ * back on it (no answer to it or to a later request, no event, no
+ * bookmark), yet it stays open (the clients' timeouts fire; the watch goes
+ * on), while new connections are served at once. Deleting the rule
+ * resumes the connection: the watch gets what it missed.
+ */
+static void test_stall_h2(void **state)
+{
+    (void)state;
+    long long h2_open = tc_stat_int(srv, "connections.h2.open");
+    long long stalls = tc_stat_or0(srv, "faults.stall");
+    CURLM *m = curl_multi_init();
+    curl_multi_setopt(m, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
+    curl_multi_setopt(m, CURLMOPT_MAX_HOST_CONNECTIONS, 1L);
+    mxfer w, first, second, third;
+
+    /* The watch (bookmarks every 200 ms) and a first request, answered, on one connection. */
+    mxfer_start(m, &w, srv, "stall-h2", STALL_WATCH "stall-h2-ev", 0);
+    assert_true(mdrive(m, 10000, has_bookmark, &w));
+    mxfer_start(m, &first, srv, "stall-h2", LEASES, 10000);
+    assert_true(mdrive(m, 10000, is_done, &first));
+    assert_int_equal(first.rc, CURLE_OK);
+    assert_int_equal(first.status, 200);
+    assert_int_equal(first.connects, 0); /* multiplexed */
+
+    /* The second request hits the rule and stalls the connection. */
+    long long id = add_rule(srv, "{\"kind\":\"stall\",\"count\":1,\"match\":{\"user_agent\":"
+                                 "\"stall-h2\",\"path_prefix\":\"" LEASES "/stall-h2\"}}");
+    mxfer_start(m, &second, srv, "stall-h2", LEASES "/stall-h2-x", 2000);
+    long long end = tc_now_ms() + 10000;
+    for (;;) {
+        mdrive(m, 50, never, NULL);
+        json_t *r = get_rule(srv, id);
+        bool hit = json_integer_value(tc_at(r, "hits")) == 1;
+        json_decref(r);
+        if (hit)
+            break;
+        assert_true(tc_now_ms() < end);
+    }
+    /* Take in what was on the wire before the stall (at most a bookmark), then count. */
+    mdrive(m, 300, never, NULL);
+    size_t lines = mxfer_lines(&w, NULL);
+
+    /* A third request on the stalled connection, and an event the watch would show. */
+    mxfer_start(m, &third, srv, "stall-h2", LEASES, 2000);
+    client fresh = {srv, NULL, CURL_HTTP_VERSION_2TLS, "stall-h2", false};
+    long long t0 = tc_now_ms();
+    json_decref(h2(&fresh, "POST", LEASES, lease_body("stall-h2-ev", "a"), 201));
+    /* A new connection is served at once, even in the rule's scope: its count is used up. */
+    json_decref(h2(&fresh, "GET", LEASES "/stall-h2-ev", NULL, 200));
+    assert_true(tc_now_ms() - t0 < 1000);
+    /* ... and so is a new watch, with the event and bookmarks. */
+    mxfer nw;
+    CURLM *m2 = curl_multi_init();
+    mxfer_start(m2, &nw, srv, "stall-h2", STALL_WATCH "stall-h2-ev", 0);
+    assert_true(mdrive(m2, 10000, has_added, &nw));
+    assert_true(mdrive(m2, 10000, has_bookmark, &nw));
+
+    /* Nothing comes back on the stalled connection: both requests time out, unanswered. */
+    two t = {&second, &third};
+    assert_true(mdrive(m, 10000, both_done, &t));
+    if (second.rc != CURLE_OPERATION_TIMEDOUT || third.rc != CURLE_OPERATION_TIMEDOUT)
+        print_message("stalled requests: curl %d (%s), %d (%s)\n", second.rc,
+                      curl_easy_strerror(second.rc), third.rc, curl_easy_strerror(third.rc));
+    assert_int_equal(second.rc, CURLE_OPERATION_TIMEDOUT);
+    assert_int_equal(third.rc, CURLE_OPERATION_TIMEDOUT);
+    assert_int_equal(second.status, 0);
+    assert_int_equal(third.status, 0);
+    assert_int_equal(second.connects, 0); /* both on the watch's connection */
+    assert_int_equal(third.connects, 0);
+    /* The watch got nothing in those 2 s (no event, no bookmark), and its connection is open. */
+    assert_int_equal(mxfer_lines(&w, NULL), lines);
+    assert_false(w.done);
+    json_t *r = get_rule(srv, id);
+    assert_non_null(r);
+    assert_string_equal(json_string_value(tc_at(r, "kind")), "stall");
+    assert_int_equal(json_integer_value(tc_at(r, "count")), 1);
+    assert_int_equal(json_integer_value(tc_at(r, "hits")), 1);
+    assert_int_equal(json_integer_value(tc_at(r, "stalled")), 1);
+    json_decref(r);
+    assert_int_equal(tc_stat_or0(srv, "faults.stall"), stalls + 1);
+    assert_int_equal(tc_stat_int(srv, "connections.stalled"), 1);
+
+    /* Deleting the rule resumes the connection where it stopped: the watch catches up. */
+    char *path = tc_fmt("/testserver/v1/faults/%lld", id);
+    tc_control(srv, "DELETE", path, NULL, 200);
+    free(path);
+    assert_true(mdrive(m, 10000, has_added, &w));
+    assert_true(mdrive(m, 10000, has_bookmark, &w));
+    assert_false(w.done);
+    assert_int_equal(tc_stat_int(srv, "connections.stalled"), 0);
+
+    mxfer_free(m, &w);
+    mxfer_free(m, &first);
+    mxfer_free(m, &second);
+    mxfer_free(m, &third);
+    curl_multi_cleanup(m);
+    mxfer_free(m2, &nw);
+    curl_multi_cleanup(m2);
+    json_decref(h2(&fresh, "DELETE", LEASES "/stall-h2-ev", NULL, 200));
+    client_free(&fresh);
+    tc_wait_stat_at_most(srv, "connections.h2.open", h2_open, 10000);
+}
+
+static void *stalled_main(void *arg)
+{
+    held *h = arg;
+    req(&h->c, "GET", LEASES, NULL, &h->r);
+    return NULL;
+}
+
+/*
+ * HTTP/1.1: the same per connection. The kept-alive connection of the
+ * matching request stalls (no answer; the client's timeout fires, not a
+ * reset); a new connection is served at once. When the client gives up,
+ * the server lets the connection and its held request go.
+ */
+static void test_stall_h1(void **state)
+{
+    (void)state;
+    long long h1_open = tc_stat_int(srv, "connections.http1.open");
+    long long suspended = tc_stat_int(srv, "suspended");
+    held h = {{srv, NULL, CURL_HTTP_VERSION_1_1, "stall-h1", false, NULL, 2000}, {0}, 0};
+    json_decref(h2(&h.c, "GET", LEASES, NULL, 200)); /* the connection, kept alive */
+
+    long long id = add_rule(srv, "{\"kind\":\"stall\",\"count\":1,\"match\":{\"user_agent\":"
+                                 "\"stall-h1\"}}");
+    long long t0 = tc_now_ms();
+    assert_int_equal(pthread_create(&h.t, NULL, stalled_main, &h), 0);
+    wait_rule(srv, id, "stalled", 1, 10000);
+    /* Everybody else is served, the same client too on a new connection. */
+    client fresh = {srv, NULL, CURL_HTTP_VERSION_1_1, "stall-h1", false};
+    long long t1 = tc_now_ms();
+    json_decref(h2(&fresh, "GET", LEASES, NULL, 200));
+    client other = {srv, NULL, CURL_HTTP_VERSION_2TLS, "someone-else", false};
+    json_decref(h2(&other, "GET", LEASES, NULL, 200));
+    assert_true(tc_now_ms() - t1 < 1000);
+    client_free(&fresh);
+    client_free(&other);
+
+    pthread_join(h.t, NULL);
+    if (h.r.rc != CURLE_OPERATION_TIMEDOUT)
+        print_message("stalled HTTP/1.1 request: curl %d (%s), HTTP %ld\n", h.r.rc,
+                      curl_easy_strerror(h.r.rc), h.r.status);
+    assert_int_equal(h.r.rc, CURLE_OPERATION_TIMEDOUT);
+    assert_int_equal(h.r.status, 0);
+    assert_int_equal(h.r.connects, 0); /* on the kept-alive connection */
+    assert_true(tc_now_ms() - t0 >= 1990);
+    reply_free(&h.r);
+    client_free(&h.c);
+
+    /* The client closed it: the server notices, drops the held request, keeps the rule. */
+    wait_rule(srv, id, "stalled", 0, 10000);
+    wait_rule(srv, id, "hits", 1, 0);
+    tc_wait_stat_at_most(srv, "suspended", suspended, 10000);
+    tc_wait_stat_at_most(srv, "connections.http1.open", h1_open, 10000);
+    tc_control(srv, "DELETE", "/testserver/v1/faults", NULL, 200);
+}
+
+/*
+ * A watch request that hits the rule stalls its connection: over HTTP/1.1
+ * the watch gets nothing at all (not even its headers) while a new watch
+ * on a new connection gets the events and bookmarks; deleting the rule
+ * resumes it.
+ */
+static void test_stall_watch_h1(void **state)
+{
+    (void)state;
+    long long id = add_rule(srv, "{\"kind\":\"stall\",\"count\":1,\"match\":{\"user_agent\":"
+                                 "\"stall-w1\",\"verb\":\"watch\"}}");
+    watcher *stalled =
+        watch_start(srv, STALL_WATCH "stall-w1-ev", CURL_HTTP_VERSION_1_1, "stall-w1");
+    wait_rule(srv, id, "stalled", 1, 10000);
+    client c = {srv, NULL, CURL_HTTP_VERSION_1_1, "stall-w1", false};
+    json_decref(h2(&c, "POST", LEASES, lease_body("stall-w1-ev", "a"), 201));
+    watcher *fresh = watch_start(srv, STALL_WATCH "stall-w1-ev", CURL_HTTP_VERSION_1_1, "stall-w1");
+    assert_true(watch_wait(fresh, "ADDED", 1, 10000));
+    assert_true(watch_wait(fresh, "BOOKMARK", 3, 10000));
+    /* While the new one got an event and three bookmarks (600 ms), the stalled one got nothing. */
+    assert_int_equal(watch_count(stalled, NULL), 0);
+    pthread_mutex_lock(&stalled->mu);
+    assert_false(stalled->done);
+    pthread_mutex_unlock(&stalled->mu);
+
+    char *path = tc_fmt("/testserver/v1/faults/%lld", id);
+    tc_control(srv, "DELETE", path, NULL, 200);
+    free(path);
+    assert_true(watch_wait(stalled, "ADDED", 1, 10000));
+    assert_true(watch_wait(stalled, "BOOKMARK", 1, 10000));
+    watch_stop(stalled);
+    watch_stop(fresh);
+    json_decref(h2(&c, "DELETE", LEASES "/stall-w1-ev", NULL, 200));
+    client_free(&c);
+}
+
+typedef struct timed {
+    held h;
+    long long done_ms;
+} timed;
+
+static void *timed_main(void *arg)
+{
+    timed *t = arg;
+    req(&t->h.c, "GET", LEASES, NULL, &t->h.r);
+    t->done_ms = tc_now_ms();
+    return NULL;
+}
+
+/*
+ * duration_ms: when the rule ends, its connections resume where they
+ * stopped and the held requests are answered, on the same connection.
+ * Without a count, every connection that carries a matching request while
+ * the rule lives stalls.
+ */
+static void test_stall_duration(void **state)
+{
+    (void)state;
+    long long stalls = tc_stat_or0(srv, "faults.stall");
+    timed t[2] = {{{{srv, NULL, CURL_HTTP_VERSION_1_1, "stall-dur", false, NULL, 20000}}},
+                  {{{srv, NULL, CURL_HTTP_VERSION_2TLS, "stall-dur", false, NULL, 20000}}}};
+    for (int i = 0; i < 2; i++)
+        json_decref(h2(&t[i].h.c, "GET", LEASES, NULL, 200)); /* connections, kept alive */
+
+    long long t0 = tc_now_ms();
+    long long id = add_rule(srv, "{\"kind\":\"stall\",\"duration_ms\":2000,\"match\":{"
+                                 "\"user_agent\":\"stall-dur\"}}");
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i].h.t, NULL, timed_main, &t[i]), 0);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i].h.t, NULL);
+        reply *r = &t[i].h.r;
+        if (r->rc != CURLE_OK)
+            print_message("%s: curl %d (%s)\n", i ? "h2" : "HTTP/1.1", r->rc,
+                          curl_easy_strerror(r->rc));
+        assert_int_equal(r->rc, CURLE_OK);
+        assert_int_equal(r->status, 200);
+        assert_int_equal(r->connects, 0); /* answered on the connection that stalled */
+        /* Not before the rule's end: it was created after t0. */
+        assert_true(t[i].done_ms - t0 >= 1990);
+        reply_free(r);
+    }
+    assert_int_equal(tc_stat_or0(srv, "faults.stall"), stalls + 2);
+    json_t *r = get_rule(srv, id);
+    assert_null(r); /* over */
+    /* The connections work as before. */
+    for (int i = 0; i < 2; i++) {
+        long long t1 = tc_now_ms();
+        reply rr;
+        req(&t[i].h.c, "GET", LEASES, NULL, &rr);
+        assert_int_equal(rr.rc, CURLE_OK);
+        assert_int_equal(rr.status, 200);
+        assert_int_equal(rr.connects, 0);
+        assert_true(tc_now_ms() - t1 < 1000);
+        reply_free(&rr);
+        client_free(&t[i].h.c);
+    }
+    assert_int_equal(tc_stat_int(srv, "connections.stalled"), 0);
+}
+
 /* restart over h2 and over HTTP/1.1, and the stress of 50 under load. */
 typedef struct loadgen {
     ts_server *s;
@@ -991,6 +1423,10 @@ int main(void)
         cmocka_unit_test(test_http11),
         cmocka_unit_test(test_kubectl_h2),
         cmocka_unit_test(test_h2_faults),
+        cmocka_unit_test(test_stall_h2),
+        cmocka_unit_test(test_stall_h1),
+        cmocka_unit_test(test_stall_watch_h1),
+        cmocka_unit_test(test_stall_duration),
         cmocka_unit_test_teardown(test_restart_stress, stress_teardown),
         cmocka_unit_test(test_bookmarks_real),
     };

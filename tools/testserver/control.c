@@ -5,6 +5,7 @@
  * counted in the request statistics, so a test can always steer the server.
  */
 #include "server.h"
+#include "transport.h"
 #include "util.h"
 
 #include <inttypes.h>
@@ -88,12 +89,24 @@ json_t *ts_stats_json(ts_server *srv)
     return j;
 }
 
+/* A rule as JSON; a stall rule also says how many connections it holds stalled now. */
+static json_t *rule_json(ts_server *srv, const ts_rule *r, int64_t now)
+{
+    json_t *j = ts_rule_json(r, now);
+    if (r->kind == TS_F_STALL)
+        json_object_set_new(j, "stalled", u64(ts_transport_stalled(srv->transport, r->id)));
+    return j;
+}
+
 static void faults_collection(ts_server *srv, const ts_request *rq, ts_response *rs)
 {
     int64_t now = ts_mono_ms();
-    ts_faults_expire(&srv->faults, now);
+    ts_server_stalls_sync(srv, now);
     if (!strcmp(rq->method, "GET")) {
-        reply(rs, 200, json_pack("{s:o}", "faults", ts_faults_json(&srv->faults, now)));
+        json_t *a = json_array();
+        for (const ts_rule *r = srv->faults.rules; r; r = r->next)
+            json_array_append_new(a, rule_json(srv, r, now));
+        reply(rs, 200, json_pack("{s:o}", "faults", a));
     } else if (!strcmp(rq->method, "POST")) {
         json_t *body = body_json(rq, rs);
         if (!body)
@@ -109,13 +122,14 @@ static void faults_collection(ts_server *srv, const ts_request *rq, ts_response 
         ts_log("fault %" PRIu64 " added: %s", r->id, ts_fault_kind_name(r->kind));
         /* A new window may end sooner than anything the timer waits for. */
         ts_sched_kick(&srv->sched);
-        reply(rs, 201, ts_rule_json(r, now));
+        reply(rs, 201, rule_json(srv, r, now));
     } else if (!strcmp(rq->method, "DELETE")) {
         size_t n = 0;
         for (const ts_rule *r = srv->faults.rules; r; r = r->next)
             n++;
         ts_faults_clear(&srv->faults);
-        /* Held requests and frozen streams re-check and go on. */
+        /* Stalled connections, held requests and frozen streams go on. */
+        ts_server_stalls_sync(srv, now);
         ts_sched_wake_all(&srv->sched);
         reply(rs, 200, json_pack("{s:o}", "deleted", u64(n)));
     } else {
@@ -133,10 +147,10 @@ static void fault_item(ts_server *srv, const ts_request *rq, const char *id, ts_
     }
     if (!strcmp(rq->method, "GET")) {
         int64_t now = ts_mono_ms();
-        ts_faults_expire(&srv->faults, now);
+        ts_server_stalls_sync(srv, now);
         for (const ts_rule *r = srv->faults.rules; r; r = r->next) {
             if (r->id == n) {
-                reply(rs, 200, ts_rule_json(r, now));
+                reply(rs, 200, rule_json(srv, r, now));
                 return;
             }
         }
@@ -146,6 +160,7 @@ static void fault_item(ts_server *srv, const ts_request *rq, const char *id, ts_
             error(rs, 404, "no such fault");
             return;
         }
+        ts_server_stalls_sync(srv, ts_mono_ms());
         ts_sched_wake_all(&srv->sched);
         reply(rs, 200, json_pack("{s:o}", "deleted", u64(1)));
     } else {
@@ -290,6 +305,7 @@ static void reset(ts_server *srv, const ts_request *rq, ts_response *rs)
         ts_store_clear(&srv->store);
     if (faults) {
         ts_faults_clear(&srv->faults);
+        ts_server_stalls_sync(srv, ts_mono_ms());
         ts_sched_wake_all(&srv->sched);
     }
     if (stats) {

@@ -15,6 +15,7 @@ static const char *const kind_names[TS_F_NKINDS] = {
     [TS_F_HANG] = "hang",
     [TS_F_FREEZE_WATCH] = "freeze_watch",
     [TS_F_RESPOND] = "respond",
+    [TS_F_STALL] = "stall",
     [TS_F_CLOSE_WATCH] = "close_watch",
     [TS_F_COMPACT] = "compact",
     [TS_F_ROTATE_TOKEN] = "rotate_token",
@@ -30,6 +31,12 @@ const char *ts_fault_kind_name(ts_fault_kind k)
 static bool per_request(ts_fault_kind k)
 {
     return k == TS_F_ERROR || k == TS_F_RESET || k == TS_F_LATENCY || k == TS_F_RESPOND;
+}
+
+/* Kinds whose rules end with their window, not with their count. */
+static bool windowed(ts_fault_kind k)
+{
+    return k == TS_F_HANG || k == TS_F_FREEZE_WATCH || k == TS_F_STALL;
 }
 
 ts_canned *ts_canned_ref(ts_canned *c)
@@ -218,7 +225,9 @@ ts_rule *ts_faults_add(ts_faults *f, const json_t *body, int64_t now, char **err
         if (!strcmp(kind, kind_names[i]))
             kid = i;
     if (kid < 0) {
-        fail(err, "kind must be one of error, reset, latency, hang, freeze_watch, respond (got %s)",
+        fail(err,
+             "kind must be one of error, reset, latency, hang, freeze_watch, respond, stall "
+             "(got %s)",
              kind ? kind : "nothing");
         return NULL;
     }
@@ -338,7 +347,7 @@ bool ts_faults_expire(ts_faults *f, int64_t now)
     while (*pp) {
         ts_rule *r = *pp;
         if (r->expires_ms <= now) {
-            window_ended |= r->kind == TS_F_HANG || r->kind == TS_F_FREEZE_WATCH;
+            window_ended |= windowed(r->kind);
             *pp = r->next;
             rule_free(r);
         } else {
@@ -378,7 +387,7 @@ json_t *ts_rule_json(const ts_rule *r, int64_t now)
         json_object_set_new(j, "size", json_integer((json_int_t)c->size));
         json_object_set_new(j, "interval_ms", json_integer(c->interval_ms));
     }
-    if (per_request(r->kind)) {
+    if (per_request(r->kind) || r->kind == TS_F_STALL) {
         json_object_set_new(j, "count", json_integer((json_int_t)r->count));
         json_object_set_new(j, "probability", json_real(r->probability));
     }
@@ -407,6 +416,14 @@ void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision
     while (*pp) {
         ts_rule *r = *pp;
         bool hit = false;
+        if (r->kind == TS_F_STALL && !d->stall && r->expires_ms > now &&
+            (!r->count || r->hits < r->count) && ts_match_client(&r->match, c) &&
+            (r->probability >= 1.0 || ts_rng_unit(&f->rng) < r->probability)) {
+            /* Counted per connection; the rule stays while its connections are stalled. */
+            r->hits++;
+            f->counters[r->kind]++;
+            d->stall = r->id;
+        }
         if (per_request(r->kind) && r->expires_ms > now && ts_match_client(&r->match, c)) {
             /* An error, a reset and a canned answer are exclusive: the older rule wins. */
             bool applies = r->kind == TS_F_LATENCY || (!d->reset && !d->status && !d->canned);
@@ -464,6 +481,14 @@ int64_t ts_faults_hang_until(ts_faults *f, const ts_client *c, int64_t now, bool
 int64_t ts_faults_freeze_until(ts_faults *f, const ts_client *c, int64_t now, bool count)
 {
     return window_until(f, TS_F_FREEZE_WATCH, c, now, count);
+}
+
+int64_t ts_faults_stall_until(const ts_faults *f, uint64_t id, int64_t now)
+{
+    for (const ts_rule *r = f->rules; r; r = r->next)
+        if (r->id == id)
+            return r->kind == TS_F_STALL && r->expires_ms > now ? r->expires_ms : 0;
+    return 0;
 }
 
 void ts_faults_count(ts_faults *f, ts_fault_kind k, uint64_t n)

@@ -1,16 +1,22 @@
 /*
  * faults.h - fault-injection rules and the counters behind /testserver/v1/stats.
  *
- * Two families of rules:
+ * Three families of rules:
  *   per-request  error, reset, latency, respond: each matching request rolls the
  *                rule's probability; a hit consumes one of its count (0 =
  *                unlimited) and is counted;
  *   windows      hang, freeze_watch: while the rule lives (duration_ms, or
  *                until deleted), every matching request is held / every
- *                matching watch stream delivers nothing.
- * A rule lives until its duration elapses, its count is used up, or it is
- * deleted. Rules are scoped by HTTP method, Kubernetes verb, path prefix,
- * User-Agent substring and bearer token; an empty scope matches everything.
+ *                matching watch stream delivers nothing;
+ *   connections  stall: a matching request rolls the probability like a
+ *                per-request kind, and a hit stalls the request's whole
+ *                connection (nothing read or written) for as long as the
+ *                rule lives; count limits the connections stalled, not the
+ *                rule's life.
+ * A rule lives until its duration elapses, its count is used up (not a
+ * stall rule: see above), or it is deleted. Rules are scoped by HTTP method,
+ * Kubernetes verb, path prefix, User-Agent substring and bearer token; an
+ * empty scope matches everything.
  *
  * Not thread-safe: called with the server lock held.
  */
@@ -31,6 +37,7 @@ typedef enum ts_fault_kind {
     TS_F_HANG,         /* hold matching requests until the rule ends */
     TS_F_FREEZE_WATCH, /* matching watch streams send nothing until the rule ends */
     TS_F_RESPOND,      /* answer with a canned response (body, redirect, trickle, huge) */
+    TS_F_STALL,        /* the request's connection carries nothing more while the rule lives */
     TS_F_NRULEKINDS,
     /* Actions from the control API; counted, never stored as rules. */
     TS_F_CLOSE_WATCH = TS_F_NRULEKINDS, /* watch streams ended on request */
@@ -85,9 +92,9 @@ typedef struct ts_rule {
     unsigned status;      /* error: HTTP status */
     unsigned retry_after; /* error 429/503: Retry-After seconds */
     int64_t delay_ms;     /* latency */
-    uint64_t count;       /* per-request kinds: hits allowed, 0 = unlimited */
+    uint64_t count;       /* per-request kinds and stall: hits allowed, 0 = unlimited */
     uint64_t hits;
-    double probability;             /* per-request kinds: chance that a match hits */
+    double probability;             /* per-request kinds and stall: chance that a match hits */
     int64_t created_ms, expires_ms; /* expires_ms INT64_MAX: until deleted */
     ts_canned *canned;              /* respond */
     ts_match match;
@@ -107,6 +114,7 @@ typedef struct ts_decision {
     unsigned status; /* 0: no injected error */
     unsigned retry_after;
     ts_canned *canned; /* a respond rule's answer (a reference the request owns), or NULL */
+    uint64_t stall;    /* the stall rule that stalls the request's connection, or 0 */
 } ts_decision;
 
 void ts_faults_init(ts_faults *f, uint64_t seed);
@@ -134,6 +142,11 @@ void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision
 int64_t ts_faults_hang_until(ts_faults *f, const ts_client *c, int64_t now, bool count);
 /* Same for freeze_watch windows over a watch stream. */
 int64_t ts_faults_freeze_until(ts_faults *f, const ts_client *c, int64_t now, bool count);
+/*
+ * End of stall rule id (INT64_MAX: until deleted), or 0 if it is gone or
+ * its time is up: the connections it stalled resume then.
+ */
+int64_t ts_faults_stall_until(const ts_faults *f, uint64_t id, int64_t now);
 /* The earliest expiry among the rules (INT64_MAX if none): the timer's cue. */
 int64_t ts_faults_next_expiry(const ts_faults *f);
 

@@ -10,6 +10,12 @@
  * the request again or resumes its data (ts_h2_wake). Everything else runs
  * on that thread: the session is never shared.
  *
+ * Stalls: a request that hits a `stall` rule stalls the whole connection
+ * (transport.c): from then on no frame is sent (no answer, PING or SETTINGS
+ * ACK, WINDOW_UPDATE, watch event), and requests already decoded from what
+ * was read before are deferred, not run; woken streams wait in `woken`.
+ * When the stall ends, ts_h2_wake takes them up in order.
+ *
  * Resets: a `reset` fault, a watch closed with `abort`, and a body that
  * fails end the stream with RST_STREAM (INTERNAL_ERROR): the client sees a
  * stream error (libcurl: CURLE_HTTP2_STREAM; Go: "stream error ...
@@ -53,7 +59,8 @@ typedef struct h2_stream {
     char *method;
     char *path; /* decoded, without the query */
     kvs headers, args;
-    bool started;       /* the request is complete and was run */
+    bool complete;      /* the request is complete (END_STREAM) */
+    bool started;       /* ... and was run */
     bool answered;      /* a response was submitted */
     bool response_done; /* its end went out */
     bool woken;         /* in h->woken (under h->wmu) */
@@ -70,7 +77,8 @@ struct ts_h2 {
     pthread_mutex_t wmu; /* guards woken and the streams' woken flags */
     int32_t *woken;
     size_t nwoken, capwoken;
-    ts_buf pbuf; /* frames not yet encrypted */
+    ts_buf pbuf;   /* frames not yet encrypted */
+    bool deferred; /* complete requests wait for the end of a stall */
 };
 
 /* ---- requests ------------------------------------------------------------- */
@@ -183,11 +191,9 @@ static void st_suspend(ts_conn *c)
     (void)c; /* the caller answers "no data yet" (DEFERRED) or waits to be run again */
 }
 
-/* Any thread, server lock held: the stream is still alive (see stream_free). */
-static void st_resume(ts_conn *c)
+/* Queues st for ts_h2_wake; true if it was not queued yet. */
+static bool queue_woken(ts_h2 *h, h2_stream *st)
 {
-    h2_stream *st = (h2_stream *)c;
-    ts_h2 *h = st->h;
     bool poke = false;
     pthread_mutex_lock(&h->wmu);
     if (!st->woken) {
@@ -206,8 +212,15 @@ static void st_resume(ts_conn *c)
         }
     }
     pthread_mutex_unlock(&h->wmu);
-    if (poke)
-        ts_tconn_poke(h->tc);
+    return poke;
+}
+
+/* Any thread, server lock held: the stream is still alive (see stream_free). */
+static void st_resume(ts_conn *c)
+{
+    h2_stream *st = (h2_stream *)c;
+    if (queue_woken(st->h, st))
+        ts_tconn_poke(st->h->tc);
 }
 
 static void st_set_reset(ts_conn *c)
@@ -215,7 +228,21 @@ static void st_set_reset(ts_conn *c)
     (void)c; /* a failing body resets the stream anyway */
 }
 
-static const ts_conn_ops stream_ops = {st_query, st_header, st_suspend, st_resume, st_set_reset};
+/* On the connection's thread (the request is being run), server lock held. */
+static int st_stall(ts_conn *c, uint64_t rule)
+{
+    ts_tconn_stall(((h2_stream *)c)->h->tc, rule);
+    return 0;
+}
+
+static bool st_gone(ts_conn *c)
+{
+    (void)c; /* a stream lives no longer than its connection */
+    return false;
+}
+
+static const ts_conn_ops stream_ops = {st_query,     st_header, st_suspend, st_resume,
+                                       st_set_reset, st_stall,  st_gone};
 
 static void stream_free(ts_h2 *h, h2_stream *st)
 {
@@ -407,9 +434,35 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         !(f->hd.flags & NGHTTP2_FLAG_END_STREAM))
         return 0;
     h2_stream *st = nghttp2_session_get_stream_user_data(s, f->hd.stream_id);
-    if (st && !st->started)
-        run(h, st);
+    if (!st || st->started)
+        return 0;
+    st->complete = true;
+    /* Read along with the request that stalled the connection: later, in order. */
+    if (h->deferred || ts_tconn_stalled(h->tc)) {
+        h->deferred = true;
+        return 0;
+    }
+    run(h, st);
     return 0;
+}
+
+/* Runs the requests deferred by a stall, oldest first, until one stalls again. */
+static void run_deferred(ts_h2 *h)
+{
+    if (!h->deferred || ts_tconn_stalled(h->tc))
+        return;
+    h->deferred = false;
+    h2_stream *st = h->streams;
+    while (st && st->next)
+        st = st->next;
+    for (; st; st = st->prev) { /* run() frees no stream: closes happen while sending */
+        if (ts_tconn_stalled(h->tc)) {
+            h->deferred = true;
+            return;
+        }
+        if (st->complete && !st->started)
+            run(h, st);
+    }
 }
 
 static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error_code, void *ud)
@@ -461,11 +514,14 @@ fail:
 int ts_h2_recv(ts_h2 *h, const uint8_t *p, size_t n)
 {
     ssize_t rc = nghttp2_session_mem_recv(h->s, p, n);
+    run_deferred(h);
     return rc < 0 ? -1 : 0;
 }
 
 int ts_h2_send(ts_h2 *h)
 {
+    if (ts_tconn_stalled(h->tc))
+        return 0; /* not a frame while stalled */
     while (ts_tconn_pending(h->tc) + h->pbuf.len < TS_TCONN_HIGH) {
         const uint8_t *d;
         ssize_t n = nghttp2_session_mem_send(h->s, &d);
@@ -491,6 +547,8 @@ int ts_h2_send(ts_h2 *h)
 
 void ts_h2_wake(ts_h2 *h)
 {
+    if (ts_tconn_stalled(h->tc))
+        return; /* the woken streams wait in the queue for the end of the stall */
     pthread_mutex_lock(&h->wmu);
     int32_t *ids = h->woken;
     size_t n = h->nwoken;
@@ -506,6 +564,10 @@ void ts_h2_wake(ts_h2 *h)
         h2_stream *st = nghttp2_session_get_stream_user_data(h->s, ids[i]);
         if (!st)
             continue; /* closed meanwhile */
+        if (ts_tconn_stalled(h->tc)) {
+            queue_woken(h, st); /* a request run just now stalled the connection */
+            continue;
+        }
         if (!st->answered) {
             if (st->started)
                 run(h, st);
@@ -514,6 +576,7 @@ void ts_h2_wake(ts_h2 *h)
         }
     }
     free(ids);
+    run_deferred(h);
 }
 
 bool ts_h2_finished(ts_h2 *h)

@@ -164,6 +164,15 @@ void ts_sched_wake_all(ts_sched *s)
         ts_sched_wake(s, s->list.next);
 }
 
+void ts_sched_wake_fd(ts_sched *s, int fd)
+{
+    for (ts_sleeper *sl = s->list.next, *next; sl != &s->list; sl = next) {
+        next = sl->next; /* waking unlinks only sl */
+        if (fd >= 0 && sl->conn->reap_fd == fd)
+            ts_sched_wake(s, sl);
+    }
+}
+
 void ts_sched_kick(ts_sched *s)
 {
     pthread_cond_signal(&s->cv);

@@ -67,6 +67,8 @@ void ts_sched_wake(ts_sched *s, ts_sleeper *sl);
 /* Forgets sl without resuming it (its request or stream is going away). */
 void ts_sched_cancel(ts_sched *s, ts_sleeper *sl);
 void ts_sched_wake_all(ts_sched *s);
+/* Resumes the sleepers of the connection whose reap_fd is fd (fd >= 0). */
+void ts_sched_wake_fd(ts_sched *s, int fd);
 /* Deadlines outside the heap changed (a fault rule): re-run tick() now. */
 void ts_sched_kick(ts_sched *s);
 

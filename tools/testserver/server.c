@@ -142,6 +142,63 @@ json_t *ts_server_connections_json(ts_server *srv)
     return j;
 }
 
+/* ---- stalls (lock held unless said) ------------------------------------- */
+
+typedef struct stall_ctx {
+    ts_faults *faults;
+    int64_t now;
+} stall_ctx;
+
+static bool stall_alive(void *ctx, uint64_t rule)
+{
+    stall_ctx *sc = ctx;
+    return ts_faults_stall_until(sc->faults, rule, sc->now) != 0;
+}
+
+void ts_server_stalls_sync(ts_server *srv, int64_t now)
+{
+    stall_ctx sc = {&srv->faults, now};
+    ts_faults_expire(&srv->faults, now);
+    ts_transport_stall_sync(srv->transport, stall_alive, &sc);
+}
+
+void ts_server_h1_gone(ts_server *srv, int mhd_fd)
+{
+    pthread_mutex_lock(&srv->mu);
+    ts_sched_wake_fd(&srv->sched, mhd_fd);
+    pthread_mutex_unlock(&srv->mu);
+}
+
+/*
+ * The hold of a request that hit a stall rule: the first time, stall its
+ * connection; then wait for the rule's end. True while it holds, with *rc
+ * TS_X_WAIT (parked) or TS_X_DROP (the client left meanwhile: the request
+ * is never run, as a server would find its connection closed); false once
+ * the stall is over.
+ */
+static bool stall_hold(ts_server *srv, ts_exchange *x, int64_t now, int *rc)
+{
+    ts_conn *c = x->conn;
+    int64_t until = ts_faults_stall_until(&srv->faults, x->d.stall, now);
+    *rc = TS_X_DROP;
+    if (!x->stalled && until) {
+        x->stalled = true;
+        if (c->ops->stall(c, x->d.stall) < 0)
+            return true;
+    }
+    if (x->stalled && c->ops->gone(c))
+        return true;
+    if (until) {
+        if (ts_sched_suspend(&srv->sched, &x->sl, until))
+            *rc = TS_X_WAIT;
+        return true;
+    }
+    /* The rule is over: the connection resumes (if nobody saw to it yet), and so do we. */
+    x->d.stall = 0;
+    ts_server_stalls_sync(srv, now);
+    return false;
+}
+
 /* ---- answering ---------------------------------------------------------- */
 
 void ts_answer_free(ts_answer *a)
@@ -376,6 +433,11 @@ int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const ch
                 pthread_mutex_unlock(&srv->mu);
                 return TS_X_DROP;
             }
+            int rc;
+            if (x->d.stall && stall_hold(srv, x, now, &rc)) {
+                pthread_mutex_unlock(&srv->mu);
+                return rc;
+            }
             if (now < until && ts_sched_suspend(&srv->sched, &x->sl, until)) {
                 pthread_mutex_unlock(&srv->mu);
                 return TS_X_WAIT; /* run again when resumed */
@@ -445,7 +507,18 @@ static void h1_set_reset(ts_conn *c)
     ts_transport_h1_reset(h->srv->transport, c->reap_fd);
 }
 
-static const ts_conn_ops h1_ops = {h1_query, h1_header, h1_suspend, h1_resume, h1_set_reset};
+static int h1_stall(ts_conn *c, uint64_t rule)
+{
+    return ts_transport_h1_stall(((h1_conn *)c)->srv->transport, c->reap_fd, rule);
+}
+
+static bool h1_gone(ts_conn *c)
+{
+    return ts_transport_h1_gone(((h1_conn *)c)->srv->transport, c->reap_fd);
+}
+
+static const ts_conn_ops h1_ops = {h1_query,     h1_header, h1_suspend, h1_resume,
+                                   h1_set_reset, h1_stall,  h1_gone};
 
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
@@ -620,7 +693,7 @@ static void on_store_event(void *ctx, const ts_event *ev)
 static int64_t on_tick(void *ctx, int64_t now)
 {
     ts_server *srv = ctx;
-    ts_faults_expire(&srv->faults, now);
+    ts_server_stalls_sync(srv, now); /* expires rules; their stalled connections resume */
     int64_t next = ts_faults_next_expiry(&srv->faults);
     if (srv->cfg.cle) {
         int64_t t = ts_cle_run(srv, now);
@@ -765,9 +838,16 @@ int ts_server_start(ts_server *srv)
         }
         srv->server_url = url.data;
     }
-    if (!srv->transport && !(srv->transport = ts_transport_new(srv))) {
-        close(fd);
-        return -1;
+    if (!srv->transport) {
+        /* Under the lock: the timer thread already runs (ts_server_stalls_sync). */
+        ts_transport *t = ts_transport_new(srv);
+        if (!t) {
+            close(fd);
+            return -1;
+        }
+        pthread_mutex_lock(&srv->mu);
+        srv->transport = t;
+        pthread_mutex_unlock(&srv->mu);
     }
     /*
      * HTTP/1.1 only: no TLS (the transport decrypts) and no listening socket
@@ -837,8 +917,11 @@ void ts_server_stop(ts_server *srv)
 void ts_server_free(ts_server *srv)
 {
     ts_server_stop(srv);
-    ts_transport_free(srv->transport);
+    pthread_mutex_lock(&srv->mu); /* the timer thread still runs */
+    ts_transport *t = srv->transport;
     srv->transport = NULL;
+    pthread_mutex_unlock(&srv->mu);
+    ts_transport_free(t);
     ts_sched_stop(&srv->sched);
     ts_sched_free(&srv->sched);
     ts_cle_free(&srv->cle);

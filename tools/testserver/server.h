@@ -115,6 +115,10 @@ typedef struct ts_conn_ops {
     void (*suspend)(ts_conn *c);   /* lock held; the caller then returns "no data yet" */
     void (*resume)(ts_conn *c);    /* lock held, any thread */
     void (*set_reset)(ts_conn *c); /* the next close is a reset, not a clean end */
+    /* lock held, from the request's own handler: stall the whole connection for
+     * a `stall` rule (transport.h); -1: the client is gone already */
+    int (*stall)(ts_conn *c, uint64_t rule);
+    bool (*gone)(ts_conn *c); /* lock held: the client left (HTTP/1.1 relay closed) */
 } ts_conn_ops;
 
 struct ts_conn {
@@ -192,6 +196,7 @@ typedef struct ts_exchange {
     bool too_large;
     bool control;
     bool hang_counted;
+    bool stalled; /* d.stall stalled the connection; the request waits for the rule's end */
     int64_t latency_until;
     ts_decision d;
     ts_client client; /* strings borrowed from the protocol: valid until ts_exchange_free */
@@ -216,6 +221,15 @@ void ts_answer_free(ts_answer *a); /* frees data or the streamed body */
 
 /* Connection counts per protocol for GET /testserver/v1/stats (lock held). */
 json_t *ts_server_connections_json(ts_server *srv);
+
+/*
+ * Lock held: expires rules, and connections stalled by rules that are over
+ * resume (call it whenever rules may have ended: expiry, delete, reset).
+ */
+void ts_server_stalls_sync(ts_server *srv, int64_t now);
+/* Without the lock (transport): the client left a stalled HTTP/1.1
+ * connection; its held request is woken to be dropped. */
+void ts_server_h1_gone(ts_server *srv, int mhd_fd);
 
 /* ---- api.c: the Kubernetes API (lock held) --------------------------- */
 

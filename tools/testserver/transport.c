@@ -29,6 +29,17 @@
  * a write and the loop alone decides when to read, write and stop reading
  * (back-pressure: above TS_TCONN_HIGH queued bytes a side stops producing).
  *
+ * Stalls (the `stall` fault) model a replica that hangs behind a TCP load
+ * balancer: the kernel keeps the connection and ACKs what the client sends,
+ * the process does nothing with it. A stalled connection's I/O thread reads
+ * nothing from its socket (only EPOLLRDHUP is asked for, so a client that
+ * gives up is still noticed and its connection closed), decrypts nothing
+ * already read, writes nothing (what sits in `out` stays there) and runs no
+ * request; the HTTP/1.1 relay moves nothing either way. The request that
+ * hit the rule is held by its exchange (server.c). When the rule ends,
+ * ts_transport_stall_sync clears the flag and pokes the thread, which takes
+ * up everything where it stopped.
+ *
  * Threads: `threads` I/O threads, each with an epoll set holding the shared
  * listening socket (EPOLLEXCLUSIVE), its own connections and an eventfd for
  * pokes from other threads. A connection lives and dies on the thread that
@@ -112,6 +123,13 @@ struct ts_tconn {
     atomic_bool want_reset;
 
     ts_h2 *h2;
+
+    /* Stall: set and cleared under t->tmu (with the server lock), obeyed by the I/O thread. */
+    atomic_bool stalled;
+    bool stall_seen;                   /* I/O thread: it was stalled when last looked at */
+    bool stall_listed;                 /* in t->stalls (under tmu) */
+    uint64_t stall_rule;               /* under tmu */
+    ts_tconn *stall_prev, *stall_next; /* t->stalls (under tmu) */
 };
 
 struct ts_io {
@@ -136,9 +154,10 @@ struct ts_transport {
     ts_io *ios;
     unsigned nios;
 
-    pthread_mutex_t tmu; /* guards by_fd: relays by libmicrohttpd's descriptor */
+    pthread_mutex_t tmu; /* guards by_fd: relays by libmicrohttpd's descriptor; and stalls */
     ts_tconn **by_fd;
     size_t nby_fd;
+    ts_tconn *stalls; /* stalled connections */
 
     atomic_uint_fast64_t open_h2, total_h2, open_h1, total_h1, tls_failures;
 };
@@ -239,6 +258,89 @@ void ts_tconn_after(ts_tconn *tc, char cmd)
     tc->after = cmd;
 }
 
+/* ---- stalls ------------------------------------------------------------------ */
+
+bool ts_tconn_stalled(const ts_tconn *tc)
+{
+    return atomic_load(&tc->stalled);
+}
+
+/* I/O thread: is tc stalled? Remembers it, so that the end of the stall is seen. */
+static bool tc_stalled(ts_tconn *tc)
+{
+    bool s = atomic_load(&tc->stalled);
+    if (s)
+        tc->stall_seen = true;
+    return s;
+}
+
+/* tmu held. */
+static void stall_locked(ts_transport *t, ts_tconn *tc, uint64_t rule)
+{
+    if (!tc->stall_listed) {
+        tc->stall_prev = NULL;
+        tc->stall_next = t->stalls;
+        if (t->stalls)
+            t->stalls->stall_prev = tc;
+        t->stalls = tc;
+        tc->stall_listed = true;
+    }
+    tc->stall_rule = rule;
+    atomic_store(&tc->stalled, true);
+    ts_tconn_poke(tc); /* its thread drops EPOLLIN */
+}
+
+/* tmu held. */
+static void unstall_locked(ts_transport *t, ts_tconn *tc)
+{
+    if (!tc->stall_listed)
+        return;
+    if (tc->stall_prev)
+        tc->stall_prev->stall_next = tc->stall_next;
+    else
+        t->stalls = tc->stall_next;
+    if (tc->stall_next)
+        tc->stall_next->stall_prev = tc->stall_prev;
+    tc->stall_prev = tc->stall_next = NULL;
+    tc->stall_listed = false;
+    atomic_store(&tc->stalled, false);
+}
+
+void ts_tconn_stall(ts_tconn *tc, uint64_t rule)
+{
+    ts_transport *t = tc->io->t;
+    pthread_mutex_lock(&t->tmu);
+    stall_locked(t, tc, rule);
+    pthread_mutex_unlock(&t->tmu);
+}
+
+void ts_transport_stall_sync(ts_transport *t, bool (*alive)(void *ctx, uint64_t rule), void *ctx)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&t->tmu);
+    for (ts_tconn *tc = t->stalls, *next; tc; tc = next) {
+        next = tc->stall_next;
+        if (!alive(ctx, tc->stall_rule)) {
+            unstall_locked(t, tc);
+            ts_tconn_poke(tc); /* its thread takes up where it stopped */
+        }
+    }
+    pthread_mutex_unlock(&t->tmu);
+}
+
+size_t ts_transport_stalled(ts_transport *t, uint64_t rule)
+{
+    size_t n = 0;
+    if (!t)
+        return 0;
+    pthread_mutex_lock(&t->tmu);
+    for (ts_tconn *tc = t->stalls; tc; tc = tc->stall_next)
+        n += !rule || tc->stall_rule == rule;
+    pthread_mutex_unlock(&t->tmu);
+    return n;
+}
+
 static void unpoke(ts_tconn *tc)
 {
     ts_io *io = tc->io;
@@ -312,6 +414,24 @@ void ts_transport_h1_reset(ts_transport *t, int mhd_fd)
     pthread_mutex_unlock(&t->tmu);
 }
 
+int ts_transport_h1_stall(ts_transport *t, int mhd_fd, uint64_t rule)
+{
+    pthread_mutex_lock(&t->tmu);
+    ts_tconn *tc = table_get(t, mhd_fd);
+    if (tc)
+        stall_locked(t, tc, rule);
+    pthread_mutex_unlock(&t->tmu);
+    return tc ? 0 : -1;
+}
+
+bool ts_transport_h1_gone(ts_transport *t, int mhd_fd)
+{
+    pthread_mutex_lock(&t->tmu);
+    bool gone = !table_get(t, mhd_fd);
+    pthread_mutex_unlock(&t->tmu);
+    return gone;
+}
+
 void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd)
 {
     pthread_mutex_lock(&t->tmu);
@@ -350,6 +470,24 @@ static void conn_update(ts_tconn *tc)
     uint32_t sock = 0, pair = 0;
     size_t out = ts_tconn_pending(tc);
     bool room;
+    if (tc_stalled(tc)) {
+        /*
+         * Only a hang-up (EPOLLRDHUP; EPOLLHUP and EPOLLERR always come): the
+         * client that gives up is noticed, what it sends stays in the kernel.
+         * The relay leaves the epoll set: libmicrohttpd's end must not wake
+         * us while nothing may move.
+         */
+        sock = EPOLLRDHUP;
+        if (ep_set(tc->io, tc->fd, &tc->sock_ev, &tc->sock_mask, sock, &tc->sock_registered) < 0) {
+            conn_close(tc, false);
+            return;
+        }
+        if (tc->pair_fd >= 0 && tc->pair_registered) {
+            epoll_ctl(tc->io->epfd, EPOLL_CTL_DEL, tc->pair_fd, NULL);
+            tc->pair_registered = false;
+        }
+        return;
+    }
     switch (tc->state) {
     case TC_HANDSHAKE:
         room = true;
@@ -413,6 +551,16 @@ static void conn_close(ts_tconn *tc, bool rst)
         tc->h2 = NULL;
     }
     close_pair(tc);
+    pthread_mutex_lock(&t->tmu);
+    bool was_stalled = tc->stall_listed;
+    unstall_locked(t, tc);
+    pthread_mutex_unlock(&t->tmu);
+    /*
+     * The client left a stalled HTTP/1.1 connection: libmicrohttpd does not
+     * look at the suspended request that stalled it; wake it to drop it.
+     */
+    if (was_stalled && tc->mhd_fd >= 0)
+        ts_server_h1_gone(t->srv, tc->mhd_fd);
     if (rst) {
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         setsockopt(tc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
@@ -532,6 +680,8 @@ static void conn_pump(ts_tconn *tc)
     for (;;) {
         if (tc->dead)
             return;
+        if (tc_stalled(tc))
+            break; /* what was read stays in `in` until the stall ends */
         if (tc->state == TC_HANDSHAKE) {
             int rc = gnutls_handshake(tc->tls);
             if (rc == GNUTLS_E_AGAIN || rc == GNUTLS_E_INTERRUPTED)
@@ -583,6 +733,10 @@ static void conn_pump(ts_tconn *tc)
     }
     if (tc->dead)
         return;
+    if (tc_stalled(tc)) {
+        conn_update(tc);
+        return;
+    }
     if (tc->state == TC_H2) {
         if (ts_h2_send(tc->h2) < 0 || ts_h2_finished(tc->h2)) {
             conn_finish(tc);
@@ -597,6 +751,10 @@ static void conn_pump(ts_tconn *tc)
 /* Writes out to the socket; then produces more if it drained. */
 static void conn_flush(ts_tconn *tc)
 {
+    if (!tc->dead && tc_stalled(tc)) {
+        conn_update(tc); /* nothing goes out, not even what is queued */
+        return;
+    }
     for (int round = 0; round < 8 && !tc->dead; round++) {
         while (tc->out.len > tc->out_off) {
             ssize_t w =
@@ -699,6 +857,14 @@ static void relay_to_mhd(ts_tconn *tc)
 
 static void on_sock(ts_tconn *tc, uint32_t events)
 {
+    if (tc_stalled(tc)) {
+        /* Nothing is read; a client that gave up (FIN, RST) closes the connection. */
+        if (events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+            conn_close(tc, false);
+        else
+            conn_update(tc);
+        return;
+    }
     if ((events & EPOLLERR) || ((events & EPOLLHUP) && tc->sock_eof)) {
         conn_close(tc, false); /* reset, or gone both ways */
         return;
@@ -740,6 +906,10 @@ static void on_pair(ts_tconn *tc, uint32_t events)
 {
     if (tc->pair_fd < 0)
         return; /* closed earlier in this round */
+    if (tc_stalled(tc)) {
+        conn_update(tc);
+        return;
+    }
     if (events & EPOLLOUT) {
         relay_to_mhd(tc);
         conn_pump(tc); /* room again: decrypt what waits */
@@ -814,6 +984,15 @@ static void on_wake(ts_io *io)
         char after = tc->poke_after;
         tc->poke_after = 0;
         pthread_mutex_unlock(&io->mu);
+        if (tc_stalled(tc)) {
+            if (after)
+                tc->after = after; /* sent once the stall is over and the answer out */
+            conn_update(tc);
+            continue;
+        }
+        /* The stall is over: take up what waits (read, queued, deferred). */
+        bool resumed = tc->stall_seen;
+        tc->stall_seen = false;
         if (tc->state == TC_H2) {
             ts_h2_wake(tc->h2);
             if (tc->dead)
@@ -831,6 +1010,8 @@ static void on_wake(ts_io *io)
         }
         if (!tc->dead)
             conn_flush(tc);
+        if (resumed && !tc->dead)
+            conn_pump(tc);
     }
 }
 
@@ -999,9 +1180,11 @@ json_t *ts_transport_stats_json(ts_transport *t)
 {
     if (!t)
         return json_object();
-    return json_pack(
-        "{s:{s:I, s:I}, s:{s:I, s:I}, s:I}", "h2", "open", (json_int_t)atomic_load(&t->open_h2),
-        "total", (json_int_t)atomic_load(&t->total_h2), "http1", "open",
-        (json_int_t)atomic_load(&t->open_h1), "total", (json_int_t)atomic_load(&t->total_h1),
-        "tls_failures", (json_int_t)atomic_load(&t->tls_failures));
+    return json_pack("{s:{s:I, s:I}, s:{s:I, s:I}, s:I, s:I}", "h2", "open",
+                     (json_int_t)atomic_load(&t->open_h2), "total",
+                     (json_int_t)atomic_load(&t->total_h2), "http1", "open",
+                     (json_int_t)atomic_load(&t->open_h1), "total",
+                     (json_int_t)atomic_load(&t->total_h1), "tls_failures",
+                     (json_int_t)atomic_load(&t->tls_failures), "stalled",
+                     (json_int_t)ts_transport_stalled(t, 0));
 }

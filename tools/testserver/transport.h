@@ -38,8 +38,26 @@ bool ts_transport_h1_cert_ok(ts_transport *t, int mhd_fd);
 void ts_transport_h1_reset(ts_transport *t, int mhd_fd);
 /* sends cmd to the main thread once what libmicrohttpd wrote is on the wire */
 void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd);
+/* stalls the connection for rule (see Stalls below); -1: the client is gone */
+int ts_transport_h1_stall(ts_transport *t, int mhd_fd, uint64_t rule);
+/* the relay is closed (the client left, or the server is going down) */
+bool ts_transport_h1_gone(ts_transport *t, int mhd_fd);
 
-/* {"h2": {"open", "total"}, "http1": {...}, "tls_failures"} (counters survive restarts). */
+/*
+ * Stalls (the `stall` fault), with the server lock held. A stalled
+ * connection is left alone by its I/O thread: nothing is read from its
+ * socket or decrypted, nothing written (not even what was queued), no
+ * request run; only the client's leaving (FIN, RST) is noticed, and closes
+ * it. It resumes where it stopped once ts_transport_stall_sync finds its
+ * rule over.
+ */
+/* Connections whose rule alive() no longer reports resume. */
+void ts_transport_stall_sync(ts_transport *t, bool (*alive)(void *ctx, uint64_t rule), void *ctx);
+/* How many connections rule stalls now (0: all rules). */
+size_t ts_transport_stalled(ts_transport *t, uint64_t rule);
+
+/* {"h2": {"open", "total"}, "http1": {...}, "tls_failures", "stalled"}; the
+ * counters survive restarts. */
 json_t *ts_transport_stats_json(ts_transport *t);
 
 /* ---- for h2.c ----------------------------------------------------------- */
@@ -55,6 +73,10 @@ bool ts_tconn_cert_ok(const ts_tconn *tc);
 void ts_tconn_poke(ts_tconn *tc);
 /* I/O thread: send cmd to the main thread once everything queued is on the wire. */
 void ts_tconn_after(ts_tconn *tc, char cmd);
+/* I/O thread, server lock held: stall the connection for rule (see Stalls above). */
+void ts_tconn_stall(ts_tconn *tc, uint64_t rule);
+/* Any thread: the connection is stalled now. */
+bool ts_tconn_stalled(const ts_tconn *tc);
 
 /* h2.c: one HTTP/2 server session per connection, on its I/O thread. */
 typedef struct ts_h2 ts_h2;
@@ -63,7 +85,8 @@ ts_h2 *ts_h2_new(ts_server *srv, ts_tconn *tc);
 int ts_h2_recv(ts_h2 *h, const uint8_t *p, size_t n);
 /* Queues frames until nothing is left or the connection is full. -1: close. */
 int ts_h2_send(ts_h2 *h);
-/* Streams woken by other threads: answer held requests, resume bodies. */
+/* Streams woken by other threads: answer held requests, resume bodies; after
+ * a stall, run the requests that arrived during it. Nothing while stalled. */
 void ts_h2_wake(ts_h2 *h);
 /* Both sides are done (GOAWAY exchanged, or a fatal error). */
 bool ts_h2_finished(ts_h2 *h);
