@@ -75,6 +75,9 @@ struct stream {
     kl__http_req *req;
     kl__http_req *probe; /* a GET asking whether the stream's connection answers */
     int64_t last_probe;  /* when the last probe was answered */
+    uint64_t expect_rv;  /* a probe saw this resourceVersion: the stream must show it */
+    int64_t expect_by;   /* by then (a retry period after the probe's answer) */
+    int behind;          /* resumed for missing it: not healthy until it speaks */
     kl__timer retry, health;
     kl__line_splitter lines;
     char *rv;      /* resume point; NULL: list first */
@@ -401,6 +404,8 @@ static void arm_health(stream *st)
         if (quiet_since + probe_after(st) < at)
             at = quiet_since + probe_after(st);
     }
+    if (st->expect_rv && st->expect_by < at)
+        at = st->expect_by;
     if (!st->health.slot || st->health.at > at)
         kl__timer_arm(loop, &st->health, at);
 }
@@ -408,7 +413,7 @@ static void arm_health(stream *st)
 static void update_health(stream *st)
 {
     int64_t now = kl__loop_now(st->inf->loop);
-    int healthy = st->connected && now - st->last_activity < window(st);
+    int healthy = st->connected && !st->behind && now - st->last_activity < window(st);
 
     if (healthy != st->healthy || st->mixed)
         set_health(st, healthy);
@@ -418,6 +423,7 @@ static void update_health(stream *st)
 static void activity(stream *st)
 {
     st->last_activity = kl__loop_now(st->inf->loop);
+    st->behind = 0;
     if (!st->healthy || st->mixed)
         update_health(st);
 }
@@ -458,21 +464,42 @@ static void on_probe(const kl__http_result *res, void *arg)
         /* It timed out: its connection is abandoned, and the stream with
          * it if it was there (it then resumes on a new one). */
         kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", st->what, res->errmsg);
-    } else if (res->status == 200 && st->req &&
+    } else if (res->status == 200 && st->req && !st->behind &&
                kl__lease_parse(&lease, res->body, res->body_len) == 0 &&
                rv_parse(lease->rv, &seen) && rv_parse(st->rv, &streamed) && seen > streamed) {
-        /* The Lease changed and the stream did not say so: it is on a
-         * connection that answers nothing (another than the probe's, or
-         * over HTTP/1.1 its own). Resume it on the one that answers. */
-        kl__log_printf(inf->log, K8SLEASE_LOG_WARN,
-                       "%s: silent while lease %s changed (resourceVersion %s after %s); "
-                       "resuming it",
-                       st->what, lease->name, lease->rv, st->rv);
-        restart(st);
+        /* The Lease changed: the stream must say so soon (its event may
+         * just be on the way), or it is on a connection that answers
+         * nothing (on_health). */
+        st->expect_rv = seen;
+        st->expect_by = st->last_probe + st->rp;
     }
     kl__lease_free(lease);
     arm_health(st);
     leave(inf);
+}
+
+/* A probe saw a change the stream did not show in time: the stream is on
+ * a connection that answers nothing (another than the probe's, or over
+ * HTTP/1.1 its own). Resume it, on a new connection; it counts as not
+ * healthy until it delivers something. Once: if the resumed stream stays
+ * silent too, the health rules take it from there. */
+static void check_expected(stream *st, int64_t now)
+{
+    uint64_t streamed = 0;
+
+    if (!st->expect_rv || now < st->expect_by)
+        return;
+    if (st->req && (!rv_parse(st->rv, &streamed) || streamed < st->expect_rv)) {
+        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN,
+                       "%s: silent while its lease changed (resourceVersion %llu, it showed %s); "
+                       "resuming it",
+                       st->what, (unsigned long long)st->expect_rv, st->rv ? st->rv : "none");
+        st->behind = 1;
+        st->expect_rv = 0;
+        restart(st);
+        return;
+    }
+    st->expect_rv = 0;
 }
 
 /* Ask the server for one of the stream's Leases: over HTTP/2 on the
@@ -505,6 +532,7 @@ static void on_health(kl__timer *t, void *arg)
 
     (void)t;
     enter(inf);
+    check_expected(st, now);
     if (st->connected && !st->probe && quiet >= probe_after(st) &&
         now - st->last_probe >= probe_after(st))
         probe(st);
@@ -850,7 +878,8 @@ static void on_open(void *arg)
     enter(inf);
     st->connected = 1;
     st->failures = 0;
-    activity(st);
+    if (!st->behind) /* resumed for missing a change: healthy once it speaks */
+        activity(st);
     update_health(st);
     leave(inf);
 }
