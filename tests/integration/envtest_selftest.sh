@@ -14,7 +14,9 @@
 # objects kept; a start on a port something else listens on fails at once,
 # saying so; etcd killed and started (same data); rotate-token (the new
 # token works, the old one gets 401). Exits 1 at the first failure, saying
-# which.
+# which. (With K8SLEASE_ENVTEST_REPLICAS >= 2 it drives replica 1 and the
+# kube-apiservers' own port; envtest_ha_selftest.sh checks the replicas and
+# the balancer.)
 set -eu
 me=envtest_selftest.sh
 
@@ -108,7 +110,10 @@ restore() {
     if [ "$status" -ne 0 ]; then
         echo "$me: failed (exit status $status); starting what is down again" >&2
         "$ctl" etcd start >/dev/null 2>&1 || true
-        "$ctl" apiserver start >/dev/null 2>&1 || true
+        # With K8SLEASE_ENVTEST_REPLICAS >= 2, the other replicas and haproxy too.
+        for n in apiserver apiserver2 apiserver3 lb; do
+            "$ctl" "$n" start >/dev/null 2>&1 || true
+        done
     fi
 }
 trap restore EXIT

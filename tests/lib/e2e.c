@@ -254,13 +254,52 @@ static void delete_namespaces(void)
 
 /* ---- process faults ----------------------------------------------------- */
 
-bool e2e_has_ctl(const char *proc)
+static bool envtest_ctl(void)
 {
     const char *ctl = getenv("K8SLEASE_ENVTEST_CTL");
 
+    return ctl && ctl[0] && getenv("K8SLEASE_TEST_KUBECONFIG");
+}
+
+int e2e_replicas(void)
+{
+    static int replicas; /* 0: not asked yet */
+    const char *ctl = getenv("K8SLEASE_ENVTEST_CTL");
+    char cmd[4096], line[32];
+    FILE *f;
+    int n;
+
+    if (server || !envtest_ctl())
+        return 1;
+    if (replicas)
+        return replicas;
+    replicas = 1;
+    snprintf(cmd, sizeof(cmd), "'%s' replicas", ctl);
+    f = popen(cmd, "r");
+    if (!f) {
+        fprintf(stderr, "e2e_replicas: %s: %s\n", cmd, strerror(errno));
+        return replicas;
+    }
+    if (fgets(line, sizeof(line), f) && sscanf(line, "%d", &n) == 1 && n >= 1)
+        replicas = n;
+    if (pclose(f) != 0)
+        fprintf(stderr, "e2e_replicas: %s failed; taking 1\n", cmd);
+    return replicas;
+}
+
+bool e2e_has_ctl(const char *proc)
+{
     if (server)
         return strcmp(proc, "apiserver") == 0;
-    return ctl && ctl[0] && getenv("K8SLEASE_TEST_KUBECONFIG");
+    if (!envtest_ctl())
+        return false;
+    /* The replicas and the balancer exist only with
+     * K8SLEASE_ENVTEST_REPLICAS >= 2; every other name goes to the script. */
+    if (!strcmp(proc, "lb"))
+        return e2e_replicas() >= 2;
+    if (!strncmp(proc, "apiserver", 9) && proc[9] >= '2' && proc[9] <= '9' && !proc[10])
+        return e2e_replicas() >= proc[9] - '0';
+    return true;
 }
 
 /* The actions that end with the process started again: their failure

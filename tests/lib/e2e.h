@@ -50,8 +50,12 @@ const char *e2e_namespace(const char *prefix);
 
 /*
  * Process faults on the server under test. proc: "apiserver" or "etcd";
- * action: "kill", "start", "restart", "stop" (SIGSTOP), "cont" (SIGCONT),
- * and "rotate-token" (apiserver) and "wipe" (etcd) of envtest.sh.
+ * under envtest.sh with K8SLEASE_ENVTEST_REPLICAS=N (N kube-apiservers
+ * behind haproxy) "apiserver" is replica 1, "apiserver2" and "apiserver3"
+ * the others, and "lb" haproxy (kill, start, restart: every connection
+ * through it ends). action: "kill", "start", "restart", "stop" (SIGSTOP),
+ * "cont" (SIGCONT), and "rotate-token" (apiserver) and "wipe" (etcd) of
+ * envtest.sh; names and actions go to its ctl script as they are.
  * Under tests/integration/envtest.sh they act on the real processes
  * ($K8SLEASE_ENVTEST_CTL; start, restart, rotate-token and wipe return
  * once the process answers again, the apiserver once it also has
@@ -65,6 +69,13 @@ const char *e2e_namespace(const char *prefix);
  */
 bool e2e_has_ctl(const char *proc);
 int e2e_ctl(const char *proc, const char *action);
+
+/* How many kube-apiservers serve the kubeconfig: N under envtest.sh with
+ * K8SLEASE_ENVTEST_REPLICAS=N (behind haproxy; its ctl's "replicas"), 1 on
+ * k8slease-testserver, a single kube-apiserver or any other server. A test
+ * of replicas skips when it is below 2. e2e_has_ctl("apiserver2") and
+ * e2e_has_ctl("lb") are false below 2 too. */
+int e2e_replicas(void);
 
 /* Under envtest.sh: the path of a file of its directory (e.g.
  * "kubeconfig-user", "kubeconfig-tokenfile"; see envtest.sh), NULL
