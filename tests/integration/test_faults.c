@@ -263,6 +263,119 @@ static void wait_seen_leader(cand *cb, const char *leader)
     }
 }
 
+/* A client of its own, whose requests carry user_agent (for the test
+ * server's fault rules). */
+static k8slease_client *client_as(const char *user_agent)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+
+    o.user_agent = user_agent;
+    if (k8slease_client_new(&c, &o) != 0)
+        fail_msg("client: %s", k8slease_error_last());
+    return c;
+}
+
+/*
+ * A connection that answers nothing (the test server's stall fault: what a
+ * hung kube-apiserver replica behind a load balancer looks like): the
+ * leader's renewal on it times out, the connection is abandoned, the next
+ * attempt goes on a new one, and the term goes on. Everything else on the
+ * stalled connection (the leader's own watch) moves with it.
+ */
+static void stalled_connection_costs_no_term(void **state)
+{
+    k8slease_client *ca_client;
+    cand ca;
+    k8slease_elector *a;
+    int64_t epoch = -1, stalled_at, back_at = 0;
+    k8slease_elector_stats before;
+
+    (void)state;
+    e2e_need_testserver("needs a connection that stalls while new ones are served (a hung "
+                        "replica behind a load balancer: test_ha)");
+    ca_client = client_as("stall-leader");
+    a = start(ca_client, "faults-stall", "a:1", &ca);
+    assert_int_equal(k8slease_elector_wait_elected(a, WAIT_MS, &epoch), 0);
+    before = stats(a);
+    /* The next renewal's connection stalls (and, over HTTP/2, the watch
+     * stream on it). */
+    e2e_add_fault("{\"kind\":\"stall\",\"count\":1,\"match\":{\"verb\":\"update\","
+                  "\"user_agent\":\"stall-leader\"}}");
+    stalled_at = e2e_mono_ms();
+    while (e2e_mono_ms() - stalled_at < 4 * RD_MS) {
+        k8slease_elector_stats st = stats(a);
+
+        if (!back_at && st.transport_errors > before.transport_errors &&
+            st.last_renew_ns > before.last_renew_ns && st.renewals > before.renewals + 1)
+            back_at = e2e_mono_ms();
+        if (!k8slease_elector_is_leader(a))
+            fail_msg("a lost its term %lld ms after its connection stalled",
+                     (long long)(e2e_mono_ms() - stalled_at));
+        e2e_pause_ms(10);
+    }
+    print_message("the stalled renewal timed out; renewing again %lld ms after the stall "
+                  "(request timeout %d ms)\n",
+                  (long long)(back_at - stalled_at), (RD_MS - RP_MS) / 2);
+    assert_true(back_at > 0);
+    assert_int_equal(k8slease_elector_epoch(a), epoch);
+    assert_int_equal(stats(a).terms, 1);
+    pthread_mutex_lock(&ca.mu);
+    assert_int_equal(ca.stopped_at, 0);
+    pthread_mutex_unlock(&ca.mu);
+    /* The leader's watch is on a new connection too: healthy. */
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; !stats(a).watch_healthy; e2e_pause_ms(20))
+        if (e2e_mono_ms() > deadline)
+            fail_msg("a's watch not healthy %d ms after its connection stalled", WAIT_MS);
+    k8slease_elector_free(a);
+    k8slease_client_free(ca_client);
+}
+
+/*
+ * A follower sends nothing while its watch is healthy, so a stalled
+ * connection under its watch shows no failing request: the silent stream
+ * is probed (a GET after 2 x retry_period), the probe times out, the
+ * connection is abandoned, and the stream resumes on a new one: the
+ * follower sees the leader's renewals again, well before the 75 s after
+ * which a silent stream is restarted anyway.
+ */
+static void stalled_watch_connection_is_probed(void **state)
+{
+    k8slease_client *cb_client;
+    cand ca, cb;
+    k8slease_elector *a, *b;
+    int64_t stalled_at, back_at = 0;
+    uint64_t events0;
+
+    (void)state;
+    e2e_need_testserver("needs a connection that stalls while new ones are served");
+    a = start(client, "faults-stall-watch", "a:1", &ca);
+    elected(a, "a");
+    /* The follower's first watch request stalls its connection. */
+    e2e_add_fault("{\"kind\":\"stall\",\"count\":1,\"match\":{\"verb\":\"watch\","
+                  "\"user_agent\":\"stall-follower\"}}");
+    cb_client = client_as("stall-follower");
+    b = start(cb_client, "faults-stall-watch", "b:1", &cb);
+    wait_seen_leader(&cb, "a:1"); /* from the list, before the watch */
+    stalled_at = e2e_mono_ms();
+    events0 = stats(b).watch_events;
+    for (int64_t deadline = stalled_at + WAIT_MS; !back_at; e2e_pause_ms(10)) {
+        k8slease_elector_stats st = stats(b);
+
+        if (st.watch_events > events0 + 1 && st.watch_healthy)
+            back_at = e2e_mono_ms();
+        else if (e2e_mono_ms() > deadline)
+            fail_msg("b's watch not back %d ms after its connection stalled", WAIT_MS);
+    }
+    print_message("b's watch back %lld ms after its connection stalled (retry period %d ms)\n",
+                  (long long)(back_at - stalled_at), RP_MS);
+    assert_int_equal(stats(b).terms, 0);
+    assert_true(k8slease_elector_is_leader(a));
+    k8slease_elector_free(b);
+    k8slease_elector_free(a);
+    k8slease_client_free(cb_client);
+}
+
 /*
  * a leads, b follows; then the server stops answering for longer than the
  * renew deadline: `down` is applied to `proc` (NULL: the test server's hang
@@ -597,6 +710,8 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(conflict_storm_keeps_one_leader),
+        cmocka_unit_test(stalled_connection_costs_no_term),
+        cmocka_unit_test(stalled_watch_connection_is_probed),
         cmocka_unit_test(token_rotation_is_followed),
         cmocka_unit_test(hang_longer_than_renew_deadline),
         cmocka_unit_test(restart_keeping_state),

@@ -37,7 +37,6 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <errno.h>
-#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -51,6 +50,7 @@
 #include <jansson.h>
 
 #include "e2e.h"
+#include "testlib.h"
 #include "k8slease.h"
 #include "libk8s_lease_wrapper.h"
 
@@ -611,29 +611,12 @@ static int child_main(const char *child_ns, const char *lease)
     return 0;
 }
 
-/* Read one line from fd within ms (into buf); fails the test otherwise. */
+/* Read one line of the child's within ms (into buf); fails the test
+ * otherwise. */
 static void read_line(int fd, char *buf, size_t size, int ms, const char *what)
 {
-    size_t n = 0;
-    int64_t until = mono_ns() + (int64_t)ms * MS;
-
-    for (;;) {
-        struct pollfd p = {fd, POLLIN, 0};
-        int64_t left = (until - mono_ns()) / MS;
-        ssize_t r;
-
-        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
-            fail_msg("child: no \"%s\" line within %d ms", what, ms);
-        r = read(fd, buf + n, 1);
-        if (r <= 0)
-            fail_msg("child: output ended before \"%s\"", what);
-        if (buf[n] == '\n') {
-            buf[n] = '\0';
-            return;
-        }
-        if (n + 2 < size)
-            n++;
-    }
+    if (kl_test_read_line(fd, buf, size, ms) != 0)
+        fail_msg("child: no \"%s\" line within %d ms (got \"%s\")", what, ms, buf);
 }
 
 static char self_path[4096];

@@ -23,4 +23,13 @@ char *kl_test_base64(const char *data);
  * to it is refused. Fails the running cmocka test if none can be had. */
 int kl_test_closed_port(void);
 
+/* One line from fd (a child's stdout) within timeout_ms, without its
+ * newline, into buf (longer lines are cut): 0, or -1 on timeout or end of
+ * output (buf then holds what came). */
+int kl_test_read_line(int fd, char *buf, size_t size, int timeout_ms);
+/* Everything until fd's end of output, within timeout_ms: *out malloc'ed
+ * and NUL-terminated (also on failure, with what came), *len its length;
+ * 0, or -1 on timeout, read error or out of memory. */
+int kl_test_read_all(int fd, char **out, size_t *len, int timeout_ms);
+
 #endif
