@@ -3,6 +3,10 @@
  *
  *   k8slease-chaos-candidate --name cand-a --lease chaos --timing LD/RD/RP
  *       (--kubeconfig FILE | --etcd-endpoints URLS) [--sample-ms 1]
+ *       [--seed-abi 1] [--naive 1]
+ *
+ * (--seed-abi: the candidate is a program on the seed ABI; see "Seed-ABI
+ * mode" at the end of this comment.)
  *
  * It campaigns for one Lease (or etcd election) in a loop: an elector runs
  * one term, so after every term (and after every election that ended
@@ -57,8 +61,11 @@
  * thing in on_started_leading, which runs after t_store.
  *
  * LOSE, upper bound of the end, min(seen, final deadline):
- *  - seen: the clock read in on_stopped_leading (after the store of 0), or
- *    after the first sampled read of 0 in this term, whichever is earlier;
+ *  - seen: the earliest of the clock read in on_stopped_leading (after the
+ *    store of 0), the one after the first sampled read of 0 in this term,
+ *    and the one after k8slease_elector_wait_lost returned 0 (it returns
+ *    once the term is over: at on_stopped_leading, or by the clock at the
+ *    deadline, possibly before the callback ran and before a sample read 0);
  *  - final deadline: the largest deadline this term ever stored. The
  *    callback and the samples read most of them, but a renewal may move the
  *    deadline just before the term ends (or the process is frozen) without
@@ -80,6 +87,45 @@
  * is_leader would: a leader frozen by SIGSTOP then claims its term until it
  * wakes up, and the observer must report overlaps (k8slease-chaos
  * --naive-candidates proves the suite can fail).
+ *
+ * == Seed-ABI mode (--seed-abi 1) ==
+ *
+ * The candidate is a program on libk8s_lease_wrapper.h driving it as
+ * Mooncake's master does (/work/shared/consumer): K8sLeaseInit (the client
+ * from $KUBECONFIG, which we set to --kubeconfig), then in a loop on one
+ * "master" thread: K8sLeaseRunElection(ns, lease, name, LD, RD, RP in whole
+ * seconds: --timing must be whole seconds), K8sLeaseWaitElected with a
+ * timeout of 2 x LD (Mooncake's kElectionTimeoutSec); on its timeout
+ * K8sLeaseCancelElection and K8sLeaseGetHolder, as Mooncake's
+ * TryAcquireLeadership, and campaign again; once elected, block in
+ * K8sLeaseWaitLost, whose return ends the term, and campaign again at once
+ * (K8sLeaseRunElection is allowed as soon as the old term is over). Unlike
+ * Mooncake's standby we do not wait for K8sLeaseGetHolder to show no holder
+ * before campaigning: against native candidates that act on watch events
+ * the seed-ABI one would then hardly ever lead.
+ *
+ * Such a program has no is_leader: it leads from the return of
+ * K8sLeaseWaitElected to the return of K8sLeaseWaitLost, and that is the
+ * term it reports: ELECTED with the clock read right after WaitElected
+ * returned, LOST with the clock read right after WaitLost returned (the
+ * program is leader until it has read it: both bounds are exact for this
+ * program). WaitElected returns after is_leader turned true, so the start
+ * is late, never early; the end is what the check is about: it must come
+ * before the next term's start.
+ *
+ * The main thread handles the signals and the heartbeats: SIGUSR1/SIGUSR2
+ * while leading call K8sLeaseCancelElection (a graceful handover, as
+ * Mooncake's ReleaseLeadership; SIGUSR2 then sits out LD before the next
+ * K8sLeaseRunElection), SIGTERM cancels and ends the loop, SIGCONT writes
+ * CONT with what the program believes (1: WaitLost has not returned), for
+ * information only: the driver checks instead that WaitLost returns within
+ * 1 s of the thaw. The seed ABI's log lines go to stderr (the driver keeps
+ * them in its log).
+ *
+ * --naive 1 with --seed-abi makes the mutant of the old bug: LOST reports
+ * WaitLost's return + renew_deadline, as a WaitLost that returned only once
+ * the release and the requests to a hung server were over; the observer
+ * must report overlaps (k8slease-chaos --naive-seed-abi).
  */
 #define _DEFAULT_SOURCE /* prctl() */
 #include <errno.h>
@@ -96,15 +142,39 @@
 
 #include "chaos.h"
 #include "k8slease.h"
+#include "libk8s_lease_wrapper.h"
 
 #define HB_INTERVAL_NS   CHAOS_NS_PER_S
 #define WAIT_CALLBACK_MS 10000
+
+/* Seed-ABI mode: where the program is (mu held). */
+typedef enum seed_state {
+    SEED_IDLE,        /* no election of ours running: between two, or pausing */
+    SEED_CAMPAIGNING, /* K8sLeaseRunElection returned, K8sLeaseWaitElected not yet */
+    SEED_LEADING,     /* WaitElected returned 0, WaitLost not yet: the program's term */
+} seed_state;
+
+/* Seed-ABI mode: shared by the main thread (signals, heartbeats) and the
+ * master thread (the election calls). */
+typedef struct seed {
+    pthread_mutex_t mu;
+    seed_state state;
+    int quit;            /* SIGTERM: no new election */
+    int done;            /* the master thread is over */
+    int failed;          /* ... because a call failed that must not */
+    int64_t cancel_ns;   /* the program cancelled its term then (0: not) */
+    int64_t pause_until; /* SIGUSR2: no campaign before this */
+    char ns[254];
+    int ld_s, rd_s, rp_s;
+} seed;
 
 typedef struct cand {
     const char *name, *lease, *kubeconfig, *etcd_endpoints;
     chaos_timing t;
     int64_t sample_ms;
     int etcd;
+    int seed_abi; /* --seed-abi: a program on libk8s_lease_wrapper.h */
+    seed s;
     int naive;            /* --naive: LOSE when seen, ignoring the deadline (a mutant, see below) */
     int64_t lead_span_ns; /* first deadline - this <= the start of the acquiring write */
     int64_t lose_span_ns; /* last_renew_ns + this >= every deadline */
@@ -129,6 +199,8 @@ typedef struct term {
 
 static const char *self = "?";
 static volatile sig_atomic_t quit_flag, release_flag, cont_flag, cont_leader;
+/* Seed-ABI mode: the program believes it leads (for the SIGCONT handler). */
+static atomic_int seed_leading;
 /* The elector of the current campaign, for the SIGCONT handler; set to NULL
  * before the elector is freed. The handler runs on the main thread only
  * (the other threads block the signal), so it never sees a freed one. */
@@ -171,7 +243,7 @@ static void on_signal(int sig)
         k8slease_elector *e = atomic_load(&current);
         int64_t d = e ? k8slease_elector_leader_deadline(e) : 0;
 
-        cont_leader = d != 0 && chaos_now_ns() < d;
+        cont_leader = e ? d != 0 && chaos_now_ns() < d : atomic_load(&seed_leading);
         cont_flag = 1;
     } else {
         quit_flag = 1;
@@ -306,7 +378,8 @@ static void report_term(cand *c, term *t, k8slease_elector *e, int64_t lead_lo,
         over = k8slease_elector_wait_lost(e, c->sample_ms) == 0;
     }
 
-    int64_t seen = zero_seen, dfinal = dmax, last_renew = 0;
+    /* wait_lost returned 0: the term is over by now. */
+    int64_t seen = min64(zero_seen, chaos_now_ns()), dfinal = dmax, last_renew = 0;
 
     pthread_mutex_lock(&t->mu);
     if (t->stopped) {
@@ -400,6 +473,223 @@ static int campaign(cand *c)
     return 0;
 }
 
+/* ---- Seed-ABI mode (see the top comment) -------------------------------- */
+
+static void seed_free(char **err)
+{
+    free(*err); /* the seed ABI's strings are malloc'ed; the caller frees them */
+    *err = NULL;
+}
+
+/* The master thread: Mooncake's election loop over the seed ABI. */
+static void *seed_master(void *arg)
+{
+    cand *c = arg;
+    seed *s = &c->s;
+    char *lease = (char *)c->lease, *name = (char *)c->name, *err = NULL;
+    int timeout_s = 2 * s->ld_s; /* Mooncake: kElectionTimeoutSec = 2 x lease */
+
+    for (;;) {
+        long long epoch = 0;
+        int64_t t_elected, t_lost, cancel_ns, pause;
+        int rc, quit;
+
+        for (;;) { /* the pause SIGUSR2 asked for */
+            struct timespec ts = {0, 10 * CHAOS_NS_PER_MS};
+
+            pthread_mutex_lock(&s->mu);
+            quit = s->quit;
+            pause = s->pause_until;
+            pthread_mutex_unlock(&s->mu);
+            if (quit || chaos_now_ns() >= pause)
+                break;
+            nanosleep(&ts, NULL);
+        }
+        /* Under mu: a SIGTERM either comes before (no election) or cancels it. */
+        pthread_mutex_lock(&s->mu);
+        if (s->quit) {
+            pthread_mutex_unlock(&s->mu);
+            break;
+        }
+        c->campaign++;
+        emit(chaos_now_ns(), "CAMPAIGN", "%d", c->campaign);
+        rc = K8sLeaseRunElection(s->ns, lease, name, s->ld_s, s->rd_s, s->rp_s, &err);
+        s->state = rc == 0 ? SEED_CAMPAIGNING : SEED_IDLE;
+        pthread_mutex_unlock(&s->mu);
+        if (rc < 0) {
+            /* Never expected: the previous term is over when we get here. */
+            emit(chaos_now_ns(), "ERR", "K8sLeaseRunElection: %s", err ? err : "?");
+            seed_free(&err);
+            s->failed = 1;
+            break;
+        }
+
+        rc = K8sLeaseWaitElected(s->ns, lease, timeout_s, &epoch, &err);
+        t_elected = chaos_now_ns();
+        if (rc < 0) {
+            pthread_mutex_lock(&s->mu);
+            s->state = SEED_IDLE;
+            quit = s->quit;
+            pthread_mutex_unlock(&s->mu);
+            if (!quit && err && strstr(err, "timed out")) {
+                char *holder = NULL;
+                const char *shown = "-"; /* no holder */
+                long long transitions = 0;
+
+                /* As Mooncake's TryAcquireLeadership: the election is over
+                 * (the library cancelled it); cancel anyway, read the view. */
+                seed_free(&err);
+                K8sLeaseCancelElection(s->ns, lease, &err);
+                seed_free(&err);
+                rc = K8sLeaseGetHolder(s->ns, lease, &holder, &transitions, &err);
+                if (rc < 0)
+                    shown = "?";
+                else if (holder)
+                    shown = holder;
+                emit(chaos_now_ns(), "TIMEOUT", "%d %s %lld", timeout_s, shown, transitions);
+                free(holder);
+            } else if (!quit) {
+                /* The election ended by itself (the natives' ERR). */
+                emit(chaos_now_ns(), "ERR", "K8sLeaseWaitElected: %s", err ? err : "?");
+            }
+            seed_free(&err);
+            continue;
+        }
+
+        pthread_mutex_lock(&s->mu);
+        s->state = SEED_LEADING;
+        s->cancel_ns = 0;
+        atomic_store(&seed_leading, 1);
+        pthread_mutex_unlock(&s->mu);
+        emit(t_elected, "ELECTED", "%lld", epoch);
+
+        /* Mooncake's leadership monitor: its return ends the term. */
+        rc = K8sLeaseWaitLost(s->ns, lease, &err);
+        t_lost = chaos_now_ns();
+        pthread_mutex_lock(&s->mu);
+        s->state = SEED_IDLE;
+        atomic_store(&seed_leading, 0);
+        cancel_ns = s->cancel_ns;
+        pthread_mutex_unlock(&s->mu);
+        if (rc < 0)
+            emit(t_lost, "ERR", "K8sLeaseWaitLost: %s", err ? err : "?");
+        seed_free(&err);
+        /* The mutant (--naive): the end as the old WaitLost gave it, up to
+         * renew_deadline late. */
+        emit(c->naive ? t_lost + (int64_t)s->rd_s * CHAOS_NS_PER_S : t_lost, "LOST",
+             "%lld %s %" PRId64 " %" PRId64, epoch, cancel_ns ? "cancel" : "lost", cancel_ns,
+             t_lost);
+    }
+    pthread_mutex_lock(&s->mu);
+    s->done = 1;
+    pthread_mutex_unlock(&s->mu);
+    return NULL;
+}
+
+/* The program cancels its term (a graceful handover, SIGUSR1/2, or the
+ * end, SIGTERM) (mu held). */
+static void seed_cancel(cand *c)
+{
+    seed *s = &c->s;
+    char *err = NULL;
+
+    if (s->state == SEED_LEADING && !s->cancel_ns)
+        s->cancel_ns = chaos_now_ns();
+    if (K8sLeaseCancelElection(s->ns, (char *)c->lease, &err) < 0)
+        emit(chaos_now_ns(), "ERR", "K8sLeaseCancelElection: %s", err ? err : "?");
+    seed_free(&err);
+}
+
+/* The main thread in seed-ABI mode: signals and heartbeats while the
+ * master thread campaigns. 0, or 1 when a call failed. Called with our
+ * signals blocked (the master thread inherits that), unblocks them. */
+static int seed_run(cand *c, const sigset_t *old)
+{
+    seed *s = &c->s;
+    pthread_t master;
+    int quit_sent = 0, done = 0;
+
+    if (pthread_create(&master, NULL, seed_master, c) != 0) {
+        emit(chaos_now_ns(), "ERR", "pthread_create failed");
+        return 1;
+    }
+    pthread_sigmask(SIG_SETMASK, old, NULL);
+    while (!done) {
+        struct timespec ts = {0, 10 * CHAOS_NS_PER_MS};
+        int64_t now = chaos_now_ns();
+        int campaign;
+        char state;
+
+        pthread_mutex_lock(&s->mu);
+        if (quit_flag && !quit_sent) {
+            quit_sent = 1;
+            s->quit = 1;
+            if (s->state != SEED_IDLE)
+                seed_cancel(c);
+        }
+        if (release_flag) {
+            if (s->state == SEED_LEADING && !s->cancel_ns) {
+                if (release_flag == 2)
+                    s->pause_until = now + (int64_t)s->ld_s * CHAOS_NS_PER_S;
+                seed_cancel(c);
+            }
+            release_flag = 0;
+        }
+        state = s->state == SEED_LEADING ? 'L' : now < s->pause_until ? 'P' : 'C';
+        done = s->done;
+        campaign = c->campaign;
+        pthread_mutex_unlock(&s->mu);
+        if (cont_flag) {
+            cont_flag = 0;
+            emit(now, "CONT", "%d", (int)cont_leader);
+        }
+        if (now >= c->next_hb) {
+            c->next_hb = now + HB_INTERVAL_NS;
+            emit(now, "HB", "%c %d 0 0", state, campaign);
+        }
+        if (!done)
+            nanosleep(&ts, NULL); /* a signal cuts it short */
+    }
+    pthread_join(master, NULL);
+    return s->failed;
+}
+
+/* Seed-ABI mode: the namespace the native candidates use (their client's
+ * default), the timings in whole seconds, $KUBECONFIG, K8sLeaseInit. 0 or
+ * -1 (an ERR line written). */
+static int seed_setup(cand *c)
+{
+    k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *client = NULL;
+    seed *s = &c->s;
+    char *err = NULL;
+
+    if (c->t.lease_duration_ms % 1000 || c->t.renew_deadline_ms % 1000 ||
+        c->t.retry_period_ms % 1000) {
+        emit(chaos_now_ns(), "ERR", "--seed-abi: the timings must be whole seconds");
+        return -1;
+    }
+    s->ld_s = (int)(c->t.lease_duration_ms / 1000);
+    s->rd_s = (int)(c->t.renew_deadline_ms / 1000);
+    s->rp_s = (int)(c->t.retry_period_ms / 1000);
+    co.kubeconfig = c->kubeconfig;
+    if (k8slease_client_new(&client, &co) < 0) {
+        emit(chaos_now_ns(), "ERR", "k8slease_client_new: %s", k8slease_error_last());
+        return -1;
+    }
+    snprintf(s->ns, sizeof(s->ns), "%s", k8slease_client_namespace(client));
+    k8slease_client_free(client);
+    /* The seed ABI's client: in-cluster config, else $KUBECONFIG. */
+    unsetenv("KUBERNETES_SERVICE_HOST");
+    setenv("KUBECONFIG", c->kubeconfig, 1);
+    if (K8sLeaseInit(&err) < 0) {
+        emit(chaos_now_ns(), "ERR", "K8sLeaseInit: %s", err ? err : "?");
+        seed_free(&err);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_timing(const char *s, chaos_timing *t)
 {
     return sscanf(s, "%" SCNd64 "/%" SCNd64 "/%" SCNd64, &t->lease_duration_ms,
@@ -411,7 +701,9 @@ static int parse_timing(const char *s, chaos_timing *t)
 static int usage(void)
 {
     fprintf(stderr, "usage: k8slease-chaos-candidate --name NAME --lease NAME --timing LD/RD/RP "
-                    "(--kubeconfig FILE | --etcd-endpoints URLS) [--sample-ms N]\n");
+                    "(--kubeconfig FILE | --etcd-endpoints URLS) [--sample-ms N]\n"
+                    "         [--naive 1] [--seed-abi 1 (with --kubeconfig; timings in whole "
+                    "seconds)]\n");
     return 2;
 }
 
@@ -437,6 +729,8 @@ int main(int argc, char **argv)
             c.etcd_endpoints = v;
         else if (!strcmp(k, "--naive"))
             c.naive = atoi(v);
+        else if (!strcmp(k, "--seed-abi"))
+            c.seed_abi = atoi(v);
         else if (!strcmp(k, "--sample-ms"))
             c.sample_ms = atoi(v);
         else if (!strcmp(k, "--timing") && parse_timing(v, &c.t) == 0)
@@ -445,7 +739,7 @@ int main(int argc, char **argv)
             return usage();
     }
     if (!c.name || !c.lease || !c.t.lease_duration_ms || c.sample_ms <= 0 ||
-        !c.kubeconfig == !c.etcd_endpoints)
+        !c.kubeconfig == !c.etcd_endpoints || (c.seed_abi && !c.kubeconfig))
         return usage();
     self = c.name;
     c.etcd = c.etcd_endpoints != NULL;
@@ -480,6 +774,18 @@ int main(int argc, char **argv)
     sigaction(SIGCONT, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    if (c.seed_abi) {
+        /* The library's threads (K8sLeaseInit) and the master thread
+         * inherit the blocked mask. */
+        pthread_mutex_init(&c.s.mu, NULL);
+        if (seed_setup(&c) < 0)
+            return 1;
+        code = seed_run(&c, &old);
+        emit(chaos_now_ns(), "BYE", NULL);
+        /* exit() waits for the releases still on their way (atexit of the
+         * seed ABI), bounded by the renew deadline. */
+        return code;
+    }
     snprintf(agent, sizeof(agent), CHAOS_UA_PREFIX "%s", c.name);
     co.user_agent = agent;
     if (c.etcd) {

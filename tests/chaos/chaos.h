@@ -26,7 +26,24 @@
  *   NAME NS ERR TEXT                    something the candidate could not do
  *   NAME NS BYE                         clean exit after SIGTERM
  *
- * candidate.c explains why LO and HI are honest bounds.
+ * A seed-ABI candidate (--seed-abi, a program on libk8s_lease_wrapper.h)
+ * writes CAMPAIGN, HB (states C, L, P), CONT (what the program believes:
+ * 1 while WaitLost has not returned), ERR and BYE, and instead of LEAD/LOSE:
+ *
+ *   NAME NS ELECTED EPOCH               K8sLeaseWaitElected returned 0 and EPOCH: the
+ *                                       program leads from NS on
+ *   NAME NS LOST EPOCH HOW CANCEL RET   K8sLeaseWaitLost returned: the program's term
+ *                                       ended at NS; HOW "cancel" (the program called
+ *                                       K8sLeaseCancelElection at CANCEL) or "lost" (the
+ *                                       library ended it; CANCEL 0); RET: when WaitLost
+ *                                       returned (NS, except for the mutant, whose NS is
+ *                                       RET + renew_deadline)
+ *   NAME NS TIMEOUT SECS HOLDER EPOCH   K8sLeaseWaitElected timed out after SECS (the
+ *                                       library cancelled the election); K8sLeaseGetHolder
+ *                                       then read HOLDER ("-" none, "?" failed), EPOCH
+ *
+ * candidate.c explains why LO and HI are honest bounds, and the seed-ABI
+ * program's term.
  */
 #ifndef K8SLEASE_CHAOS_H
 #define K8SLEASE_CHAOS_H

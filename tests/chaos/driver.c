@@ -6,6 +6,7 @@
  *                  [--candidates 3..5] [--duration S] [--transitions N]
  *                  [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S]
  *                  [--log FILE] [--verbose] [--naive-candidates]
+ *                  [--seed-abi-candidates N] [--naive-seed-abi]
  *
  * It starts the test API server (or etcd), or, with --backend envtest, uses
  * the real kube-apiserver + etcd that tests/integration/envtest.sh started
@@ -20,6 +21,13 @@
  * from them at the end; the driver checks online what needs its own
  * knowledge: frozen processes wake up as not leader, every candidate keeps
  * beating and campaigns again after each term, nobody exits unasked.
+ *
+ * With the Kubernetes backends the first --seed-abi-candidates (default 1)
+ * candidates are programs on the seed ABI (libk8s_lease_wrapper.h, driven
+ * as Mooncake's master drives it, candidate.c): their terms are what the
+ * program sees, from K8sLeaseWaitElected's return to K8sLeaseWaitLost's,
+ * and take part in every check; a frozen one's WaitLost must return within
+ * 1 s of SIGCONT.
  *
  * Everything is bounded: each wait has a deadline, the run a time cap, and
  * every child is killed on exit (atexit, signals; the candidates also have
@@ -64,6 +72,7 @@
 #define CTL_LIMIT_NS      (90 * CHAOS_NS_PER_S) /* envtest.sh's own waits end within 70 s */
 #define ANSWER_LIMIT_NS   (60 * CHAOS_NS_PER_S) /* a real server answers within seconds */
 #define PROBE_TIMEOUT_MS  1000                  /* one probe GET of the Lease */
+#define THAW_LIMIT_NS     CHAOS_NS_PER_S        /* seed ABI: WaitLost after SIGCONT (a few ms) */
 
 typedef struct proc {
     char name[16];
@@ -71,6 +80,13 @@ typedef struct proc {
     int fd;    /* read end of its stdout, -1 when closed */
     char buf[4096];
     size_t len;
+    int seed;       /* a program on the seed ABI (candidate.c --seed-abi) */
+    chaos_timing t; /* its timings (a seed-ABI one's are whole seconds) */
+    int efd;        /* seed ABI: read end of its stderr (the log lines), -1 none */
+    char ebuf[4096];
+    size_t elen;
+    int timeouts;       /* seed ABI: WaitElected timeouts */
+    int log_lines[4];   /* seed ABI: its log lines by level (error, warn, info, debug) */
     int64_t last_hb;    /* candidate time of its last line */
     int64_t restart_at; /* > 0: start it again then */
     int killed;         /* we sent SIGKILL */
@@ -89,8 +105,11 @@ typedef struct proc {
 
 typedef struct drv {
     int long_mode, etcd, ncand, verbose;
-    int envtest; /* --backend envtest: the real kube-apiserver of envtest.sh */
-    int naive;   /* --naive-candidates: the mutant of candidate.c, must fail */
+    int envtest;         /* --backend envtest: the real kube-apiserver of envtest.sh */
+    int naive;           /* --naive-candidates: the mutant of candidate.c, must fail */
+    int nseed;           /* the first nseed candidates are on the seed ABI */
+    int naive_seed;      /* --naive-seed-abi: they are the seed-ABI mutant, must fail */
+    chaos_timing seed_t; /* their timings, whole seconds */
     uint64_t seed, rng;
     chaos_timing t;
     int64_t allowance_ns, fault_phase_ns, time_cap_ns;
@@ -115,6 +134,10 @@ typedef struct drv {
     int ringpos;
     int nfaults;
     int frozen_leaders, frozen_checked;
+    int seed_thawed;              /* frozen seed-ABI leaders whose WaitLost was checked */
+    int deals;                    /* faults dealt from the deck */
+    int handovers, handovers_won; /* to a seed-ABI candidate, and those it won */
+    int64_t lease_ms[MAX_CAND];   /* per candidate, for the observer */
     int64_t last_progress;
 } drv;
 
@@ -247,12 +270,12 @@ static int spawn(drv *d, int i)
 {
     proc *p = &d->p[i];
     char timing[96];
-    const char *argv[16];
-    int fds[2], n = 0;
+    const char *argv[20];
+    int fds[2], efds[2] = {-1, -1}, n = 0;
     pid_t pid;
 
-    snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64, d->t.lease_duration_ms,
-             d->t.renew_deadline_ms, d->t.retry_period_ms);
+    snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64, p->t.lease_duration_ms,
+             p->t.renew_deadline_ms, p->t.retry_period_ms);
     argv[n++] = d->cand_path;
     argv[n++] = "--name";
     argv[n++] = p->name;
@@ -262,13 +285,23 @@ static int spawn(drv *d, int i)
     argv[n++] = timing;
     argv[n++] = d->etcd ? "--etcd-endpoints" : "--kubeconfig";
     argv[n++] = d->etcd ? d->endpoint : d->kubeconfig;
-    if (d->naive) {
+    if (p->seed) {
+        argv[n++] = "--seed-abi";
+        argv[n++] = "1";
+    }
+    if (p->seed ? d->naive_seed : d->naive) {
         argv[n++] = "--naive";
         argv[n++] = "1";
     }
     argv[n] = NULL;
     if (pipe2(fds, O_CLOEXEC) < 0)
         return -1;
+    /* The seed ABI prints its log lines on stderr: to the log file. */
+    if (p->seed && pipe2(efds, O_CLOEXEC) < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return -1;
+    }
     fflush(stdout);
     fflush(stderr);
     if (d->log)
@@ -277,6 +310,10 @@ static int spawn(drv *d, int i)
     if (pid < 0) {
         close(fds[0]);
         close(fds[1]);
+        if (efds[0] >= 0) {
+            close(efds[0]);
+            close(efds[1]);
+        }
         return -1;
     }
     if (pid == 0) {
@@ -285,15 +322,23 @@ static int spawn(drv *d, int i)
         sigemptyset(&none);
         sigprocmask(SIG_SETMASK, &none, NULL);
         dup2(fds[1], STDOUT_FILENO);
+        if (efds[1] >= 0)
+            dup2(efds[1], STDERR_FILENO);
         execv(d->cand_path, (char *const *)argv);
         fprintf(stderr, "k8slease-chaos: cannot run %s: %s\n", d->cand_path, strerror(errno));
         _exit(127);
     }
     close(fds[1]);
     fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    if (efds[0] >= 0) {
+        close(efds[1]);
+        fcntl(efds[0], F_SETFL, fcntl(efds[0], F_GETFL) | O_NONBLOCK);
+    }
     p->pid = pid;
     p->fd = fds[0];
     p->len = 0;
+    p->efd = efds[0];
+    p->elen = 0;
     p->last_hb = chaos_now_ns();
     p->restart_at = 0;
     p->killed = p->quitting = p->bye = p->frozen = p->stop_seen = p->cont_pending = 0;
@@ -332,7 +377,25 @@ static void on_line(drv *d, int i, char *line)
     } else if (!strcmp(ev, "LEAD") && sscanf(line + off, "%" SCNd64 " %" SCNd64, &a, &b) == 2) {
         obs_lead(d->o, i, a, ns, b);
         p->terms++;
-    } else if (!strcmp(ev, "LOSE") &&
+    } else if (p->seed && !strcmp(ev, "ELECTED") && sscanf(line + off, "%" SCNd64, &a) == 1) {
+        obs_seed_lead(d->o, i, a, ns);
+        p->terms++;
+    } else if (p->seed && !strcmp(ev, "LOST") &&
+               sscanf(line + off, "%" SCNd64 " %31s %" SCNd64, &a, word, &c) == 3) {
+        int term = obs_open_term(d->o, i), frozen = term >= 0 && term == p->stop_term && p->t_cont;
+
+        /* A term open when the process was frozen ends, for the checks,
+         * when it was seen stopped; its WaitLost must return within
+         * THAW_LIMIT_NS of SIGCONT (obs_seed_lose). */
+        obs_seed_lose(d->o, i, a, ns, !strcmp(word, "cancel") ? c : 0, frozen ? p->t_stopped : 0,
+                      frozen ? p->t_cont : 0);
+        if (frozen && ns >= p->t_cont)
+            d->seed_thawed++;
+        if (!p->quitting)
+            p->lose_at = chaos_now_ns();
+    } else if (p->seed && !strcmp(ev, "TIMEOUT")) {
+        p->timeouts++;
+    } else if (!p->seed && !strcmp(ev, "LOSE") &&
                sscanf(line + off, "%" SCNd64 " %" SCNd64 " %31s %" SCNd64, &a, &b, word, &c) == 4) {
         int term = obs_open_term(d->o, i);
 
@@ -363,8 +426,11 @@ static void on_line(drv *d, int i, char *line)
     } else if (!strcmp(ev, "CONT") && sscanf(line + off, "%" SCNd64, &a) == 1) {
         if (p->cont_pending) {
             p->cont_pending = 0;
-            d->frozen_checked++;
-            if (a)
+            /* A seed-ABI program has no is_leader: what it believes at
+             * SIGCONT is information; its WaitLost is checked instead. */
+            if (!p->seed)
+                d->frozen_checked++;
+            if (a && !p->seed)
                 obs_violation(d->o, ns,
                               "%s: woke up from a freeze of %.3f s believing it is leader", p->name,
                               (double)(p->t_cont - p->t_stopped) / CHAOS_NS_PER_S);
@@ -413,6 +479,81 @@ static void drain(drv *d, int i)
     }
 }
 
+/* A seed-ABI candidate's stderr: its log lines go to the log file (the
+ * warnings and errors to the failure report's record too); anything else
+ * (a sanitizer's report, a crash) to our stderr. "lost leadership (epoch
+ * N): WHY" tells the observer why the library ended term N. */
+static void err_line(drv *d, int i, const char *line)
+{
+    static const char *const levels[] = {"error ", "warn ", "info ", "debug "};
+    proc *p = &d->p[i];
+    const char *lost = strstr(line, ": lost leadership (epoch "), *tag = strstr(line, " k8slease[");
+    long long epoch;
+    int n = 0, level = -1;
+
+    if (!tag || !(tag = strstr(tag, "] "))) {
+        fprintf(stderr, "%s: %s\n", p->name, line);
+        record(d, "%s stderr: %s", p->name, line);
+        return;
+    }
+    /* "TIME k8slease[PID] LEVEL NS/NAME: MESSAGE" */
+    for (int k = 0; k < 4 && level < 0; k++)
+        if (!strncmp(tag + 2, levels[k], strlen(levels[k])))
+            level = k;
+    if (level >= 0)
+        p->log_lines[level]++;
+    if (d->log) /* whole, where the record would cut it */
+        fprintf(d->log, "%.6f %s log: %s\n", rel_s(d, chaos_now_ns()), p->name, line);
+    if (level >= 0 && level <= 1) { /* the failure report's record, not the log again */
+        FILE *log = d->log;
+
+        d->log = NULL;
+        record(d, "%s log: %s", p->name, line);
+        d->log = log;
+    }
+    if (lost && sscanf(lost, ": lost leadership (epoch %lld):%n", &epoch, &n) == 1 && n > 0)
+        obs_seed_why(d->o, i, epoch, lost + n + (lost[n] == ' '));
+}
+
+static void drain_err(drv *d, int i)
+{
+    proc *p = &d->p[i];
+
+    while (p->efd >= 0) {
+        ssize_t n = read(p->efd, p->ebuf + p->elen, sizeof(p->ebuf) - 1 - p->elen);
+        char *nl, *start;
+
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            if (p->elen) { /* a last line without its newline */
+                p->ebuf[p->elen] = '\0';
+                err_line(d, i, p->ebuf);
+                p->elen = 0;
+            }
+            close(p->efd);
+            p->efd = -1;
+            return;
+        }
+        p->elen += (size_t)n;
+        p->ebuf[p->elen] = '\0';
+        start = p->ebuf;
+        while ((nl = strchr(start, '\n'))) {
+            *nl = '\0';
+            err_line(d, i, start);
+            start = nl + 1;
+        }
+        p->elen -= (size_t)(start - p->ebuf);
+        memmove(p->ebuf, start, p->elen);
+        if (p->elen == sizeof(p->ebuf) - 1) { /* no line is that long: pass it on */
+            err_line(d, i, p->ebuf);
+            p->elen = 0;
+        }
+    }
+}
+
 static void reap(drv *d)
 {
     for (int i = 0; i < d->ncand; i++) {
@@ -440,9 +581,14 @@ static void reap(drv *d)
             /* Gone: read what it wrote, then end its open term now. */
             p->pid = -1;
             drain(d, i);
+            drain_err(d, i);
             if (p->fd >= 0) {
                 close(p->fd);
                 p->fd = -1;
+            }
+            if (p->efd >= 0) {
+                close(p->efd);
+                p->efd = -1;
             }
             obs_dead(d->o, i, now);
             p->lose_at = 0;
@@ -521,8 +667,8 @@ typedef int (*pred_fn)(drv *d, int arg);
 static int pump_until(drv *d, pred_fn pred, int arg, int64_t until)
 {
     for (;;) {
-        struct pollfd pfd[MAX_CAND + 1];
-        int nfd = 0, idx[MAX_CAND + 1];
+        struct pollfd pfd[2 * MAX_CAND + 1];
+        int nfd = 0, idx[2 * MAX_CAND + 1];
         int64_t now, left;
         char junk[64];
 
@@ -539,12 +685,18 @@ static int pump_until(drv *d, pred_fn pred, int arg, int64_t until)
         pfd[nfd].fd = sig_pipe[0];
         pfd[nfd].events = POLLIN;
         idx[nfd++] = -1;
-        for (int i = 0; i < d->ncand; i++)
+        for (int i = 0; i < d->ncand; i++) {
             if (d->p[i].fd >= 0) {
                 pfd[nfd].fd = d->p[i].fd;
                 pfd[nfd].events = POLLIN;
                 idx[nfd++] = i;
             }
+            if (d->p[i].efd >= 0) { /* its stderr: index ncand + i */
+                pfd[nfd].fd = d->p[i].efd;
+                pfd[nfd].events = POLLIN;
+                idx[nfd++] = d->ncand + i;
+            }
+        }
         left = (until - now + CHAOS_NS_PER_MS - 1) / CHAOS_NS_PER_MS;
         /* Also wakes up for restarts and the online checks. */
         if (poll(pfd, (nfds_t)nfd, (int)(left < 100 ? left : 100)) < 0 && errno != EINTR) {
@@ -554,8 +706,10 @@ static int pump_until(drv *d, pred_fn pred, int arg, int64_t until)
         while (read(sig_pipe[0], junk, sizeof(junk)) > 0)
             ;
         for (int k = 1; k < nfd; k++)
-            if (pfd[k].revents)
+            if (pfd[k].revents && idx[k] < d->ncand)
                 drain(d, idx[k]);
+            else if (pfd[k].revents)
+                drain_err(d, idx[k] - d->ncand);
         reap(d);
         online_checks(d);
     }
@@ -595,6 +749,23 @@ static int p_term_closed(drv *d, int term)
     return obs_term_closed(d->o, term);
 }
 
+static int p_all_stopped(drv *d, int arg)
+{
+    (void)arg;
+    for (int i = 0; i < d->ncand; i++)
+        if (d->p[i].frozen && !d->p[i].stop_seen && d->p[i].pid > 0)
+            return 0;
+    return 1;
+}
+
+static int p_seed_leads(drv *d, int arg)
+{
+    int l = leader(d);
+
+    (void)arg;
+    return l >= 0 && d->p[l].seed;
+}
+
 static int p_all_gone(drv *d, int arg)
 {
     (void)arg;
@@ -630,12 +801,14 @@ static void fault_done(drv *d, chaos_fault_kind k, int64_t start, int64_t end, i
     d->nfaults++;
 }
 
+/* A running candidate other than `not`, on the native API: a seed-ABI one
+ * cannot be given a user agent of its own, so no fault rule targets it. */
 static int random_other(drv *d, int not )
 {
     int cand[MAX_CAND], n = 0;
 
     for (int i = 0; i < d->ncand; i++)
-        if (i != not &&d->p[i].pid > 0 && !d->p[i].frozen)
+        if (i != not &&d->p[i].pid > 0 && !d->p[i].frozen && !d->p[i].seed)
             cand[n++] = i;
     return n ? cand[rnd(d, 0, n - 1)] : -1;
 }
@@ -659,7 +832,8 @@ static void f_stop(drv *d, int l)
 {
     proc *p = &d->p[l];
     int64_t t = chaos_now_ns();
-    int64_t hold = d->t.lease_duration_ms + rnd(d, 200, d->t.lease_duration_ms);
+    /* Beyond its own lease_duration (a seed-ABI one's may be longer). */
+    int64_t hold = p->t.lease_duration_ms + rnd(d, 200, d->t.lease_duration_ms);
 
     p->stop_seen = 0;
     p->t_cont = 0;
@@ -684,6 +858,16 @@ static void f_stop(drv *d, int l)
         d->frozen_leaders++;
     fault_done(d, CF_STOP, p->t_stopped, p->t_cont, 0);
     pump_until(d, p_cont_done, l, p->t_cont + CONT_LIMIT_NS);
+    /* Seed ABI: the term open at SIGSTOP must end within THAW_LIMIT_NS
+     * of SIGCONT (its renew deadline passed while it was frozen); the
+     * observer checks the time WaitLost returned, here that it did. */
+    if (p->seed && p->stop_term >= 0 &&
+        !pump_until(d, p_term_closed, p->stop_term, p->t_cont + CONT_LIMIT_NS) && p->pid > 0)
+        obs_violation(d->o, chaos_now_ns(),
+                      "%s: seed ABI: K8sLeaseWaitLost has not returned %.0f s after SIGCONT "
+                      "(frozen for %.3f s while leading)",
+                      p->name, (double)CONT_LIMIT_NS / CHAOS_NS_PER_S,
+                      (double)(p->t_cont - p->t_stopped) / CHAOS_NS_PER_S);
 }
 
 static void f_release(drv *d, int l)
@@ -720,6 +904,12 @@ static void f_cutoff(drv *d, int l)
     int64_t window = d->t.lease_duration_ms + rnd(d, 0, 2 * d->t.lease_duration_ms), t;
     char body[512];
 
+    if (target >= 0 && d->p[target].seed) /* the seed-ABI leader: a follower instead */
+        target = random_other(d, l);
+    if (target < 0 && d->p[l].seed) {
+        say(d, "fault cutoff: skipped (no native candidate to cut off)");
+        return;
+    }
     if (target < 0)
         target = l;
     t = chaos_now_ns();
@@ -1002,6 +1192,53 @@ static void f_proc_stop(drv *d, chaos_fault_kind k, const char *what)
     fault_done(d, k, t, server_answers(d, "SIGCONT"), 1);
 }
 
+/* Seed ABI: hand the Lease to a seed-ABI candidate, so that the next fault
+ * hits a seed-ABI leader. Left to themselves they seldom lead: the native
+ * candidates take over an expired Lease within retry_period / 20 of its
+ * expiry and poll every retry_period, where the seed ABI's whole seconds
+ * give 1 s. So: freeze the native followers (SIGSTOP), make the native
+ * leader release and sit out (SIGUSR2): the seed-ABI candidates, the only
+ * ones campaigning, take the Lease on the release's watch event; then thaw
+ * the followers. A blocking fault (recovery counts from the thaw): while
+ * the followers are frozen only the seed-ABI candidates can take over. */
+static void handover(drv *d, int l)
+{
+    int64_t t = chaos_now_ns(), limit = t + ms(2 * d->seed_t.lease_duration_ms);
+    int n = 0, won;
+
+    for (int i = 0; i < d->ncand; i++) {
+        proc *p = &d->p[i];
+
+        if (i == l || p->seed || p->pid < 0 || p->frozen)
+            continue;
+        p->stop_seen = 0;
+        p->frozen = 1;
+        kill(p->pid, SIGSTOP);
+        n++;
+    }
+    if (!pump_until(d, p_all_stopped, 0, t + EXIT_LIMIT_NS))
+        obs_violation(d->o, chaos_now_ns(), "driver: a follower did not stop after SIGSTOP");
+    kill(d->p[l].pid, SIGUSR2);
+    won = pump_until(d, p_seed_leads, 0, limit);
+    for (int i = 0; i < d->ncand; i++) {
+        proc *p = &d->p[i];
+
+        if (!p->frozen || i == l || p->seed)
+            continue;
+        p->frozen = 0;
+        p->last_hb = chaos_now_ns();
+        if (p->pid > 0)
+            kill(p->pid, SIGCONT);
+    }
+    fault_done(d, CF_HANDOVER, t, chaos_now_ns(), 1);
+    d->handovers++;
+    d->handovers_won += won;
+    say(d, "fault handover: %d native follower%s frozen, SIGUSR2 %s (leader): %s in %.3f s", n,
+        n == 1 ? "" : "s", d->p[l].name,
+        won ? d->p[leader(d)].name : "no seed-ABI candidate took over",
+        (double)(chaos_now_ns() - t) / CHAOS_NS_PER_S);
+}
+
 static void inject(drv *d, chaos_fault_kind k)
 {
     int l = leader(d);
@@ -1111,9 +1348,13 @@ static int usage(void)
                     "         [--candidates 3..5] [--duration S] [--transitions N]\n"
                     "         [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S] [--log FILE]\n"
                     "         [--verbose] [--naive-candidates]\n"
+                    "         [--seed-abi-candidates N] [--naive-seed-abi]\n"
                     "--quick: about 3 minutes of faults; --long: until 500 leader transitions.\n"
                     "--backend envtest: a real kube-apiserver, run under\n"
                     "  tests/integration/envtest.sh (KUBEBUILDER_ASSETS=DIR).\n"
+                    "--seed-abi-candidates N: the first N candidates use the seed ABI\n"
+                    "  (libk8s_lease_wrapper.h); default 1, 0 with --backend etcd (which it\n"
+                    "  cannot use); at most --candidates - 2.\n"
                     "See docs/chaos.md.\n");
     return 2;
 }
@@ -1123,6 +1364,7 @@ static int parse_args(drv *d, int argc, char **argv)
     int mode = 0;
     const char *backend = "k8s", *log = NULL;
     long long duration = -1, cap = -1;
+    int nseed = -1;
 
     d->seed = (uint64_t)chaos_now_ns() ^ ((uint64_t)getpid() << 20);
     d->seed %= 1000000000;
@@ -1145,6 +1387,10 @@ static int parse_args(drv *d, int argc, char **argv)
             d->naive = 1;
             continue;
         }
+        if (!strcmp(a, "--naive-seed-abi")) {
+            d->naive_seed = 1;
+            continue;
+        }
         if (!v)
             return usage();
         i++;
@@ -1154,6 +1400,8 @@ static int parse_args(drv *d, int argc, char **argv)
             backend = v;
         else if (!strcmp(a, "--candidates"))
             d->ncand = atoi(v);
+        else if (!strcmp(a, "--seed-abi-candidates"))
+            nseed = atoi(v);
         else if (!strcmp(a, "--duration"))
             duration = atoll(v);
         else if (!strcmp(a, "--time-cap"))
@@ -1182,6 +1430,30 @@ static int parse_args(drv *d, int argc, char **argv)
         d->t.retry_period_ms <= 0 || d->t.renew_deadline_ms * 5 <= d->t.retry_period_ms * 6 ||
         d->t.lease_duration_ms <= d->t.renew_deadline_ms)
         return usage();
+    /* The seed ABI reads a kubeconfig: not etcd. At least two native
+     * candidates keep the recovery bound's retry period theirs. */
+    d->nseed = nseed >= 0 ? nseed : d->etcd ? 0 : 1;
+    if (d->etcd && d->nseed > 0) {
+        fprintf(stderr, "k8slease-chaos: --seed-abi-candidates: the seed ABI has no etcd "
+                        "backend (it reads $KUBECONFIG)\n");
+        return 2;
+    }
+    if (d->nseed > d->ncand - 2 || (d->naive_seed && !d->nseed))
+        return usage();
+    {
+        /* Whole seconds, as close to the native timings as the seed ABI's
+         * rules allow (lease > renew > 1.2 x retry): 2000/1500/300 ms gives
+         * 3/2/1 s. */
+        int64_t rp = d->t.retry_period_ms < 1500 ? 1 : (d->t.retry_period_ms + 500) / 1000;
+        int64_t rd = (d->t.renew_deadline_ms + 999) / 1000,
+                ld = (d->t.lease_duration_ms + 999) / 1000;
+
+        if (rd <= rp + rp / 5)
+            rd = rp + rp / 5 + 1;
+        if (ld <= rd)
+            ld = rd + 1;
+        d->seed_t = (chaos_timing){ld * 1000, rd * 1000, rp * 1000};
+    }
     /* --quick: faults for 165 s, about 3 minutes with start and shutdown. */
     d->fault_phase_ns = (duration >= 0 ? duration : d->long_mode ? 0 : 165) * CHAOS_NS_PER_S;
     d->time_cap_ns = (cap >= 0 ? cap : d->long_mode ? 5400 : 600) * CHAOS_NS_PER_S;
@@ -1322,11 +1594,16 @@ static void report(drv *d, obs_result *r, int64_t end)
     printf("epochs             %s\n",
            r->epoch_errors ? "NOT strictly increasing" : "strictly increasing over all terms");
     printf("worst recovery     %.3f s (gap at +%.3f s, after %s); bound %.3f s = lease %.3f + "
-           "2 x retry %.3f + allowance %.3f; median gap %.3f s over %d gaps\n",
+           "2 x retry %.3f + allowance %.3f",
            (double)r->worst_recovery_ns / CHAOS_NS_PER_S, (double)r->worst_at_ns / CHAOS_NS_PER_S,
            chaos_fault_name(r->worst_kind), (double)r->bound_ns / CHAOS_NS_PER_S,
            (double)t->lease_duration_ms / 1000, (double)t->retry_period_ms / 1000,
-           (double)d->allowance_ns / CHAOS_NS_PER_S, (double)r->median_gap_ns / CHAOS_NS_PER_S,
+           (double)d->allowance_ns / CHAOS_NS_PER_S);
+    if (r->bound_max_ns > r->bound_ns)
+        printf(" (%.3f s after a seed-ABI term: lease %.3f)",
+               (double)r->bound_max_ns / CHAOS_NS_PER_S,
+               (double)d->seed_t.lease_duration_ms / 1000);
+    printf("; median gap %.3f s over %d gaps\n", (double)r->median_gap_ns / CHAOS_NS_PER_S,
            r->gaps);
     printf("recovery by fault ");
     for (int k = 0; k < CF_NKINDS; k++)
@@ -1335,8 +1612,45 @@ static void report(drv *d, obs_result *r, int64_t end)
                    (double)r->worst_by_kind[k] / CHAOS_NS_PER_S);
     printf("\n");
     printf("frozen leaders     %d frozen beyond lease_duration, %d CONT checks, all woke up "
-           "as not leader unless reported above\n",
+           "as not leader unless reported above",
            d->frozen_leaders, d->frozen_checked);
+    if (d->nseed)
+        printf("; %d on the seed ABI, WaitLost within %.0f ms of SIGCONT unless reported above",
+               d->seed_thawed, (double)THAW_LIMIT_NS / CHAOS_NS_PER_MS);
+    printf("\n");
+    if (d->nseed) {
+        int timeouts = 0, lines[4] = {0};
+
+        for (int i = 0; i < d->nseed; i++) {
+            timeouts += d->p[i].timeouts;
+            for (int k = 0; k < 4; k++)
+                lines[k] += d->p[i].log_lines[k];
+        }
+        printf("seed ABI           %d terms (%d ended by WaitLost: %d cancelled by the program, "
+               "%d ended by the library, %d frozen; %d killed or open)%s\n",
+               r->seed_terms, r->seed_closed, r->seed_cancelled,
+               r->seed_closed - r->seed_cancelled - r->seed_frozen, r->seed_frozen,
+               r->seed_terms - r->seed_closed, d->naive_seed ? ", MUTANT (must fail)" : "");
+        printf("seed-ABI margin    ");
+        if (r->seed_min_margin_ns == INT64_MAX)
+            printf("none (no seed-ABI term was followed by another)");
+        else
+            printf("min %.3f ms over %d terms (next term's start - WaitLost's return; a frozen "
+                   "term: - its freeze)",
+                   (double)r->seed_min_margin_ns / CHAOS_NS_PER_MS, r->seed_margins);
+        if (r->seed_min_margin_lost != INT64_MAX)
+            printf("; terms the library ended: min %.3f ms",
+                   (double)r->seed_min_margin_lost / CHAOS_NS_PER_MS);
+        printf("\n");
+        printf("seed-ABI leaders   %d handovers to them before a fault, %d won by them\n",
+               d->handovers, d->handovers_won);
+        printf("seed-ABI WaitLost  at most %.3f ms after K8sLeaseCancelElection, %.3f ms after "
+               "SIGCONT (limit %.0f ms); %d WaitElected timeouts; log lines: %d error, %d warn, "
+               "%d info\n",
+               (double)r->seed_worst_cancel_ns / CHAOS_NS_PER_MS,
+               (double)r->seed_worst_thaw_ns / CHAOS_NS_PER_MS,
+               (double)THAW_LIMIT_NS / CHAOS_NS_PER_MS, timeouts, lines[0], lines[1], lines[2]);
+    }
     printf("restarts           ");
     for (int i = 0; i < d->ncand; i++)
         printf("%s %d%s", d->p[i].name, d->p[i].restarts, i + 1 < d->ncand ? ", " : "\n");
@@ -1351,7 +1665,7 @@ int main(int argc, char **argv)
     obs_params op;
     obs_result r;
     chaos_fault_kind cards[64];
-    int ncards = 0, next = 0, rc;
+    int ncards = 0, next = 0, rc, steered = -1;
     int64_t end;
 
     if ((rc = parse_args(d, argc, argv)) != 0)
@@ -1369,7 +1683,11 @@ int main(int argc, char **argv)
         snprintf(d->p[i].name, sizeof(d->p[i].name), "cand-%c", 'a' + i);
         d->p[i].pid = -1;
         d->p[i].fd = -1;
+        d->p[i].efd = -1;
         d->p[i].stop_term = -1;
+        d->p[i].seed = i < d->nseed;
+        d->p[i].t = d->p[i].seed ? d->seed_t : d->t;
+        d->lease_ms[i] = d->p[i].t.lease_duration_ms;
         d->names[i] = d->p[i].name;
     }
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -1385,7 +1703,7 @@ int main(int argc, char **argv)
     the_drv = d;
     atexit(kill_children);
 
-    op = (obs_params){d->t, d->allowance_ns, d->ncand, d->names};
+    op = (obs_params){d->t, d->allowance_ns, d->ncand, d->names, d->lease_ms, THAW_LIMIT_NS};
     if (!(d->o = obs_new(&op)))
         return 2;
     printf("k8slease-chaos: %s, backend %s, seed %" PRIu64 " (rerun: --seed %" PRIu64
@@ -1395,6 +1713,17 @@ int main(int argc, char **argv)
            d->t.lease_duration_ms, d->t.renew_deadline_ms, d->t.retry_period_ms,
            (double)(ms(d->t.lease_duration_ms + 2 * d->t.retry_period_ms) + d->allowance_ns) /
                CHAOS_NS_PER_S);
+    if (d->nseed)
+        printf(
+            "k8slease-chaos: seed ABI (libk8s_lease_wrapper.h) for %s%s%s, lease %" PRId64
+            " / renew %" PRId64 " / retry %" PRId64
+            " s, recovery bound after their terms %.3f s%s\n",
+            d->p[0].name, d->nseed > 1 ? " to " : "", d->nseed > 1 ? d->p[d->nseed - 1].name : "",
+            d->seed_t.lease_duration_ms / 1000, d->seed_t.renew_deadline_ms / 1000,
+            d->seed_t.retry_period_ms / 1000,
+            (double)(ms(d->seed_t.lease_duration_ms + 2 * d->t.retry_period_ms) + d->allowance_ns) /
+                CHAOS_NS_PER_S,
+            d->naive_seed ? " (the mutant: this run must fail)" : "");
     fflush(stdout);
     if ((rc = setup_backend(d)) != 0) {
         obs_free(d->o);
@@ -1421,6 +1750,12 @@ int main(int argc, char **argv)
                           (double)STEADY_LIMIT_NS / CHAOS_NS_PER_S);
             break;
         }
+        /* Every other fault on a seed-ABI leader (one handover each). */
+        if (d->nseed && d->deals % 2 == 0 && steered != d->deals && !d->p[leader(d)].seed) {
+            steered = d->deals;
+            handover(d, leader(d));
+            continue;
+        }
         /* Let the term run a little: renewals, followers settled. */
         pump(d, chaos_now_ns() + ms(rnd(d, d->t.retry_period_ms, 4 * d->t.retry_period_ms)));
         if (!p_steady(d, 0))
@@ -1430,6 +1765,7 @@ int main(int argc, char **argv)
             next = 0;
         }
         inject(d, cards[next++]);
+        d->deals++;
         progress(d, chaos_now_ns());
     }
 

@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,13 @@ typedef struct oterm {
     int closed;
     int by_deadline; /* LOSE's upper bound came from the deadline */
     int dead;        /* closed because the process was reaped */
+    /* Seed-ABI terms (obs_seed_lead): lead = WaitElected's return. */
+    int seed;
+    int64_t wait_lost; /* WaitLost returned (0: not, e.g. killed) */
+    int64_t cancel;    /* the program cancelled (0: it did not) */
+    int64_t frozen;    /* frozen at (0: not); lose_hi is then this */
+    int64_t thaw;      /* SIGCONT */
+    char why[96];      /* the library's reason, from its log line */
 } oterm;
 
 typedef struct ofault {
@@ -37,8 +45,10 @@ struct obs {
 };
 
 static const char *const fault_names[CF_NKINDS] = {
-    "kill", "stop",  "release", "cutoff",    "restart",   "latency",        "hang",          "5xx",
-    "429",  "reset", "freeze",  "etcd-stop", "etcd-kill", "apiserver-stop", "apiserver-kill"};
+    "kill",      "stop",           "release",        "cutoff",
+    "restart",   "latency",        "hang",           "5xx",
+    "429",       "reset",          "freeze",         "etcd-stop",
+    "etcd-kill", "apiserver-stop", "apiserver-kill", "handover"};
 
 const char *chaos_fault_name(chaos_fault_kind k)
 {
@@ -185,6 +195,57 @@ void obs_lose(obs *o, int cand, int64_t epoch, int64_t hi, int64_t lo, int by_de
     t->by_deadline = by_deadline;
 }
 
+int obs_seed_lead(obs *o, int cand, int64_t epoch, int64_t t_elected)
+{
+    int i = obs_lead(o, cand, epoch, t_elected, t_elected);
+
+    if (i >= 0)
+        o->terms[i].seed = 1;
+    return i;
+}
+
+void obs_seed_lose(obs *o, int cand, int64_t epoch, int64_t t_lost, int64_t cancel_ns,
+                   int64_t frozen_ns, int64_t thaw_ns)
+{
+    int i = obs_open_term(o, cand);
+    int64_t limit = o->p.thaw_limit_ns > 0 ? o->p.thaw_limit_ns : CHAOS_NS_PER_S;
+    int frozen = frozen_ns > 0 && thaw_ns > 0 && t_lost >= thaw_ns;
+    int64_t end = frozen ? frozen_ns : t_lost;
+    oterm *t;
+
+    if (i >= 0 && !o->terms[i].seed)
+        obs_violation(o, t_lost, "%s: WaitLost returned for a term that is not a seed-ABI one",
+                      cname(o, cand));
+    /* The same checks as a LOSE line; the term ends where the program
+     * stopped acting (LO = HI: the program's own clock decides). */
+    obs_lose(o, cand, epoch, end, end, 0);
+    if (i < 0)
+        return;
+    t = &o->terms[i];
+    t->wait_lost = t_lost;
+    t->cancel = cancel_ns;
+    if (frozen) {
+        t->frozen = frozen_ns;
+        t->thaw = thaw_ns;
+        if (t_lost - thaw_ns > limit)
+            obs_violation(o, t_lost,
+                          "%s: seed ABI: K8sLeaseWaitLost returned %.3f s after SIGCONT "
+                          "(epoch %" PRId64 ", frozen for %.3f s; limit %.3f s)",
+                          cname(o, cand), (double)(t_lost - thaw_ns) / CHAOS_NS_PER_S, epoch,
+                          (double)(thaw_ns - frozen_ns) / CHAOS_NS_PER_S,
+                          (double)limit / CHAOS_NS_PER_S);
+    }
+}
+
+void obs_seed_why(obs *o, int cand, int64_t epoch, const char *why)
+{
+    for (int i = o->nterms - 1; i >= 0; i--)
+        if (o->terms[i].cand == cand && o->terms[i].seed && o->terms[i].epoch == epoch) {
+            snprintf(o->terms[i].why, sizeof(o->terms[i].why), "%s", why);
+            return;
+        }
+}
+
 void obs_dead(obs *o, int cand, int64_t t)
 {
     int i = obs_open_term(o, cand);
@@ -247,11 +308,27 @@ static chaos_fault_kind cause(const obs *o, int64_t g0, int64_t bound)
     return k;
 }
 
-/* One leaderless gap [g0, g1]: recovery counts from the later of g0 and
- * the end of every blocking fault overlapping it. */
-static void gap(obs *o, FILE *out, obs_result *r, int64_t g0, int64_t g1, int64_t **lens,
+/* The recovery bound of a gap after cand's term (-1: no term before). */
+static int64_t bound_after(const obs *o, int cand)
+{
+    const chaos_timing *t = &o->p.timing;
+    int64_t ld = t->lease_duration_ms;
+
+    if (o->p.lease_ms && cand >= 0 && cand < o->p.ncand)
+        ld = o->p.lease_ms[cand];
+    else if (o->p.lease_ms) /* before any term: whichever lease was left */
+        for (int i = 0; i < o->p.ncand; i++)
+            if (o->p.lease_ms[i] > ld)
+                ld = o->p.lease_ms[i];
+    return (ld + 2 * t->retry_period_ms) * CHAOS_NS_PER_MS + o->p.allowance_ns;
+}
+
+/* One leaderless gap [g0, g1] after cand's term: recovery counts from the
+ * later of g0 and the end of every blocking fault overlapping it. */
+static void gap(obs *o, FILE *out, obs_result *r, int64_t g0, int64_t g1, int cand, int64_t **lens,
                 int *nlens, int final)
 {
+    int64_t bound = bound_after(o, cand);
     int64_t ref = g0, rec;
     chaos_fault_kind k = o->began && g0 == o->begin ? CF_NKINDS : cause(o, g0, r->bound_ns);
 
@@ -273,7 +350,7 @@ static void gap(obs *o, FILE *out, obs_result *r, int64_t g0, int64_t g1, int64_
         r->worst_kind = k;
         r->worst_at_ns = g0 - o->begin;
     }
-    if (rec > r->bound_ns) {
+    if (rec > bound) {
         r->recovery_errors++;
         if (out)
             fprintf(out,
@@ -281,7 +358,69 @@ static void gap(obs *o, FILE *out, obs_result *r, int64_t g0, int64_t g1, int64_
                     "stopped (+%.3f s, last fault: %s), bound %.3f s\n",
                     rel(o, g0), rel(o, g1), final ? " (end of the run)" : "",
                     (double)rec / CHAOS_NS_PER_S, rel(o, ref), chaos_fault_name(k),
-                    (double)r->bound_ns / CHAOS_NS_PER_S);
+                    (double)bound / CHAOS_NS_PER_S);
+    }
+}
+
+/* The seed-ABI terms, in start order (s sorted, n terms): one line each
+ * and the figures of r. The margin of a term is the next term's start
+ * (lower bound) minus the term's end as the program saw it. */
+static void seed_report(const obs *o, FILE *out, obs_result *r, const oterm *s, int n)
+{
+    r->seed_min_margin_ns = r->seed_min_margin_lost = INT64_MAX;
+    for (int i = 0; i < n; i++) {
+        const oterm *t = &s[i];
+        char how[200], next[160] = "";
+
+        if (!t->seed)
+            continue;
+        r->seed_terms++;
+        if (t->wait_lost) {
+            r->seed_closed++;
+        } else {
+            if (out)
+                fprintf(out, "seed-ABI  %s epoch %" PRId64 ": WaitElected +%.6f s, %s\n",
+                        cname(o, t->cand), t->epoch, rel(o, t->lead_lo),
+                        t->dead ? "killed (its end: reaped)" : "WaitLost never returned");
+            continue;
+        }
+        if (t->frozen) {
+            r->seed_frozen++;
+            if (t->wait_lost - t->thaw > r->seed_worst_thaw_ns)
+                r->seed_worst_thaw_ns = t->wait_lost - t->thaw;
+            if (t->wait_lost - t->thaw >
+                (o->p.thaw_limit_ns > 0 ? o->p.thaw_limit_ns : CHAOS_NS_PER_S))
+                r->seed_thaw_errors++;
+            snprintf(how, sizeof(how),
+                     "frozen from +%.6f s to +%.6f s, WaitLost returned %.3f ms after SIGCONT",
+                     rel(o, t->frozen), rel(o, t->thaw),
+                     (double)(t->wait_lost - t->thaw) / CHAOS_NS_PER_MS);
+        } else if (t->cancel) {
+            r->seed_cancelled++;
+            if (t->wait_lost - t->cancel > r->seed_worst_cancel_ns)
+                r->seed_worst_cancel_ns = t->wait_lost - t->cancel;
+            snprintf(how, sizeof(how), "WaitLost +%.6f s, %.3f ms after K8sLeaseCancelElection",
+                     rel(o, t->wait_lost), (double)(t->wait_lost - t->cancel) / CHAOS_NS_PER_MS);
+        } else {
+            snprintf(how, sizeof(how), "WaitLost +%.6f s (ended by the library%s%s)",
+                     rel(o, t->wait_lost), t->why[0] ? ": " : "", t->why);
+        }
+        if (i + 1 < n) {
+            int64_t m = s[i + 1].lead_lo - t->lose_hi;
+
+            r->seed_margins++;
+            if (m < r->seed_min_margin_ns)
+                r->seed_min_margin_ns = m;
+            if (!t->cancel && !t->frozen && m < r->seed_min_margin_lost)
+                r->seed_min_margin_lost = m;
+            snprintf(next, sizeof(next),
+                     "; next term %s epoch %" PRId64 " +%.6f s: margin %.3f ms%s",
+                     cname(o, s[i + 1].cand), s[i + 1].epoch, rel(o, s[i + 1].lead_lo),
+                     (double)m / CHAOS_NS_PER_MS, m > 0 ? "" : " (NOT after WaitLost)");
+        }
+        if (out)
+            fprintf(out, "seed-ABI  %s epoch %" PRId64 ": WaitElected +%.6f s, %s%s\n",
+                    cname(o, t->cand), t->epoch, rel(o, t->lead_lo), how, next);
     }
 }
 
@@ -296,6 +435,10 @@ int obs_check(obs *o, FILE *out, obs_result *r)
     r->worst_kind = CF_NKINDS;
     r->bound_ns =
         (t->lease_duration_ms + 2 * t->retry_period_ms) * CHAOS_NS_PER_MS + o->p.allowance_ns;
+    r->bound_max_ns = r->bound_ns;
+    for (int i = 0; i < o->p.ncand; i++)
+        if (bound_after(o, i) > r->bound_max_ns)
+            r->bound_max_ns = bound_after(o, i);
     for (int i = 0; i < o->nfaults; i++)
         r->faults[o->faults[i].kind]++;
     r->terms = n;
@@ -341,11 +484,14 @@ int obs_check(obs *o, FILE *out, obs_result *r)
                 fprintf(out,
                         "VIOLATION: overlap (%s): %s leader with epoch %" PRId64
                         " from +%.6f s (at the latest +%.6f s) while %s (epoch %" PRId64
-                        ") led until +%.6f s (at the earliest +%.6f s)%s\n",
+                        ") led until +%.6f s (at the earliest +%.6f s)%s%s%s\n",
                         certain ? "certain" : "possible", cname(o, s[i].cand), s[i].epoch,
                         rel(o, s[i].lead_lo), rel(o, s[i].lead_hi), cname(o, s[far].cand),
                         s[far].epoch, rel(o, s[far].lose_hi), rel(o, s[far].lose_lo),
-                        s[far].dead ? " (killed; its end is when it was reaped)" : "");
+                        s[far].dead ? " (killed; its end is when it was reaped)" : "",
+                        s[far].seed ? " (seed ABI: the return of K8sLeaseWaitLost)" : "",
+                        s[i].seed ? " (the new one: seed ABI, the return of K8sLeaseWaitElected)"
+                                  : "");
         }
         if (s[i].lose_hi > s[far].lose_hi)
             far = i;
@@ -367,17 +513,21 @@ int obs_check(obs *o, FILE *out, obs_result *r)
      * upper bound here: the conservative side for liveness. */
     if (o->began) {
         int64_t covered = o->begin, stop = o->ended ? o->end : INT64_MAX;
+        int last = -1; /* the candidate whose term reached `covered` */
 
         for (int i = 0; i < n && covered < stop; i++) {
             if (s[i].lead_hi > covered)
-                gap(o, out, r, covered, s[i].lead_hi < stop ? s[i].lead_hi : stop, &lens, &nlens,
-                    s[i].lead_hi >= stop);
-            if (s[i].lose_hi > covered)
+                gap(o, out, r, covered, s[i].lead_hi < stop ? s[i].lead_hi : stop, last, &lens,
+                    &nlens, s[i].lead_hi >= stop);
+            if (s[i].lose_hi > covered) {
                 covered = s[i].lose_hi;
+                last = s[i].cand;
+            }
         }
         if (o->ended && covered < stop)
-            gap(o, out, r, covered, stop, &lens, &nlens, 1);
+            gap(o, out, r, covered, stop, last, &lens, &nlens, 1);
     }
+    seed_report(o, out, r, s, n);
     if (nlens > 0) {
         qsort(lens, (size_t)nlens, sizeof(*lens), cmp64);
         r->median_gap_ns = lens[nlens / 2];

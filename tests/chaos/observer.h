@@ -12,7 +12,15 @@
  *    + 2 x retry_period + allowance) after the later of its start and the
  *    end of every fault that blocks a takeover (server-wide faults) and
  *    overlaps it. Gaps are measured conservatively for liveness: a term
- *    counts from its LEAD upper bound.
+ *    counts from its LEAD upper bound. The lease_duration is that of the
+ *    candidate whose term the gap follows (a seed-ABI candidate's whole
+ *    seconds may be longer).
+ *
+ * Seed-ABI terms (obs_seed_lead, obs_seed_lose) are the terms of a program
+ * on libk8s_lease_wrapper.h as the program sees them: from the return of
+ * K8sLeaseWaitElected to the return of K8sLeaseWaitLost. They take part in
+ * every check above like the others (so WaitLost's return must come before
+ * the next term's start), and obs_check reports each one with its margin.
  *
  * No I/O but the report, no clock: everything comes in with its time, so
  * the checker is tested on made-up records (test_observer.c).
@@ -41,6 +49,7 @@ typedef enum chaos_fault_kind {
     CF_ETCD_KILL, /* etcd killed and restarted on its data */
     CF_API_STOP,  /* real kube-apiserver frozen (SIGSTOP, SIGCONT) */
     CF_API_KILL,  /* real kube-apiserver killed and started again (same etcd) */
+    CF_HANDOVER,  /* to a seed-ABI candidate: native followers frozen, the leader releases */
     CF_NKINDS
 } chaos_fault_kind;
 
@@ -53,6 +62,12 @@ typedef struct obs_params {
     int64_t allowance_ns; /* scheduling allowance on top of LD + 2 x RP */
     int ncand;
     const char *const *names; /* ncand names, borrowed */
+    /* Optional: ncand lease durations (ms), for the recovery bound of a gap
+     * after that candidate's term; NULL: timing.lease_duration_ms. */
+    const int64_t *lease_ms;
+    /* A frozen seed-ABI leader's WaitLost must return within this after
+     * SIGCONT (obs_seed_lose); 0: 1 s. */
+    int64_t thaw_limit_ns;
 } obs_params;
 
 obs *obs_new(const obs_params *p);
@@ -64,6 +79,22 @@ void obs_begin(obs *o, int64_t t);
 int obs_lead(obs *o, int cand, int64_t epoch, int64_t lo, int64_t hi);
 /* A LOSE line for the open term of cand (violation if none or another epoch). */
 void obs_lose(obs *o, int cand, int64_t epoch, int64_t hi, int64_t lo, int by_deadline);
+/* A seed-ABI candidate's term: its K8sLeaseWaitElected returned EPOCH at
+ * t_elected (the program leads from then on). Returns the term's index. */
+int obs_seed_lead(obs *o, int cand, int64_t epoch, int64_t t_elected);
+/* Its end: K8sLeaseWaitLost returned at t_lost; cancel_ns > 0: the program
+ * had called K8sLeaseCancelElection at cancel_ns. frozen_ns > 0: the
+ * process was frozen (SIGSTOP, seen stopped at frozen_ns) during the term
+ * and thawed (SIGCONT) at thaw_ns <= t_lost: a frozen program does nothing,
+ * so the term ends at frozen_ns for the checks, and WaitLost must return
+ * within thaw_limit_ns of the thaw (a violation otherwise): the moment
+ * between the thaw and that return is a window no program on the seed ABI
+ * can close (it has no is_leader to ask), bounded here. */
+void obs_seed_lose(obs *o, int cand, int64_t epoch, int64_t t_lost, int64_t cancel_ns,
+                   int64_t frozen_ns, int64_t thaw_ns);
+/* Why the library ended a seed-ABI term (its "lost leadership (epoch N):
+ * WHY" log line), for the report; the term of cand with that epoch. */
+void obs_seed_why(obs *o, int cand, int64_t epoch, const char *why);
 /* cand's process is gone (reaped at t): its open term, if any, ends at t. */
 void obs_dead(obs *o, int cand, int64_t t);
 /* Index of cand's open term, or -1. */
@@ -106,7 +137,20 @@ typedef struct obs_result {
     /* Closest call: the smallest margin between a term's end (upper bound)
      * and the next term's start (lower bound), and its kind of end. */
     int64_t min_margin_ns;
-    int min_margin_dead; /* that term ended by its process being killed */
+    int min_margin_dead;  /* that term ended by its process being killed */
+    int64_t bound_max_ns; /* the largest per-candidate recovery bound */
+    /* Seed-ABI terms: margin = the next term's start (lower bound) - the
+     * return of WaitLost (or the freeze, for a frozen one). */
+    int seed_terms;
+    int seed_closed;              /* of which ended by WaitLost (not killed, not open) */
+    int seed_cancelled;           /* ended by the program's K8sLeaseCancelElection */
+    int seed_frozen;              /* frozen while leading */
+    int seed_margins;             /* terms with a next term to compare with */
+    int64_t seed_min_margin_ns;   /* INT64_MAX: none */
+    int64_t seed_min_margin_lost; /* the smallest among terms the library ended */
+    int64_t seed_worst_cancel_ns; /* largest WaitLost return - K8sLeaseCancelElection */
+    int64_t seed_worst_thaw_ns;   /* largest WaitLost return - SIGCONT */
+    int seed_thaw_errors;         /* WaitLost later than thaw_limit after SIGCONT */
 } obs_result;
 
 /* Run every check, print the findings (one line each) to out (may be

@@ -1,11 +1,17 @@
 /*
  * test_observer.c - the chaos suite's checker on made-up records: it must
- * find every overlap, epoch regression and slow recovery, and nothing else.
+ * find every overlap, epoch regression and slow recovery, and nothing else;
+ * and the same with seed-ABI terms (WaitElected to WaitLost), frozen ones
+ * and their thaw limit included.
  */
+#define _DEFAULT_SOURCE /* open_memstream */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <cmocka.h>
 
@@ -180,6 +186,140 @@ static void test_open_term_at_check(void **state)
     obs_free(o);
 }
 
+/* Seed-ABI terms: cand-b is a program on the seed ABI (lease 3 s), its
+ * terms from WaitElected's return to WaitLost's. */
+static const int64_t seed_leases[] = {2000, 3000, 2000};
+
+static obs *mk_seed(void)
+{
+    obs_params p = {{2000, 1500, 300}, MS(1000), 3, names, seed_leases, MS(1000)};
+    obs *o = obs_new(&p);
+
+    assert_non_null(o);
+    obs_quiet(o, 1);
+    obs_begin(o, S(100));
+    return o;
+}
+
+static void test_seed_clean_handover(void **state)
+{
+    obs *o = mk_seed();
+    obs_result r;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+
+    (void)state;
+    assert_non_null(out);
+    obs_lead(o, 0, 1, S(100.1), S(100.101));
+    obs_lose(o, 0, 1, S(101), S(100.99), 0);
+    /* b: elected 2 ms after a's end; cancels at 102.9995, WaitLost
+     * returns at 103; c's acquiring request starts 1 ms later */
+    assert_int_equal(obs_seed_lead(o, 1, 2, S(101.002)), 1);
+    obs_seed_lose(o, 1, 2, S(103), S(102.9995), 0, 0);
+    obs_lead(o, 2, 3, S(103.001), S(103.002));
+    obs_lose(o, 2, 3, S(104), S(104), 0);
+    /* b again, ended by the library (its log line tells why) */
+    obs_seed_lead(o, 1, 4, S(104.5));
+    obs_seed_why(o, 1, 4, "failed to renew lease within 2s");
+    obs_seed_lose(o, 1, 4, S(106), 0, 0, 0);
+    obs_lead(o, 0, 5, S(107.0), S(107.001)); /* its lease expired: 1 s later */
+    obs_end(o, S(108));
+    obs_dead(o, 0, S(108));
+    assert_int_equal(obs_check(o, out, &r), 0);
+    fclose(out);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.terms, 5);
+    assert_int_equal(r.seed_terms, 2);
+    assert_int_equal(r.seed_closed, 2);
+    assert_int_equal(r.seed_cancelled, 1);
+    assert_int_equal(r.seed_margins, 2);
+    assert_true(r.seed_min_margin_ns >= MS(1) - 1000 && r.seed_min_margin_ns <= MS(1) + 1000);
+    assert_true(r.seed_min_margin_lost >= S(0.999) && r.seed_min_margin_lost <= S(1.001));
+    assert_true(r.seed_worst_cancel_ns >= S(0.0004) && r.seed_worst_cancel_ns <= S(0.0006));
+    assert_non_null(strstr(text, "seed-ABI  cand-b epoch 2:"));
+    assert_non_null(strstr(text, "failed to renew lease within 2s"));
+    assert_null(strstr(text, "VIOLATION"));
+    free(text);
+    obs_free(o);
+}
+
+static void test_seed_overlap_found(void **state)
+{
+    obs *o = mk_seed();
+    obs_result r;
+
+    (void)state;
+    /* WaitLost returned 0.5 s after c began: the program still believed it
+     * led (the old bug: WaitLost waited for the release / a hung server) */
+    obs_seed_lead(o, 1, 1, S(100.1));
+    obs_lead(o, 2, 2, S(103.0), S(103.001));
+    obs_seed_lose(o, 1, 1, S(103.5), 0, 0, 0);
+    obs_lose(o, 2, 2, S(104), S(104), 0);
+    /* and a's term: b's next one starts before a's end */
+    obs_lead(o, 0, 3, S(104.1), S(104.1));
+    obs_seed_lead(o, 1, 4, S(104.9));
+    obs_lose(o, 0, 3, S(105), S(105), 0);
+    obs_seed_lose(o, 1, 4, S(106), 0, 0, 0);
+    obs_end(o, S(106));
+    assert_int_equal(obs_check(o, NULL, &r), 2);
+    assert_int_equal(r.overlaps, 2);
+    assert_int_equal(r.seed_terms, 2);
+    assert_true(r.seed_min_margin_lost >= S(-0.501) && r.seed_min_margin_lost <= S(-0.499));
+    obs_free(o);
+}
+
+static void test_seed_frozen(void **state)
+{
+    obs *o = mk_seed();
+    obs_result r;
+
+    (void)state;
+    /* b frozen from 102 to 105 while leading; c took over at 104 (b's
+     * lease expired); b's WaitLost returned 3 ms after SIGCONT: the term
+     * ends at the freeze for the checks */
+    obs_seed_lead(o, 1, 1, S(100.1));
+    obs_lead(o, 2, 2, S(104), S(104.001));
+    obs_seed_lose(o, 1, 1, S(105.003), 0, S(102), S(105));
+    obs_lose(o, 2, 2, S(106), S(106), 0);
+    /* again, but WaitLost 1.5 s after SIGCONT: over the 1 s limit */
+    obs_seed_lead(o, 1, 3, S(106.1));
+    obs_lead(o, 0, 4, S(110), S(110.001));
+    obs_seed_lose(o, 1, 3, S(112.5), 0, S(108), S(111));
+    obs_end(o, S(112.5));
+    obs_dead(o, 0, S(113));
+    assert_int_equal(obs_check(o, NULL, &r), 1);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.seed_frozen, 2);
+    assert_int_equal(r.seed_thaw_errors, 1);
+    assert_true(r.seed_worst_thaw_ns >= S(1.499) && r.seed_worst_thaw_ns <= S(1.501));
+    /* margins from the freezes: 2 s and 2 s */
+    assert_true(r.seed_min_margin_ns >= S(1.999) && r.seed_min_margin_ns <= S(2.001));
+    obs_free(o);
+}
+
+static void test_seed_recovery_bound(void **state)
+{
+    obs *o = mk_seed();
+    obs_result r;
+
+    (void)state;
+    /* after b's term (lease 3 s): bound 4.6 s, a gap of 4.2 s is fine */
+    obs_seed_lead(o, 1, 1, S(100.1));
+    obs_seed_lose(o, 1, 1, S(101), 0, 0, 0);
+    obs_lead(o, 0, 2, S(105.2), S(105.2));
+    /* after a's term (lease 2 s): bound 3.6 s, 4.2 s is not */
+    obs_lose(o, 0, 2, S(106), S(106), 0);
+    obs_lead(o, 2, 3, S(110.2), S(110.2));
+    obs_end(o, S(111));
+    obs_dead(o, 2, S(111));
+    assert_int_equal(obs_check(o, NULL, &r), 1);
+    assert_int_equal(r.recovery_errors, 1);
+    assert_true(r.bound_max_ns >= S(4.599) && r.bound_max_ns <= S(4.601));
+    assert_true(r.bound_ns >= S(3.599) && r.bound_ns <= S(3.601));
+    obs_free(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -191,6 +331,10 @@ int main(void)
         cmocka_unit_test(test_no_leader_at_the_end),
         cmocka_unit_test(test_protocol_errors),
         cmocka_unit_test(test_open_term_at_check),
+        cmocka_unit_test(test_seed_clean_handover),
+        cmocka_unit_test(test_seed_overlap_found),
+        cmocka_unit_test(test_seed_frozen),
+        cmocka_unit_test(test_seed_recovery_bound),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
