@@ -757,6 +757,11 @@ K8SLEASE_COMPAT_API int K8sLeaseWaitElected(char *ns, char *leaseName, int timeo
         if (kl__elector_stop_async(e->elector, -1) == 0)
             k8slease_elector_wait_lost(e->elector, -1);
         rc = fail(errMsg, "election timed out after %ds", timeoutSec);
+    } else if (err == K8SLEASE_ESTATE && k8slease_elector_wait_lost(e->elector, 0) == 0 &&
+               k8slease_elector_epoch(e->elector) >= 0) {
+        /* It led, and the term was over before we looked. */
+        rc = fail(errMsg, "leadership already lost (epoch %lld)",
+                  (long long)k8slease_elector_epoch(e->elector));
     } else if (err == K8SLEASE_ESTATE && k8slease_elector_wait_lost(e->elector, 0) == 0) {
         rc = fail(errMsg, "election lost before becoming leader");
     } else {

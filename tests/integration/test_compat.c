@@ -234,6 +234,44 @@ struct holder_thread {
     int errors, seen;
 };
 
+/* K8sLeaseWaitElected once the election is over says which way it ended:
+ * after a term ("leadership already lost (epoch N)"), or without one. */
+static void wait_elected_after_the_end_says_why(void **state)
+{
+    char led[] = "compat-over", never[] = "compat-never", id[] = "node-over:8080";
+    k8slease_client *c;
+    k8slease_elector *holder;
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    long long t, t2 = -1;
+    char *err = NULL, want[64];
+
+    (void)state;
+    run(led, id);
+    t = wait_elected(led);
+    cancel_and_wait(led);
+    assert_int_equal(K8sLeaseWaitElected(ns, led, WAIT_S, &t2, &err), -1);
+    snprintf(want, sizeof(want), "leadership already lost (epoch %lld)", t);
+    assert_non_null(err);
+    assert_string_equal(err, want);
+    free(err);
+    err = NULL;
+
+    /* Held by another: cancelled before it could lead. */
+    assert_int_equal(e2e_setup(&c), 0);
+    o.name = never;
+    o.identity = "other:8080";
+    assert_int_equal(k8slease_elector_start(&holder, c, &o), 0);
+    assert_int_equal(k8slease_elector_wait_elected(holder, WAIT_S * 1000, NULL), 0);
+    run(never, id);
+    cancel_and_wait(never);
+    assert_int_equal(K8sLeaseWaitElected(ns, never, WAIT_S, &t2, &err), -1);
+    assert_non_null(err);
+    assert_string_equal(err, "election lost before becoming leader");
+    free(err);
+    k8slease_elector_free(holder);
+    k8slease_client_free(c);
+}
+
 static void *get_holder_loop(void *arg)
 {
     struct holder_thread *ht = arg;
@@ -475,6 +513,7 @@ int main(void)
         cmocka_unit_test(invalid_durations_fail),
         cmocka_unit_test(sequential_handoff),
         cmocka_unit_test(wait_elected_times_out_and_cancels),
+        cmocka_unit_test(wait_elected_after_the_end_says_why),
         cmocka_unit_test(get_holder_from_five_threads),
         cmocka_unit_test(get_holder_not_found),
         cmocka_unit_test(holder_empty_after_death_and_expiry),
