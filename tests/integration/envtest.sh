@@ -21,7 +21,8 @@
 # GET /livez over TLS every second (down after 2 failed checks of at most
 # 1 s, up again after 2 good ones; sessions to a server marked down are left
 # open; client and server timeouts of 1 h, so watches are not cut). The
-# kubeconfigs then point at haproxy. K8SLEASE_ENVTEST_BALANCE=roundrobin
+# kubeconfigs then point at haproxy (K8SLEASE_ENVTEST_LB_CHECK_MS sets the
+# check interval and timeout, 1000 by default). K8SLEASE_ENVTEST_BALANCE=roundrobin
 # (default) or first (every connection to replica 1 while haproxy has it
 # up, the next replica only when it is down) is haproxy's balance. Neither
 # variable is passed on to COMMAND (see $K8SLEASE_ENVTEST_DIR/env).
@@ -360,7 +361,10 @@ ctl() { # NAME ACTION
     p=$(pid_of "$1")
     case $2 in
     pid) echo "$p" ;;
-    ready) ready "$1" ;;
+    ready)
+        ready "$1"
+        # A replica is ready for clients once the balancer sends to it.
+        case $1 in apiserver*) lb_wait_up "$1" ;; esac ;;
     stop) alive "$p" || die_with_log "$1" "not running"; kill -STOP "$p" ;;
     cont) alive "$p" || die_with_log "$1" "not running"; kill -CONT "$p" ;;
     kill)
@@ -439,11 +443,15 @@ case $balance in
 first | roundrobin) ;;
 *) echo "envtest.sh: K8SLEASE_ENVTEST_BALANCE='$balance': first or roundrobin" >&2; exit 2 ;;
 esac
+lb_check_ms=${K8SLEASE_ENVTEST_LB_CHECK_MS:-1000}
+case $lb_check_ms in
+'' | *[!0-9]*) echo "envtest.sh: K8SLEASE_ENVTEST_LB_CHECK_MS='$lb_check_ms': milliseconds" >&2; exit 2 ;;
+esac
 # Not passed on: an envtest.sh that COMMAND runs (test_e2e_external's, with
 # a stand-in server per replica that would share nothing) starts one
 # kube-apiserver unless told otherwise. COMMAND finds them in
 # $K8SLEASE_ENVTEST_DIR/env and `$K8SLEASE_ENVTEST_CTL replicas`.
-unset K8SLEASE_ENVTEST_REPLICAS K8SLEASE_ENVTEST_BALANCE
+unset K8SLEASE_ENVTEST_REPLICAS K8SLEASE_ENVTEST_BALANCE K8SLEASE_ENVTEST_LB_CHECK_MS
 haproxy=
 if [ "$replicas" -gt 1 ]; then
     # Debian puts it in /usr/sbin, which a user's PATH may not have.
@@ -561,6 +569,7 @@ ETCD_BIN='$etcd'
 HAPROXY_BIN='$haproxy'
 REPLICAS=$replicas
 BALANCE=$balance
+LB_CHECK_MS=$lb_check_ms
 PORT=$port
 PORT2=$port2
 PORT3=$port3
@@ -632,7 +641,7 @@ defaults
     timeout connect 5s
     timeout client 1h
     timeout server 1h
-    timeout check 1s
+    timeout check ${LB_CHECK_MS:-1000}ms
 
 frontend apiserver
     bind 127.0.0.1:$LB_PORT
@@ -647,7 +656,7 @@ backend apiservers
 EOF
         n=1
         for p in $PORT $PORT2 $PORT3; do
-            echo "    server apiserver$n 127.0.0.1:$p check check-ssl verify none inter 1s fall 2 rise 2"
+            echo "    server apiserver$n 127.0.0.1:$p check check-ssl verify none inter ${LB_CHECK_MS:-1000}ms fall 2 rise 2"
             n=$((n + 1))
         done
         cat <<EOF
