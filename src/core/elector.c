@@ -254,7 +254,7 @@ static void sleep_until(k8slease_elector *e, int64_t at_ns)
 
 /* Wait (mu held) until ready(e), at most timeout_ms (< 0: no limit); 0 or
  * K8SLEASE_ETIMEOUT. While we lead, it also wakes at the leader deadline:
- * nothing signals when the clock passes it. */
+ * nothing signals when the clock passes it (term_over looks at it). */
 static int wait_for(k8slease_elector *e, int (*ready)(k8slease_elector *), int64_t timeout_ms)
 {
     int64_t until = INT64_MAX;
@@ -267,7 +267,7 @@ static int wait_for(k8slease_elector *e, int (*ready)(k8slease_elector *), int64
 
         if (kl__clock_mono_ns() >= until)
             return K8SLEASE_ETIMEOUT;
-        if (ready != is_done && e->elected && deadline != 0 && deadline < at)
+        if (e->elected && deadline != 0 && deadline < at)
             at = deadline;
         sleep_until(e, at);
     }
