@@ -56,7 +56,9 @@
 #
 # Kubeconfigs in $K8SLEASE_ENVTEST_DIR: kubeconfig (system:masters token),
 # kubeconfig-user (envtest-user: no groups, only what RBAC grants it),
-# kubeconfig-tokenfile (system:masters, tokenFile: token-rotating), all at
+# kubeconfig-tokenfile (system:masters, tokenFile: token-rotating),
+# kubeconfig-cert (system:masters, client certificate client.crt and key
+# client.key, signed by ca.crt), all at
 # the balancer when there are replicas; kubeconfig-replica1 ... -replicaN
 # (system:masters) each at one kube-apiserver directly. $K8SLEASE_ENVTEST_DIR/env
 # has the ports: PORT (replica 1), PORT2, PORT3, LB_PORT (haproxy),
@@ -529,6 +531,14 @@ printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$dir/san.ext"
 openssl x509 -req -in "$dir/apiserver.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
     -CAcreateserial -days 2 -extfile "$dir/san.ext" -out "$dir/apiserver.crt" 2>/dev/null
 openssl genrsa -out "$dir/sa.key" 2048 2>/dev/null
+# A client certificate of an admin (kubeconfig-cert): the apiserver trusts
+# ca.crt for clients too (--client-ca-file).
+openssl req -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes \
+    -subj "/O=system:masters/CN=envtest-cert" -keyout "$dir/client.key" \
+    -out "$dir/client.csr" 2>/dev/null
+printf 'extendedKeyUsage=clientAuth\n' > "$dir/client.ext"
+openssl x509 -req -in "$dir/client.csr" -CA "$dir/ca.crt" -CAkey "$dir/ca.key" \
+    -CAcreateserial -days 2 -extfile "$dir/client.ext" -out "$dir/client.crt" 2>/dev/null
 new_token() { od -An -N16 -tx1 /dev/urandom | tr -d ' \n'; }
 token=$(new_token)
 user_token=$(new_token)
@@ -609,6 +619,8 @@ EOF
 kubeconfig "$dir/kubeconfig" "$SERVER_PORT" "token: $token"
 kubeconfig "$dir/kubeconfig-user" "$SERVER_PORT" "token: $user_token"
 kubeconfig "$dir/kubeconfig-tokenfile" "$SERVER_PORT" "tokenFile: $dir/token-rotating"
+kubeconfig "$dir/kubeconfig-cert" "$SERVER_PORT" "client-certificate: $dir/client.crt
+    client-key: $dir/client.key"
 n=1
 for p in $PORT $PORT2 $PORT3; do
     kubeconfig "$dir/kubeconfig-replica$n" "$p" "token: $token"

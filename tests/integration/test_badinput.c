@@ -1189,8 +1189,28 @@ static void watch_seen(const char *identity, int64_t epoch, void *ud)
     __atomic_store_n((int *)ud, 1, __ATOMIC_SEQ_CST);
 }
 
+/* The token file of a real server's kubeconfig-tokenfile, rotated (the
+ * server restarts with the new token): a client of it gets a 401, reads
+ * the file again and retries. Before any election: the restart takes
+ * longer than the suite's renew deadline. */
+static void rotate_on_real_server(k8slease_client *c)
+{
+    k8slease_holder *h = NULL;
+    char *now;
+
+    assert_int_equal(k8slease_holder_get(c, NULL, "badinput-rotate", 5000, &h), K8SLEASE_ENOTFOUND);
+    assert_int_equal(e2e_ctl("apiserver", "rotate-token"), 0);
+    now = kl_test_read_file(e2e_envtest_file("token-rotating"), NULL);
+    secrets_add_token(now, "the rotated bearer token");
+    free(now);
+    assert_int_equal(k8slease_holder_get(c, NULL, "badinput-rotate", 10000, &h),
+                     K8SLEASE_ENOTFOUND);
+    assert_true(logs_contain("HTTP 401; retrying with fresh credentials"));
+}
+
 /* An election, renewals, a holder read, a watch, a pod label and a
- * release through a client of kc that logs everything. */
+ * release through a client of kc that logs everything (and, with
+ * rotate_token, the token file rotated on the way). */
 static void exercise(const char *kc, const char *lease, int rotate_token)
 {
     static int seen;
@@ -1201,10 +1221,12 @@ static void exercise(const char *kc, const char *lease, int rotate_token)
     long status = 0;
 
     c = client_logged(kc);
+    if (rotate_token && !e2e_is_testserver())
+        rotate_on_real_server(c);
     e = start_elector(c, lease, "secret-keeper:1");
     elected(e, lease);
     renewals(e, 2);
-    if (rotate_token) {
+    if (rotate_token && e2e_is_testserver()) {
         char *old = ts_token(e2e_server()), body[256];
 
         /* A 401, a re-read of the token file, renewals with the new token. */
@@ -1237,16 +1259,18 @@ static void exercise(const char *kc, const char *lease, int rotate_token)
             fail_msg("no watch callback within %d ms", WAIT_MS);
     k8slease_watch_free(w);
     /* A pod label (a PATCH). */
-    assert_int_equal(ts_request(e2e_server(), "POST", "/api/v1/namespaces/default/pods", NULL,
-                                "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":"
-                                "{\"name\":\"badinput-secret-pod\"}}",
-                                &status, NULL),
+    assert_int_equal(e2e_api("POST", "/api/v1/namespaces/default/pods",
+                             "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":"
+                             "{\"name\":\"badinput-secret-pod\"},\"spec\":{\"containers\":"
+                             "[{\"name\":\"c\",\"image\":\"busybox\"}]}}",
+                             &status, NULL),
                      0);
     assert_true(status == 201 || status == 409); /* 409: made by an earlier round */
     assert_int_equal(k8slease_pod_label(c, NULL, "badinput-secret-pod", "role", "leader"), 0);
     assert_int_equal(k8slease_pod_label(c, NULL, "badinput-secret-pod", "role", NULL), 0);
-    /* Errors are logged too: a 403 on one renewal. */
-    {
+    /* Errors are logged too: a 403 on one renewal (a real server: a read
+     * by a user RBAC grants nothing, below). */
+    if (e2e_is_testserver()) {
         char rule[512];
         long id;
 
@@ -1378,42 +1402,82 @@ static void cli_does_not_print(const char *kc, const char *lease)
 static void credentials_never_logged(void **state)
 {
     char kc[512], key[512], wrong[512], user[256], msg[1024];
-    char *token, *all;
+    const char *ca;
+    char *token, *all, *url;
     k8slease_client *c;
+    int real = !e2e_is_testserver();
 
     (void)state;
-    e2e_need_testserver("needs client certificates and a rotating token file (envtest has one "
-                        "static token)");
+    if (real && !e2e_envtest_file("kubeconfig-cert")) {
+        print_message("skipped: needs a client certificate and a rotating token file "
+                      "(tests/integration/envtest.sh has both)\n");
+        skip();
+    }
     secrets_free();
     logs_reset();
-    token = ts_token(e2e_server());
+    token = e2e_token();
     secrets_add_token(token, "the bearer token");
     free(token);
-    snprintf(key, sizeof(key), "%s/client.key", ts_dir(e2e_server()));
+    if (real) {
+        char *user_token = kl_test_read_file(e2e_envtest_file("token-rotating"), NULL);
+
+        secrets_add_token(user_token, "the rotating bearer token");
+        free(user_token);
+        snprintf(key, sizeof(key), "%s", e2e_envtest_file("client.key"));
+    } else {
+        snprintf(key, sizeof(key), "%s/client.key", ts_dir(e2e_server()));
+    }
     secrets_add_key(key);
     secret_add(strdup("badinput-wrong-token-7d1e4a90c3"), "a refused bearer token");
     secrets_check_the_check();
 
     /* (a) a bearer token in the kubeconfig */
-    exercise(ts_kubeconfig(e2e_server()), "badinput-secret-token", 0);
-    cli_does_not_print(ts_kubeconfig(e2e_server()), "default/badinput-cli-token");
+    snprintf(kc, sizeof(kc), "%s", getenv("KUBECONFIG"));
+    exercise(kc, "badinput-secret-token", 0);
+    cli_does_not_print(kc, "default/badinput-cli-token");
     /* (b) a tokenFile, rotated on the way */
-    snprintf(kc, sizeof(kc), "%s/kubeconfig-tokenfile", ts_dir(e2e_server()));
+    if (real)
+        snprintf(kc, sizeof(kc), "%s", e2e_envtest_file("kubeconfig-tokenfile"));
+    else
+        snprintf(kc, sizeof(kc), "%s/kubeconfig-tokenfile", ts_dir(e2e_server()));
     exercise(kc, "badinput-secret-file", 1);
     cli_does_not_print(kc, "default/badinput-cli-file");
     /* (c) a client certificate and key (no token) */
-    snprintf(kc, sizeof(kc), "%s/kubeconfig-cert", ts_dir(e2e_server()));
+    if (real)
+        snprintf(kc, sizeof(kc), "%s", e2e_envtest_file("kubeconfig-cert"));
+    else
+        snprintf(kc, sizeof(kc), "%s/kubeconfig-cert", ts_dir(e2e_server()));
     exercise(kc, "badinput-secret-cert", 0);
     cli_does_not_print(kc, "default/badinput-cli-cert");
     /* (d) a token the server refuses: the 401 is logged, the token not */
     snprintf(user, sizeof(user), "    token: badinput-wrong-token-7d1e4a90c3");
-    write_kubeconfig(wrong, sizeof(wrong), "kc-wrong-token", ts_url(e2e_server()),
-                     ts_ca_file(e2e_server()), user);
+    url = e2e_url();
+    ca = real ? e2e_envtest_file("ca.crt") : ts_ca_file(e2e_server());
+    write_kubeconfig(wrong, sizeof(wrong), "kc-wrong-token", url, ca, user);
+    free(url);
     c = client_logged(wrong);
     assert_int_equal(holder_fails(c, "badinput-secret-token", 5000, msg, sizeof(msg)),
                      K8SLEASE_EAUTH);
     assert_no_secret(msg, "k8slease_error_last()");
     k8slease_client_free(c);
+    /* (e) a real server's 403: a user RBAC grants nothing reads a Lease */
+    if (real) {
+        char *text, *t, *end;
+
+        snprintf(kc, sizeof(kc), "%s", e2e_envtest_file("kubeconfig-user"));
+        text = kl_test_read_file(kc, NULL);
+        assert_non_null(t = strstr(text, "token: "));
+        t += strlen("token: ");
+        if ((end = strchr(t, '\n')))
+            *end = '\0';
+        secrets_add_token(t, "the bearer token of a user without rights");
+        free(text);
+        c = client_logged(kc);
+        assert_int_equal(holder_fails(c, "badinput-secret-token", 5000, msg, sizeof(msg)),
+                         K8SLEASE_EAUTH);
+        assert_no_secret(msg, "k8slease_error_last()");
+        k8slease_client_free(c);
+    }
 
     all = logs_copy();
     /* The log really is at debug level and covers the requests. */
