@@ -468,6 +468,9 @@ fi
 abs() { (cd "$(dirname "$1")" && echo "$PWD/$(basename "$1")"); }
 apiserver=$(abs "$apiserver")
 etcd=$(abs "$etcd")
+# COMMAND may run envtest.sh again from another directory (the HA selftest
+# under a single-apiserver run): it finds the same binaries by absolute path.
+export TEST_ASSET_KUBE_APISERVER="$apiserver" TEST_ASSET_ETCD="$etcd"
 
 dir=$(mktemp -d "${TMPDIR:-/tmp}/envtest.XXXXXX")
 # shellcheck disable=SC2317 # called by the trap
