@@ -7,6 +7,8 @@
  *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3),
  *                                         on the test server or on etcd
  *   k8slease-bench scale-worker ...       N elections in one client (4 and 6)
+ *   k8slease-bench hung-worker ...        8 clients while a replica hangs (7),
+ *                                         inside an HA envtest.sh of its own
  * The driver never creates a k8slease client itself: it only forks and execs
  * the other roles, so every measured client lives in a process of its own
  * and the driver stays single-threaded (safe to fork).
@@ -61,6 +63,7 @@ enum {
     CELL_SCALE,
     CELL_FOOTPRINT,
     CELL_HTTP,
+    CELL_HUNG,
     CELL_COUNT
 };
 
@@ -79,6 +82,7 @@ typedef struct bench_target {
 
 typedef struct bench_ctx {
     int quick;
+    int hang_s; /* benchmark 7's hang (--hang-s); 0: 100 s, quick 20 s */
     time_t started;
     char loadavg[64];     /* /proc/loadavg when the run started */
     const char *out_dir;  /* CSV and PNG files go here */
@@ -257,13 +261,15 @@ void pool_fini(pool *p);
 
 int candidate_main(int argc, char **argv);
 int scale_worker_main(int argc, char **argv);
+int hung_worker_main(int argc, char **argv);
 
-void bench_handover(bench_ctx *ctx);  /* 1 */
-void bench_failover(bench_ctx *ctx);  /* 2 */
-void bench_api_load(bench_ctx *ctx);  /* 3 */
-void bench_scale(bench_ctx *ctx);     /* 4 */
-void bench_footprint(bench_ctx *ctx); /* 5 */
-void bench_http(bench_ctx *ctx);      /* 6 */
+void bench_handover(bench_ctx *ctx);     /* 1 */
+void bench_failover(bench_ctx *ctx);     /* 2 */
+void bench_api_load(bench_ctx *ctx);     /* 3 */
+void bench_scale(bench_ctx *ctx);        /* 4 */
+void bench_footprint(bench_ctx *ctx);    /* 5 */
+void bench_http(bench_ctx *ctx);         /* 6 */
+void bench_hung_replica(bench_ctx *ctx); /* 7 */
 
 /* Run argv (argv[0] searched in PATH), read its stdout until it exits or
  * timeout_ms passes (then SIGKILL); the last line starting with "RESULT "

@@ -19,8 +19,8 @@ static const struct {
     char id;
     void (*run)(bench_ctx *);
 } benchmarks[] = {
-    {'1', bench_handover}, {'2', bench_failover},  {'3', bench_api_load},
-    {'4', bench_scale},    {'5', bench_footprint}, {'6', bench_http},
+    {'1', bench_handover},  {'2', bench_failover}, {'3', bench_api_load},     {'4', bench_scale},
+    {'5', bench_footprint}, {'6', bench_http},     {'7', bench_hung_replica},
 };
 
 static void usage(FILE *f)
@@ -29,7 +29,8 @@ static void usage(FILE *f)
                "                     [--envtest | --kubeconfig FILE]\n"
                "  --quick      fewer samples and shorter windows (under 2 minutes)\n"
                "  --out DIR    where the CSV files and summary go (default bench/results)\n"
-               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5,6)\n"
+               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5,6,7)\n"
+               "  --hang-s N   benchmark 7: how long replica 1 hangs (default 100, quick 20)\n"
                "  --envtest    then the same on the kube-apiserver of envtest.sh\n"
                "               ($K8SLEASE_TEST_KUBECONFIG): all of it, load read from /metrics\n"
                "  --kubeconfig FILE  then on that cluster, as is safe on a shared one:\n"
@@ -191,7 +192,8 @@ static void print_readme_table(FILE *f, const bench_ctx *ctx)
                                                  "leader API load",
                                                  "elections in one process, retry period 2 s",
                                                  "minimal program, one election",
-                                                 "1,000 elections started at once, HTTP/2"};
+                                                 "1,000 elections started at once, HTTP/2",
+                                                 "one of two replicas hung (7)"};
     /* The real server's column first: it is the reference. */
     const bench_target *col[2] = {ctx->real.label[0] ? &ctx->real : &ctx->ts, &ctx->ts};
     int ncol = ctx->real.label[0] ? 2 : 1;
@@ -252,7 +254,7 @@ int main(int argc, char **argv)
         .fast = {2000, 1500, 500},
         .regular = {15000, 10000, 2000},
     };
-    const char *only = "123456";
+    const char *only = "1234567";
     int64_t t0 = bench_now_ns();
     ssize_t n;
     int failed = 0;
@@ -263,11 +265,15 @@ int main(int argc, char **argv)
         return candidate_main(argc - 1, argv + 1);
     if (argc > 1 && !strcmp(argv[1], "scale-worker"))
         return scale_worker_main(argc - 1, argv + 1);
+    if (argc > 1 && !strcmp(argv[1], "hung-worker"))
+        return hung_worker_main(argc - 1, argv + 1);
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--quick"))
             ctx.quick = 1;
         else if (!strcmp(argv[i], "--out") && i + 1 < argc)
             ctx.out_dir = argv[++i];
+        else if (!strcmp(argv[i], "--hang-s") && i + 1 < argc)
+            ctx.hang_s = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--only") && i + 1 < argc)
             only = argv[++i];
         else if (!strcmp(argv[i], "--envtest")) {

@@ -9,7 +9,10 @@
 #
 # --apiserver DIR starts etcd + kube-apiserver from DIR (KUBEBUILDER_ASSETS:
 # DIR/kube-apiserver, DIR/etcd) with tests/integration/envtest.sh and runs
-# every benchmark on it too, in the same run (bench/README.md).
+# every benchmark on it too, in the same run (bench/README.md). Benchmark 7
+# (a hung replica) needs replicas: it starts an HA envtest.sh of its own for
+# each scenario (K8SLEASE_ENVTEST_REPLICAS=2 behind haproxy, which must be
+# installed), from the same DIR; --hang-s N sets the hang (100 s, quick 20 s).
 # --kubeconfig FILE runs only what is safe on a shared cluster: benchmarks
 # 1, 2, 5 and 4 with 100 elections, on Leases named bench-* and scale-*
 # in the kubeconfig's namespace, which are left there, released.
