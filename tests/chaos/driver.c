@@ -22,6 +22,14 @@
  * knowledge: frozen processes wake up as not leader, every candidate keeps
  * beating and campaigns again after each term, nobody exits unasked.
  *
+ * Under an HA envtest.sh (K8SLEASE_ENVTEST_REPLICAS=2 or 3: kube-apiserver
+ * replicas on one etcd behind haproxy) the deck holds the faults of that
+ * shape instead of apiserver-stop/-kill: a replica hung, a replica killed,
+ * the balancer restarted. The control plane stays up through them, so the
+ * report counts the terms each fault kind cost, and a term lost to one of
+ * them is a violation when the balancer's checks are fast enough for the
+ * timings (ha_setup, docs/chaos.md).
+ *
  * With the Kubernetes backends the first --seed-abi-candidates (default 1)
  * candidates are programs on the seed ABI (libk8s_lease_wrapper.h, driven
  * as Mooncake's master drives it, candidate.c): their terms are what the
@@ -89,6 +97,7 @@ typedef struct proc {
     int log_lines[4];   /* seed ABI: its log lines by level (error, warn, info, debug) */
     int64_t last_hb;    /* candidate time of its last line */
     int64_t restart_at; /* > 0: start it again then */
+    int64_t sits_out;   /* after SIGUSR2 (f_release): no campaign before this */
     int killed;         /* we sent SIGKILL */
     int quitting;       /* we sent SIGTERM (end of the run) */
     int bye;
@@ -125,7 +134,15 @@ typedef struct drv {
     const char *ctl;        /* envtest: $K8SLEASE_ENVTEST_CTL */
     k8slease_client *probe; /* envtest: asks the server whether it answers again */
     pid_t ctl_pid;          /* envtest: a running ctl command, 0 none */
-    int ctl_status;         /* its wait status */
+    /* envtest with replicas (an HA control plane: `ctl replicas` > 1), from
+     * $K8SLEASE_ENVTEST_DIR/env: */
+    int replicas;        /* kube-apiservers behind the balancer; 1: no balancer */
+    int balance_first;   /* haproxy balance first: every connection on replica 1 */
+    int64_t lb_check_ms; /* haproxy check interval and timeout */
+    int64_t detect_ms;   /* the longest a hung replica stays up in haproxy: 4 x check */
+    int64_t keep_ms;     /* a leader keeps its term if it is down within this */
+    int ha_keep;         /* detect_ms <= keep_ms: a term lost to a replica hang is a violation */
+    int ctl_status;      /* its wait status */
     proc p[MAX_CAND];
     const char *names[MAX_CAND];
     obs *o;
@@ -133,6 +150,7 @@ typedef struct drv {
     char ring[RING_LINES][200];
     int ringpos;
     int nfaults;
+    int64_t last_fault_ns; /* the last fault's effects: end - start */
     int frozen_leaders, frozen_checked;
     int seed_thawed;              /* frozen seed-ABI leaders whose WaitLost was checked */
     int deals;                    /* faults dealt from the deck */
@@ -798,6 +816,7 @@ static int control(drv *d, const char *method, const char *path, const char *bod
 static void fault_done(drv *d, chaos_fault_kind k, int64_t start, int64_t end, int blocking)
 {
     obs_fault(d->o, k, start, end, blocking);
+    d->last_fault_ns = end - start;
     d->nfaults++;
 }
 
@@ -878,6 +897,8 @@ static void f_release(drv *d, int l)
     /* SIGUSR2: the leader sits out for lease_duration, so a follower takes
      * over (on the watch event); SIGUSR1: it campaigns again at once. */
     kill(d->p[l].pid, step_back ? SIGUSR2 : SIGUSR1);
+    if (step_back)
+        d->p[l].sits_out = t + ms(d->p[l].t.lease_duration_ms);
     fault_done(d, CF_RELEASE, t, t, 0);
     say(d, "fault release: %s %s (leader)%s", step_back ? "SIGUSR2" : "SIGUSR1", d->p[l].name,
         step_back ? ", which then sits out" : "");
@@ -1192,6 +1213,75 @@ static void f_proc_stop(drv *d, chaos_fault_kind k, const char *what)
     fault_done(d, k, t, server_answers(d, "SIGCONT"), 1);
 }
 
+/* ---- Faults of an HA control plane (envtest.sh with replicas) ------------
+ * Replicas of the kube-apiserver on one etcd behind haproxy. The control
+ * plane stays up through each of these, so a leader keeps its term when
+ * the balancer detects the fault fast enough (docs/chaos.md, "An HA
+ * control plane"): they are dealt instead of apiserver-stop/-kill, which
+ * with replicas would hit replica 1 only. */
+
+/* The replica a fault hits: with balance first, replica 1 (every
+ * connection is there); with round robin, any. */
+static const char *pick_replica(drv *d)
+{
+    static const char *const names[] = {"apiserver", "apiserver2", "apiserver3"};
+    int n = d->replicas < 3 ? d->replicas : 3;
+
+    return names[d->balance_first ? 0 : rnd(d, 0, n - 1)];
+}
+
+/* SIGSTOP a replica beyond every candidate's renew deadline (its kernel
+ * still accepts connections, nothing answers), then SIGCONT and wait until
+ * haproxy has it up again. Its effects on takeovers end when haproxy has
+ * marked it down (detect_ms at the latest) or it answers again. */
+static void f_replica_hang(drv *d, const char *what)
+{
+    int64_t rd = d->t.renew_deadline_ms, window, t, t_cont;
+
+    if (d->nseed && d->seed_t.renew_deadline_ms > rd)
+        rd = d->seed_t.renew_deadline_ms;
+    window = rnd(d, rd + 200,
+                 rd + 200 > 2 * d->t.lease_duration_ms ? rd + 200 : 2 * d->t.lease_duration_ms);
+    t = chaos_now_ns();
+    say(d, "fault replica-hang: SIGSTOP %s for %.3f s", what, (double)window / 1000);
+    run_ctl(d, what, "stop");
+    pump(d, t + ms(window));
+    run_ctl(d, what, "cont");
+    t_cont = chaos_now_ns();
+    run_ctl(d, what, "ready");
+    say(d, "  %s thawed, up in haproxy %.3f s after SIGCONT", what,
+        (double)(chaos_now_ns() - t_cont) / CHAOS_NS_PER_S);
+    fault_done(d, CF_REPLICA_HANG, t, t + ms(d->detect_ms) < t_cont ? t + ms(d->detect_ms) : t_cont,
+               1);
+}
+
+/* SIGKILL a replica (its connections are reset; haproxy redispatches a
+ * refused connection to another replica at once), then start it again
+ * (ctl start returns once haproxy has it up). */
+static void f_replica_kill(drv *d, const char *what)
+{
+    int64_t t = chaos_now_ns(), t_gone;
+
+    say(d, "fault replica-kill: SIGKILL %s, start it again", what);
+    run_ctl(d, what, "kill");
+    t_gone = chaos_now_ns();
+    run_ctl(d, what, "start");
+    say(d, "  %s started and up in haproxy %.3f s after the kill", what,
+        (double)(chaos_now_ns() - t) / CHAOS_NS_PER_S);
+    fault_done(d, CF_REPLICA_KILL, t, t_gone, 1);
+}
+
+/* Kill haproxy and start it again on its port: every connection through it
+ * ends; the effects end when the API answers through it again. */
+static void f_lb_restart(drv *d)
+{
+    int64_t t = chaos_now_ns();
+
+    say(d, "fault lb-restart: kill haproxy, start it again");
+    run_ctl(d, "lb", "restart");
+    fault_done(d, CF_LB_RESTART, t, server_answers(d, "the balancer's restart"), 1);
+}
+
 /* Seed ABI: hand the Lease to a seed-ABI candidate, so that the next fault
  * hits a seed-ABI leader. Left to themselves they seldom lead: the native
  * candidates take over an expired Lease within retry_period / 20 of its
@@ -1239,12 +1329,39 @@ static void handover(drv *d, int l)
         (double)(chaos_now_ns() - t) / CHAOS_NS_PER_S);
 }
 
+/* Does fault kind k leave the leader alone, so that its term is counted as
+ * lost if it ends during the fault? The faults on candidates (kill, stop,
+ * release, cutoff) and freeze (a release inside, half the time) end it on
+ * purpose. */
+static int server_fault(chaos_fault_kind k)
+{
+    switch (k) {
+    case CF_RESTART:
+    case CF_LATENCY:
+    case CF_HANG:
+    case CF_ERR5XX:
+    case CF_ERR429:
+    case CF_RESET:
+    case CF_ETCD_STOP:
+    case CF_ETCD_KILL:
+    case CF_API_STOP:
+    case CF_API_KILL:
+    case CF_REPLICA_HANG:
+    case CF_REPLICA_KILL:
+    case CF_LB_RESTART:
+        return 1;
+    default:
+        return 0;
+    }
+}
+
 static void inject(drv *d, chaos_fault_kind k)
 {
-    int l = leader(d);
+    int l = leader(d), term, nfaults = d->nfaults;
 
     if (l < 0)
         return; /* steady() said otherwise a moment ago: try the next one */
+    term = obs_open_term(d->o, l);
     switch (k) {
     case CF_KILL:
         f_kill(d, l);
@@ -1301,8 +1418,35 @@ static void inject(drv *d, chaos_fault_kind k)
             f_etcd_kill(d);
 #endif
         break;
+    case CF_REPLICA_HANG:
+        f_replica_hang(d, pick_replica(d));
+        break;
+    case CF_REPLICA_KILL:
+        f_replica_kill(d, pick_replica(d));
+        break;
+    case CF_LB_RESTART:
+        f_lb_restart(d);
+        break;
     default:
         break;
+    }
+    /* Count the leader's term as lost if this fault ended it (observer).
+     * Must it keep it (docs/chaos.md)? Through a killed replica always (its
+     * connections are reset, the next ones redispatched at once to a
+     * replica that answers); through a hung replica if the balancer marks
+     * it down in time (ha_keep); through a balancer down for D (restart to
+     * first answer) if a renewal after a failed one still fits before the
+     * renew deadline: renew_deadline - retry_period > retry_period + D
+     * (not with the seed ABI's 3/2/1 s: every failed renewal is its last). */
+    if (d->nfaults > nfaults && server_fault(k)) {
+        const chaos_timing *lt = &d->p[l].t;
+        int must = k == CF_REPLICA_HANG   ? d->ha_keep
+                   : k == CF_REPLICA_KILL ? 1
+                   : k == CF_LB_RESTART   ? ms(lt->renew_deadline_ms - lt->retry_period_ms) >
+                                              ms(lt->retry_period_ms) + d->last_fault_ns
+                                        : 0;
+
+        obs_fault_term(d->o, term, must);
     }
 }
 
@@ -1318,10 +1462,20 @@ static int deck(drv *d, chaos_fault_kind *out)
     /* A real server: no fault rules, only process faults. */
     static const chaos_fault_kind real[] = {CF_KILL,     CF_STOP,      CF_RELEASE,  CF_API_STOP,
                                             CF_API_KILL, CF_ETCD_STOP, CF_ETCD_KILL};
-    const chaos_fault_kind *base = d->etcd ? etcd : d->envtest ? real : k8s;
-    int n = d->etcd      ? (int)(sizeof(etcd) / sizeof(*etcd))
-            : d->envtest ? (int)(sizeof(real) / sizeof(*real))
-                         : (int)(sizeof(k8s) / sizeof(*k8s));
+    /* An HA control plane: the replica faults instead of apiserver-stop
+     * and -kill (which would hit replica 1 only); the outage of the whole
+     * control plane is etcd's (every replica loses its storage at once). */
+    static const chaos_fault_kind ha[] = {CF_KILL,         CF_STOP,         CF_RELEASE,
+                                          CF_REPLICA_HANG, CF_REPLICA_KILL, CF_LB_RESTART,
+                                          CF_ETCD_STOP,    CF_ETCD_KILL};
+    const chaos_fault_kind *base = d->etcd                         ? etcd
+                                   : d->envtest && d->replicas > 1 ? ha
+                                   : d->envtest                    ? real
+                                                                   : k8s;
+    int n = d->etcd                         ? (int)(sizeof(etcd) / sizeof(*etcd))
+            : d->envtest && d->replicas > 1 ? (int)(sizeof(ha) / sizeof(*ha))
+            : d->envtest                    ? (int)(sizeof(real) / sizeof(*real))
+                                            : (int)(sizeof(k8s) / sizeof(*k8s));
 
     memcpy(out, base, (size_t)n * sizeof(*out));
     if (d->long_mode)
@@ -1465,6 +1619,58 @@ static int parse_args(drv *d, int argc, char **argv)
     return 0;
 }
 
+/* A leader keeps its term through a hung replica if the balancer marks it
+ * down within renew_deadline - retry_period - the request timeout
+ * ((renew_deadline - retry_period) / 2, at least 500 ms): docs/operations.md,
+ * "An HA control plane". */
+static int64_t keep_window_ms(const chaos_timing *t)
+{
+    int64_t timeout = (t->renew_deadline_ms - t->retry_period_ms) / 2;
+
+    return t->renew_deadline_ms - t->retry_period_ms - (timeout < 500 ? 500 : timeout);
+}
+
+/* envtest: how many replicas (`ctl replicas`), and with several, the
+ * balancer's settings from $K8SLEASE_ENVTEST_DIR/env (BALANCE, LB_CHECK_MS;
+ * envtest.sh does not pass its own variables on). */
+static void ha_setup(drv *d)
+{
+    char cmd[1200], line[256], path[1024];
+    const char *dir = getenv("K8SLEASE_ENVTEST_DIR");
+    FILE *f;
+
+    d->replicas = 1;
+    d->lb_check_ms = 1000; /* envtest.sh's default */
+    snprintf(cmd, sizeof(cmd), "'%s' replicas 2>/dev/null", d->ctl);
+    if ((f = popen(cmd, "r"))) {
+        if (fgets(line, sizeof(line), f) && atoi(line) > 1)
+            d->replicas = atoi(line);
+        pclose(f);
+    }
+    if (d->replicas < 2)
+        return;
+    snprintf(path, sizeof(path), "%s/env", dir ? dir : ".");
+    if (dir && (f = fopen(path, "r"))) {
+        while (fgets(line, sizeof(line), f)) {
+            if (!strncmp(line, "BALANCE=", 8))
+                d->balance_first = !strncmp(line + 8, "first", 5);
+            else if (!strncmp(line, "LB_CHECK_MS=", 12) && atoll(line + 12) > 0)
+                d->lb_check_ms = atoll(line + 12);
+        }
+        fclose(f);
+    }
+    /* haproxy (inter C, timeout check C, fall 2) marks a replica down
+     * after two failed checks; a check starts C after the previous one
+     * ended: a replica that hangs right after a good check is down 4 C
+     * later at the latest (C to the next check, C until it times out, C,
+     * C). */
+    d->detect_ms = 4 * d->lb_check_ms;
+    d->keep_ms = keep_window_ms(&d->t);
+    if (d->nseed && keep_window_ms(&d->seed_t) < d->keep_ms)
+        d->keep_ms = keep_window_ms(&d->seed_t);
+    d->ha_keep = d->detect_ms <= d->keep_ms;
+}
+
 static int setup_backend(drv *d)
 {
     if (d->etcd) {
@@ -1502,6 +1708,16 @@ static int setup_backend(drv *d)
             return 2;
         }
         snprintf(d->endpoint, sizeof(d->endpoint), "%s", k8slease_client_server(d->probe));
+        ha_setup(d);
+        if (d->replicas > 1)
+            printf("k8slease-chaos: HA control plane: %d kube-apiservers behind haproxy (balance "
+                   "%s, checks every %" PRId64 " ms: a hung replica is down within %" PRId64
+                   " ms); a leader keeps its term if that is within %" PRId64
+                   " ms: a term lost to replica-hang is %s; to replica-kill, a violation; to "
+                   "lb-restart, one if a renewal after a failed one fits in renew_deadline\n",
+                   d->replicas, d->balance_first ? "first" : "roundrobin", d->lb_check_ms,
+                   d->detect_ms, d->keep_ms,
+                   d->ha_keep ? "a violation" : "only counted (the balancer is too slow)");
         return 0;
     }
     char seed[32];
@@ -1605,12 +1821,26 @@ static void report(drv *d, obs_result *r, int64_t end)
                (double)d->seed_t.lease_duration_ms / 1000);
     printf("; median gap %.3f s over %d gaps\n", (double)r->median_gap_ns / CHAOS_NS_PER_S,
            r->gaps);
-    printf("recovery by fault ");
-    for (int k = 0; k < CF_NKINDS; k++)
-        if (r->faults[k])
-            printf(" %s %.3f s", chaos_fault_name((chaos_fault_kind)k),
-                   (double)r->worst_by_kind[k] / CHAOS_NS_PER_S);
-    printf("\n");
+    printf("by fault kind      %-15s %5s  %-22s %s\n", "kind", "count", "terms lost",
+           "worst recovery");
+    for (int k = 0; k < CF_NKINDS; k++) {
+        char lost[64] = "- (ends it)";
+
+        if (!r->faults[k])
+            continue;
+        if (k != CF_KILL && k != CF_STOP && k != CF_RELEASE)
+            snprintf(lost, sizeof(lost), "-");
+        if (r->led[k] || server_fault((chaos_fault_kind)k))
+            snprintf(lost, sizeof(lost), "%d of %d", r->lost[k], r->led[k]);
+        if (r->must_keep[k] && r->must_keep[k] == r->led[k])
+            snprintf(lost + strlen(lost), sizeof(lost) - strlen(lost), " (must keep)");
+        else if (r->must_keep[k])
+            snprintf(lost + strlen(lost), sizeof(lost) - strlen(lost), " (%d must keep)",
+                     r->must_keep[k]);
+        printf("                   %-15s %5d  %-22s %.3f s\n",
+               chaos_fault_name((chaos_fault_kind)k), r->faults[k], lost,
+               (double)r->worst_by_kind[k] / CHAOS_NS_PER_S);
+    }
     printf("frozen leaders     %d frozen beyond lease_duration, %d CONT checks, all woke up "
            "as not leader unless reported above",
            d->frozen_leaders, d->frozen_checked);
@@ -1752,6 +1982,17 @@ int main(int argc, char **argv)
         }
         /* Every other fault on a seed-ABI leader (one handover each). */
         if (d->nseed && d->deals % 2 == 0 && steered != d->deals && !d->p[leader(d)].seed) {
+            int64_t back = 0;
+
+            /* Not while a seed-ABI candidate sits out a release (SIGUSR2):
+             * nobody could take the Lease but the native leader again. */
+            for (int i = 0; i < d->nseed; i++)
+                if (d->p[i].sits_out > back)
+                    back = d->p[i].sits_out;
+            if (back + ms(d->t.retry_period_ms) > chaos_now_ns()) {
+                pump(d, back + ms(d->t.retry_period_ms));
+                continue;
+            }
             steered = d->deals;
             handover(d, leader(d));
             continue;

@@ -30,6 +30,8 @@ typedef struct ofault {
     chaos_fault_kind kind;
     int64_t start, end;
     int blocking;
+    int term;      /* the leader's term when it began (obs_fault_term), -1 none */
+    int must_keep; /* losing that term is a violation */
 } ofault;
 
 struct obs {
@@ -45,10 +47,11 @@ struct obs {
 };
 
 static const char *const fault_names[CF_NKINDS] = {
-    "kill",      "stop",           "release",        "cutoff",
-    "restart",   "latency",        "hang",           "5xx",
-    "429",       "reset",          "freeze",         "etcd-stop",
-    "etcd-kill", "apiserver-stop", "apiserver-kill", "handover"};
+    "kill",         "stop",           "release",        "cutoff",
+    "restart",      "latency",        "hang",           "5xx",
+    "429",          "reset",          "freeze",         "etcd-stop",
+    "etcd-kill",    "apiserver-stop", "apiserver-kill", "handover",
+    "replica-hang", "replica-kill",   "lb-restart"};
 
 const char *chaos_fault_name(chaos_fault_kind k)
 {
@@ -271,7 +274,54 @@ void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int bl
         o->faults = n;
         o->capfaults = cap;
     }
-    o->faults[o->nfaults++] = (ofault){kind, start, end < start ? start : end, blocking};
+    o->faults[o->nfaults++] = (ofault){kind, start, end < start ? start : end, blocking, -1, 0};
+}
+
+void obs_fault_term(obs *o, int term, int must_keep)
+{
+    if (o->nfaults > 0 && term >= 0 && term < o->nterms) {
+        o->faults[o->nfaults - 1].term = term;
+        o->faults[o->nfaults - 1].must_keep = must_keep;
+    }
+}
+
+/* Terms lost per fault: the leader's term when fault i began is lost if
+ * it ended (LOSE's upper bound: is_leader was false by then) before the
+ * fault's end + that candidate's lease duration, and before the next fault
+ * began (which may end the term itself). */
+static void terms_lost(obs *o, FILE *out, obs_result *r)
+{
+    for (int i = 0; i < o->nfaults; i++) {
+        const ofault *f = &o->faults[i];
+        const oterm *t;
+        int64_t until, ld = o->p.timing.lease_duration_ms;
+
+        if (f->term < 0)
+            continue;
+        t = &o->terms[f->term];
+        if (o->p.lease_ms && t->cand >= 0 && t->cand < o->p.ncand)
+            ld = o->p.lease_ms[t->cand];
+        until = f->end + ld * CHAOS_NS_PER_MS;
+        if (i + 1 < o->nfaults && o->faults[i + 1].start < until)
+            until = o->faults[i + 1].start;
+        r->led[f->kind]++;
+        r->must_keep[f->kind] += f->must_keep;
+        if (!t->closed || t->lose_hi >= until)
+            continue;
+        r->lost[f->kind]++;
+        if (f->must_keep)
+            r->lost_errors++;
+        if (out)
+            fprintf(
+                out,
+                "%sterm lost: %s lost its term (epoch %" PRId64 ", ended +%.3f..+%.3f s) to the "
+                "%s fault of +%.3f..+%.3f s%s\n",
+                f->must_keep ? "VIOLATION: " : "", cname(o, t->cand), t->epoch, rel(o, t->lose_lo),
+                rel(o, t->lose_hi), chaos_fault_name(f->kind), rel(o, f->start), rel(o, f->end),
+                f->must_keep ? ", which the balancer's detection and the timings let a "
+                               "leader keep (docs/chaos.md)"
+                             : "");
+    }
 }
 
 static int by_lead(const void *a, const void *b)
@@ -528,12 +578,14 @@ int obs_check(obs *o, FILE *out, obs_result *r)
             gap(o, out, r, covered, stop, last, &lens, &nlens, 1);
     }
     seed_report(o, out, r, s, n);
+    terms_lost(o, out, r);
     if (nlens > 0) {
         qsort(lens, (size_t)nlens, sizeof(*lens), cmp64);
         r->median_gap_ns = lens[nlens / 2];
     }
     free(lens);
     free(s);
-    r->violations = o->violations + r->overlaps + r->epoch_errors + r->recovery_errors;
+    r->violations =
+        o->violations + r->overlaps + r->epoch_errors + r->recovery_errors + r->lost_errors;
     return r->violations;
 }

@@ -50,6 +50,10 @@ typedef enum chaos_fault_kind {
     CF_API_STOP,  /* real kube-apiserver frozen (SIGSTOP, SIGCONT) */
     CF_API_KILL,  /* real kube-apiserver killed and started again (same etcd) */
     CF_HANDOVER,  /* to a seed-ABI candidate: native followers frozen, the leader releases */
+    /* An HA control plane (envtest.sh with replicas behind haproxy): */
+    CF_REPLICA_HANG, /* one kube-apiserver replica frozen beyond renew_deadline, then thawed */
+    CF_REPLICA_KILL, /* one replica killed and started again */
+    CF_LB_RESTART,   /* the balancer (haproxy) killed and started again */
     CF_NKINDS
 } chaos_fault_kind;
 
@@ -108,6 +112,12 @@ int obs_terms(const obs *o);
 /* A fault: effects from start to end; blocking: it may keep every
  * candidate from taking over (server-wide), so recovery counts from its end. */
 void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int blocking);
+/* The leader's term when the last fault (obs_fault) began: the fault cost
+ * that term if it ended before the fault's end + that candidate's lease
+ * duration (and before the next fault began). must_keep: losing it is a
+ * violation (an HA fault the timings and the balancer let a leader ride
+ * out, docs/chaos.md); otherwise it is only counted. */
+void obs_fault_term(obs *o, int term, int must_keep);
 /* A violation seen by the driver (printed at once to stderr and counted). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -131,6 +141,10 @@ typedef struct obs_result {
     chaos_fault_kind worst_kind; /* the fault the worst gap followed; CF_NKINDS: none */
     int64_t worst_at_ns;         /* start of that gap, from obs_begin */
     int64_t worst_by_kind[CF_NKINDS];
+    int led[CF_NKINDS];       /* faults of that kind that began with a leader (obs_fault_term) */
+    int lost[CF_NKINDS];      /* of which cost the leader its term */
+    int must_keep[CF_NKINDS]; /* faults whose term had to be kept */
+    int lost_errors;          /* terms lost that had to be kept */
     int64_t bound_ns;
     int gaps;
     int64_t median_gap_ns;

@@ -2,7 +2,7 @@
  * test_observer.c - the chaos suite's checker on made-up records: it must
  * find every overlap, epoch regression and slow recovery, and nothing else;
  * and the same with seed-ABI terms (WaitElected to WaitLost), frozen ones
- * and their thaw limit included.
+ * and their thaw limit included; and the terms lost per fault.
  */
 #define _DEFAULT_SOURCE /* open_memstream */
 #include <setjmp.h>
@@ -320,6 +320,51 @@ static void test_seed_recovery_bound(void **state)
     obs_free(o);
 }
 
+/* Terms lost per fault (obs_fault_term): the leader's term when the fault
+ * began, ended before the fault's end + lease_duration and before the next
+ * fault; a violation only when the fault had to leave it. */
+static void test_terms_lost(void **state)
+{
+    obs *o = mk();
+    obs_result r;
+    int a, b, c;
+
+    (void)state;
+    a = obs_lead(o, 0, 1, S(100.1), S(100.101));
+    obs_fault(o, CF_REPLICA_HANG, S(101), S(103), 1);
+    obs_fault_term(o, a, 1); /* kept: a leads on */
+    obs_fault(o, CF_REPLICA_KILL, S(104), S(104.5), 1);
+    obs_fault_term(o, a, 1);
+    obs_lose(o, 0, 1, S(105), S(104.9), 1); /* lost, and it had to be kept */
+    b = obs_lead(o, 1, 2, S(105.5), S(105.501));
+    obs_fault(o, CF_ETCD_STOP, S(107), S(109), 1);
+    obs_fault_term(o, b, 0);
+    obs_lose(o, 1, 2, S(108.6), S(108.5), 1); /* lost, only counted */
+    c = obs_lead(o, 2, 3, S(110), S(110.001));
+    obs_fault(o, CF_LB_RESTART, S(111), S(111.5), 1);
+    obs_fault_term(o, c, 1);
+    obs_fault(o, CF_KILL, S(112), S(112), 0); /* the next fault ends it: not lost */
+    obs_dead(o, 2, S(112));
+    obs_lead(o, 1, 4, S(114), S(114.001));
+    obs_end(o, S(115));
+    obs_dead(o, 1, S(116));
+    assert_int_equal(obs_check(o, NULL, &r), 1);
+    assert_int_equal(r.lost_errors, 1);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.recovery_errors, 0);
+    assert_int_equal(r.led[CF_REPLICA_HANG], 1);
+    assert_int_equal(r.lost[CF_REPLICA_HANG], 0);
+    assert_int_equal(r.led[CF_REPLICA_KILL], 1);
+    assert_int_equal(r.lost[CF_REPLICA_KILL], 1);
+    assert_int_equal(r.must_keep[CF_REPLICA_KILL], 1);
+    assert_int_equal(r.lost[CF_ETCD_STOP], 1);
+    assert_int_equal(r.must_keep[CF_ETCD_STOP], 0);
+    assert_int_equal(r.led[CF_LB_RESTART], 1);
+    assert_int_equal(r.lost[CF_LB_RESTART], 0);
+    assert_int_equal(r.led[CF_KILL], 0);
+    obs_free(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -335,6 +380,7 @@ int main(void)
         cmocka_unit_test(test_seed_overlap_found),
         cmocka_unit_test(test_seed_frozen),
         cmocka_unit_test(test_seed_recovery_bound),
+        cmocka_unit_test(test_terms_lost),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
