@@ -144,7 +144,8 @@ struct kl__http_req {
     char *body; /* a copy: it must outlive kl__http_start while the request waits */
     size_t body_len;
     int64_t timeout_ms, idle_ns, started_at, last_byte;
-    unsigned conn; /* local port of the connection it went on, 0: not known (yet) */
+    int64_t connect_timeout_ms; /* 0: CONNECT_TIMEOUT_MS */
+    unsigned conn;              /* local port of the connection it went on, 0: not known (yet) */
     kl__http_data_cb on_data;
     kl__http_open_cb on_open;
     int opened;       /* the 200 headers arrived */
@@ -752,6 +753,14 @@ static int req_launch(http *loop, kl__http_req *req)
             timeout_ms = 1;
     }
     curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
+    {
+        int64_t connect_ms =
+            req->connect_timeout_ms > 0 ? req->connect_timeout_ms : CONNECT_TIMEOUT_MS;
+
+        if (timeout_ms > 0 && timeout_ms < connect_ms)
+            connect_ms = timeout_ms;
+        curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
+    }
     req->auth_gen = loop->auth_gen;
     req->errbuf[0] = '\0';
     req->resp.len = 0;
@@ -974,7 +983,6 @@ static CURLcode easy_setup(http *loop, CURL *e)
 #endif
     curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
     curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
-    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
     if ((rc = curl_easy_setopt(e, CURLOPT_USERAGENT, loop->user_agent)) != CURLE_OK ||
 #if LIBCURL_VERSION_NUM >= 0x075500
@@ -1137,6 +1145,7 @@ kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_do
         set_limits(loop);
     }
     req->timeout_ms = opts->timeout_ms;
+    req->connect_timeout_ms = opts->connect_timeout_ms;
     req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;
     req->started_at = kl__loop_now(loop->loop);
     req->has_body = opts->body || strcmp(method, "POST") == 0 || strcmp(method, "PUT") == 0 ||

@@ -60,6 +60,14 @@ typedef struct kl__http_opts {
     kl__http_data_cb on_data; /* NULL: collect the body */
     /* Streams only: abort if no byte arrived for this long (0: never). */
     int64_t idle_timeout_ms;
+    /* The connect phase (name, TCP, TLS handshake) of a new connection this
+     * request opens: 0 for the default (30 s, and at most timeout_ms).
+     * While a connection is being set up, the other requests of the loop
+     * wait for it (HTTP/2: one connection; libcurl's timeouts do not run
+     * for waiting requests), so a stream, which has no timeout_ms, should
+     * bound its own: a handshake with a server that answers nothing (a
+     * hung replica behind a load balancer) would hold everybody. */
+    int64_t connect_timeout_ms;
     kl__http_open_cb on_open; /* streams only; may be NULL */
     /* "scheme://host:port" of another server of the same scheme (the etcd
      * endpoints) instead of the configured one; NULL: the configured

@@ -366,6 +366,7 @@ static void start_watch(kl__candidate *c)
     o.path = path;
     o.on_data = on_watch_data;
     o.idle_timeout_ms = WATCH_IDLE_MS;
+    o.connect_timeout_ms = c->request_timeout_ms; /* never hold the others' requests longer */
     kl__line_splitter_free(&c->lines);
     kl__line_splitter_init(&c->lines, MAX_LINE);
     c->watch = kl__http_start(c->client->loop, &o, on_watch_done, c);

@@ -367,6 +367,16 @@ static int64_t probe_after(const stream *st)
     return 2 * st->rp;
 }
 
+/* A stream opening a connection to a server that answers nothing (a hung
+ * replica behind a load balancer) must not hold the others' requests,
+ * which wait for that connection: as long as a probe may wait. */
+static int64_t connect_timeout_ms(const stream *st)
+{
+    int64_t ms = st->rp / KL_NS_PER_MS;
+
+    return ms > 1000 ? ms : 1000;
+}
+
 static void set_health(stream *st, int healthy)
 {
     kl__sub_event ev = {KL_SUB_HEALTH, NULL, NULL, healthy};
@@ -509,7 +519,6 @@ static void probe(stream *st)
 {
     kl__http_opts req = {0};
     char *path;
-    int64_t timeout = st->rp / KL_NS_PER_MS;
 
     if (!st->entries)
         return;
@@ -519,7 +528,7 @@ static void probe(stream *st)
         return; /* out of memory: the health rules still hold */
     req.method = "GET";
     req.path = path;
-    req.timeout_ms = timeout > 1000 ? timeout : 1000;
+    req.timeout_ms = connect_timeout_ms(st);
     st->probe = kl__http_start(st->inf->loop, &req, on_probe, st);
     kl__free(path);
 }
@@ -681,6 +690,7 @@ static void list(stream *st)
         req.method = "GET";
         req.path = path;
         req.timeout_ms = 30000;
+        req.connect_timeout_ms = connect_timeout_ms(st);
         st->req = kl__http_start(st->inf->loop, &req, on_list, st);
     }
     kl__free(path);
@@ -937,6 +947,7 @@ static void watch(stream *st)
         req.path = path;
         req.on_data = on_data;
         req.on_open = on_open;
+        req.connect_timeout_ms = connect_timeout_ms(st);
         st->req = kl__http_start(st->inf->loop, &req, on_watch_end, st);
     }
     kl__free(path);
