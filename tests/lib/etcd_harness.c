@@ -43,6 +43,9 @@ struct eh_etcd {
     int tls, token_ttl_s;
     int paused;
     char *dir, *data_dir, *log_file, *endpoint, *peer_url;
+    char name[16];  /* --name: "eh", or "m0".. in a cluster */
+    char *cluster;  /* --initial-cluster of a cluster member, NULL alone */
+    char *cl_token; /* --initial-cluster-token of a cluster member */
     char *ca, *other_ca, *cert, *key, *server_cert, *server_key;
     char *root_password;
     char *last_stderr;
@@ -622,17 +625,19 @@ static size_t collect(char *p, size_t size, size_t n, void *ud)
     return len;
 }
 
-/* One request to etcd (GET without a body, else a JSON POST); 1 when it
- * answered 200 with a body containing `expect`. */
-static int probe(const eh_etcd *e, const char *path, const char *post, const char *expect)
+/* One request to etcd (GET without a body, else a JSON POST), at most
+ * 2 s; 1 when it answered 200. Its body goes to body (cap bytes,
+ * NUL-terminated, truncated). */
+static int probe_body(const eh_etcd *e, const char *path, const char *post, char *body, size_t cap)
 {
-    char body[2048] = "", *url = fmt("%s%s", e->endpoint, path);
-    struct buf b = {body, 0, sizeof(body)};
+    char *url = fmt("%s%s", e->endpoint, path);
+    struct buf b = {body, 0, cap};
     struct curl_slist *hdr = curl_slist_append(NULL, "Content-Type: application/json");
     CURL *c = curl_easy_init();
     long status = 0;
     int ok = 0;
 
+    body[0] = '\0';
     if (c && url && hdr) {
         curl_easy_setopt(c, CURLOPT_URL, url);
         curl_easy_setopt(c, CURLOPT_NOPROXY, "*");
@@ -650,14 +655,21 @@ static int probe(const eh_etcd *e, const char *path, const char *post, const cha
             curl_easy_setopt(c, CURLOPT_SSLKEY, e->key);
         }
         ok = curl_easy_perform(c) == CURLE_OK &&
-             curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status == 200 &&
-             strstr(body, expect) != NULL;
+             curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status) == CURLE_OK && status == 200;
     }
     if (c)
         curl_easy_cleanup(c);
     curl_slist_free_all(hdr);
     free(url);
     return ok;
+}
+
+/* 1 when etcd answered 200 with a body containing `expect`. */
+static int probe(const eh_etcd *e, const char *path, const char *post, const char *expect)
+{
+    char body[2048] = "";
+
+    return probe_body(e, path, post, body, sizeof(body)) && strstr(body, expect) != NULL;
 }
 
 /* Ready for the library: /health says true (a raft leader) and the JSON
@@ -680,14 +692,12 @@ static int log_says(const eh_etcd *e, const char *what)
     return found;
 }
 
-/* Fork etcd and wait until healthy. Returns 0, -1, or 1 when a port was in
- * use (the caller may retry with others). */
-static int launch(eh_etcd *e)
+/* Fork etcd, without waiting. Returns 0 or -1. */
+static int spawn_etcd(eh_etcd *e)
 {
     char client_url[64], peer_url[64], cluster[96], ttl[16];
     char *argv[MAX_ARGS];
-    int n = 0, log_fd, status;
-    long long deadline;
+    int n = 0, log_fd;
 
     snprintf(client_url, sizeof(client_url), "%s://127.0.0.1:%d", e->tls ? "https" : "http",
              e->client_port);
@@ -696,7 +706,7 @@ static int launch(eh_etcd *e)
     snprintf(ttl, sizeof(ttl), "%d", e->token_ttl_s);
     argv[n++] = (char *)etcd_bin();
     argv[n++] = "--name";
-    argv[n++] = "eh";
+    argv[n++] = e->name[0] ? e->name : "eh";
     argv[n++] = "--data-dir";
     argv[n++] = e->data_dir;
     argv[n++] = "--listen-client-urls";
@@ -708,7 +718,14 @@ static int launch(eh_etcd *e)
     argv[n++] = "--initial-advertise-peer-urls";
     argv[n++] = peer_url;
     argv[n++] = "--initial-cluster";
-    argv[n++] = cluster;
+    argv[n++] = e->cluster ? e->cluster : cluster;
+    if (e->cluster) {
+        /* Ignored by a member that restarts on its data directory. */
+        argv[n++] = "--initial-cluster-state";
+        argv[n++] = "new";
+        argv[n++] = "--initial-cluster-token";
+        argv[n++] = e->cl_token;
+    }
     argv[n++] = "--logger";
     argv[n++] = "zap";
     argv[n++] = "--log-outputs";
@@ -744,7 +761,15 @@ static int launch(eh_etcd *e)
     if (e->pid < 0)
         return -1;
     e->paused = 0;
-    deadline = now_ms() + READY_TIMEOUT_MS;
+    return 0;
+}
+
+/* Wait until the spawned etcd is healthy, at most until deadline (ms).
+ * Returns 0, -1 (it was killed), or 1 when a port was in use. */
+static int wait_ready(eh_etcd *e, long long deadline)
+{
+    int status;
+
     for (;;) {
         if (healthy(e))
             return 0;
@@ -753,13 +778,13 @@ static int launch(eh_etcd *e)
             if (log_says(e, "address already in use"))
                 return 1;
             fprintf(stderr, "etcd_harness: %s exited (status %d) before it was healthy on %s\n",
-                    argv[0], status, e->endpoint);
+                    etcd_bin(), status, e->endpoint);
             print_tail(e->log_file, 30);
             return -1;
         }
         if (now_ms() > deadline) {
-            fprintf(stderr, "etcd_harness: etcd not healthy on %s within %d ms\n", e->endpoint,
-                    READY_TIMEOUT_MS);
+            fprintf(stderr, "etcd_harness: etcd %s not healthy on %s within %d ms\n",
+                    e->name[0] ? e->name : "eh", e->endpoint, READY_TIMEOUT_MS);
             print_tail(e->log_file, 30);
             kill(e->pid, SIGKILL);
             reap(e->pid, NULL, 1);
@@ -768,6 +793,15 @@ static int launch(eh_etcd *e)
         }
         sleep_ms(50);
     }
+}
+
+/* Fork etcd and wait until healthy. Returns 0, -1, or 1 when a port was in
+ * use (the caller may retry with others). */
+static int launch(eh_etcd *e)
+{
+    if (spawn_etcd(e) != 0)
+        return -1;
+    return wait_ready(e, now_ms() + READY_TIMEOUT_MS);
 }
 
 static void etcd_free(eh_etcd *e)
@@ -783,6 +817,8 @@ static void etcd_free(eh_etcd *e)
     free(e->log_file);
     free(e->endpoint);
     free(e->peer_url);
+    free(e->cluster);
+    free(e->cl_token);
     free(e->ca);
     free(e->other_ca);
     free(e->cert);
@@ -794,37 +830,51 @@ static void etcd_free(eh_etcd *e)
     free(e);
 }
 
-int eh_start(eh_etcd **out, const eh_options *opts)
+/* A new, not yet started etcd with its temporary directory; NULL on
+ * failure (said on stderr). */
+static eh_etcd *etcd_new(const eh_options *opts)
 {
     eh_etcd *e = calloc(1, sizeof(*e));
     char tmpl[] = "/tmp/k8slease-etcd-XXXXXX";
-    int rc = -1;
 
-    *out = NULL;
     reg_init();
     curl_global_init(CURL_GLOBAL_DEFAULT);
     if (!e)
-        return -1;
+        return NULL;
     e->pid = -1;
     e->tls = opts && opts->tls;
     e->token_ttl_s = opts ? opts->auth_token_ttl_s : 0;
     if (access(etcd_bin(), X_OK) != 0) {
         fprintf(stderr, "etcd_harness: no etcd binary at %s (install Debian's etcd-server)\n",
                 etcd_bin());
-        goto out;
+        goto fail;
     }
     if (!mkdtemp(tmpl)) {
         fprintf(stderr, "etcd_harness: mkdtemp: %s\n", strerror(errno));
-        goto out;
+        goto fail;
     }
     e->dir = strdup(tmpl);
     reg_dir(tmpl, 1);
     e->data_dir = fmt("%s/data", tmpl);
     e->log_file = fmt("%s/etcd.log", tmpl);
     if (!e->dir || !e->data_dir || !e->log_file)
-        goto out;
+        goto fail;
     if (e->tls && make_certs(e) != 0)
-        goto out;
+        goto fail;
+    return e;
+fail:
+    etcd_free(e);
+    return NULL;
+}
+
+int eh_start(eh_etcd **out, const eh_options *opts)
+{
+    eh_etcd *e = etcd_new(opts);
+    int rc = -1;
+
+    *out = NULL;
+    if (!e)
+        return -1;
     for (int attempt = 0; attempt < START_ATTEMPTS; attempt++) {
         e->client_port = eh_free_port();
         do
@@ -931,6 +981,282 @@ int eh_resume(eh_etcd *e)
         return -1;
     }
     e->paused = 0;
+    return 0;
+}
+
+int eh_kill(eh_etcd *e)
+{
+    if (e->pid <= 0)
+        return -1;
+    return terminate(e, SIGKILL);
+}
+
+int eh_shutdown(eh_etcd *e)
+{
+    if (e->pid <= 0)
+        return -1;
+    return terminate(e, SIGTERM);
+}
+
+int eh_relaunch(eh_etcd *e)
+{
+    int rc;
+
+    if (e->pid > 0) {
+        fprintf(stderr, "etcd_harness: eh_relaunch: etcd %s (pid %d) is still running\n",
+                e->name[0] ? e->name : "eh", (int)e->pid);
+        return -1;
+    }
+    rc = launch(e);
+    if (rc > 0)
+        fprintf(stderr, "etcd_harness: port %d or %d taken by someone else during the restart\n",
+                e->client_port, e->peer_port);
+    return rc == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Clusters                                                                 */
+/* ------------------------------------------------------------------------ */
+
+struct eh_cluster {
+    int n;
+    eh_etcd *m[EH_CLUSTER_MAX];
+    char *endpoints; /* comma-separated client URLs, member 0 first */
+};
+
+/* n distinct free loopback ports, or -1. */
+static int free_ports(int *ports, int n)
+{
+    for (int i = 0; i < n; i++) {
+        int tries = 0, dup;
+
+        do {
+            ports[i] = eh_free_port();
+            dup = 0;
+            for (int j = 0; j < i; j++)
+                dup |= ports[j] == ports[i];
+        } while ((dup || ports[i] <= 0) && ++tries < 20);
+        if (dup || ports[i] <= 0)
+            return -1;
+    }
+    return 0;
+}
+
+static void cluster_free(eh_cluster *c)
+{
+    for (int i = 0; i < c->n; i++)
+        etcd_free(c->m[i]);
+    free(c->endpoints);
+    free(c);
+}
+
+/* Start every member (ports chosen anew), wait until all are healthy.
+ * 0, -1, or 1 when a port was taken (members are stopped again). */
+static int cluster_launch(eh_cluster *c)
+{
+    int ports[2 * EH_CLUSTER_MAX], rc = 0;
+    size_t len = 0, cap = 0;
+    char *cluster = NULL, *eps = NULL;
+    long long deadline;
+
+    if (free_ports(ports, 2 * c->n) != 0) {
+        fprintf(stderr, "etcd_harness: no free loopback ports\n");
+        return -1;
+    }
+    cap = (size_t)c->n * 64;
+    cluster = calloc(1, cap);
+    eps = calloc(1, cap);
+    if (!cluster || !eps) {
+        free(cluster);
+        free(eps);
+        return -1;
+    }
+    for (int i = 0; i < c->n; i++) {
+        eh_etcd *m = c->m[i];
+
+        m->client_port = ports[2 * i];
+        m->peer_port = ports[2 * i + 1];
+        len += (size_t)snprintf(cluster + len, cap - len, "%s%s=http://127.0.0.1:%d", i ? "," : "",
+                                m->name, m->peer_port);
+        snprintf(eps + strlen(eps), cap - strlen(eps), "%shttp://127.0.0.1:%d", i ? "," : "",
+                 m->client_port);
+    }
+    for (int i = 0; i < c->n; i++) {
+        free(c->m[i]->cluster);
+        c->m[i]->cluster = strdup(cluster);
+        rm_rf(c->m[i]->data_dir); /* a start that failed may have left a member dir */
+        if (!c->m[i]->cluster || spawn_etcd(c->m[i]) != 0)
+            rc = -1;
+    }
+    free(cluster);
+    free(c->endpoints);
+    c->endpoints = eps;
+    /* Together: a member is healthy once a quorum of them runs. */
+    deadline = now_ms() + READY_TIMEOUT_MS;
+    for (int i = 0; i < c->n && rc == 0; i++)
+        if (c->m[i]->pid > 0)
+            rc = wait_ready(c->m[i], deadline);
+    if (rc != 0)
+        for (int i = 0; i < c->n; i++)
+            terminate(c->m[i], SIGKILL);
+    return rc;
+}
+
+int eh_cluster_start(eh_cluster **out, int members)
+{
+    eh_cluster *c = calloc(1, sizeof(*c));
+    char token[64];
+    int rc = -1;
+
+    *out = NULL;
+    if (!c)
+        return -1;
+    if (members < 1 || members > EH_CLUSTER_MAX) {
+        fprintf(stderr, "etcd_harness: a cluster has 1 to %d members, not %d\n", EH_CLUSTER_MAX,
+                members);
+        free(c);
+        return -1;
+    }
+    snprintf(token, sizeof(token), "eh-%d-%lld", (int)getpid(), now_ms());
+    for (c->n = 0; c->n < members; c->n++) {
+        eh_etcd *m = etcd_new(NULL);
+
+        if (!m || !(m->cl_token = strdup(token))) {
+            etcd_free(m);
+            cluster_free(c);
+            return -1;
+        }
+        snprintf(m->name, sizeof(m->name), "m%d", c->n);
+        c->m[c->n] = m;
+    }
+    for (int attempt = 0; attempt < START_ATTEMPTS; attempt++) {
+        rc = cluster_launch(c);
+        if (rc <= 0)
+            break;
+        fprintf(stderr, "etcd_harness: a port of the cluster was taken, retrying with others\n");
+    }
+    if (rc != 0) {
+        if (rc > 0)
+            fprintf(stderr, "etcd_harness: no free ports after %d attempts\n", START_ATTEMPTS);
+        for (int i = 0; i < c->n; i++)
+            eh_log_tail(c->m[i], 15);
+        cluster_free(c);
+        return -1;
+    }
+    *out = c;
+    return 0;
+}
+
+int eh_cluster_stop(eh_cluster *c)
+{
+    int rc = 0;
+
+    if (!c)
+        return 0;
+    for (int i = 0; i < c->n; i++)
+        if (terminate(c->m[i], SIGTERM) != 0)
+            rc = -1;
+    cluster_free(c);
+    return rc;
+}
+
+int eh_cluster_size(const eh_cluster *c)
+{
+    return c->n;
+}
+
+eh_etcd *eh_cluster_member(eh_cluster *c, int i)
+{
+    return i >= 0 && i < c->n ? c->m[i] : NULL;
+}
+
+const char *eh_cluster_endpoints(const eh_cluster *c)
+{
+    return c->endpoints;
+}
+
+/* The decimal value of a "field":"123" (or "field":123) in json, 0 if
+ * absent. */
+static unsigned long long json_u64(const char *json, const char *field)
+{
+    char pat[64];
+    const char *p;
+
+    snprintf(pat, sizeof(pat), "\"%s\":", field);
+    if (!(p = strstr(json, pat)))
+        return 0;
+    p += strlen(pat);
+    if (*p == '"')
+        p++;
+    return strtoull(p, NULL, 10);
+}
+
+int eh_member_is_raft_leader(const eh_etcd *e)
+{
+    char body[4096];
+    unsigned long long id, leader;
+
+    if (e->pid <= 0 || e->paused ||
+        !probe_body(e, "/v3/maintenance/status", "{}", body, sizeof(body)))
+        return -1;
+    id = json_u64(body, "member_id");
+    leader = json_u64(body, "leader");
+    if (id == 0)
+        return -1;
+    return leader == id;
+}
+
+int eh_version(const eh_etcd *e, int *major, int *minor, int *patch)
+{
+    char body[1024];
+    const char *p;
+
+    if (e->pid <= 0 || e->paused || !probe_body(e, "/version", NULL, body, sizeof(body)) ||
+        !(p = strstr(body, "\"etcdserver\":\"")) ||
+        sscanf(p + 14, "%d.%d.%d", major, minor, patch) != 3)
+        return -1;
+    return 0;
+}
+
+int eh_cluster_raft_leader(eh_cluster *c, int timeout_ms)
+{
+    long long deadline = now_ms() + timeout_ms;
+
+    for (;;) {
+        for (int i = 0; i < c->n; i++)
+            if (eh_member_is_raft_leader(c->m[i]) == 1)
+                return i;
+        if (now_ms() > deadline) {
+            fprintf(stderr, "etcd_harness: no member says it is the raft leader within %d ms\n",
+                    timeout_ms);
+            return -1;
+        }
+        sleep_ms(50);
+    }
+}
+
+int eh_cluster_wait_healthy(eh_cluster *c, int timeout_ms)
+{
+    long long deadline = now_ms() + timeout_ms;
+
+    for (int i = 0; i < c->n; i++) {
+        eh_etcd *m = c->m[i];
+
+        while (!healthy(m)) {
+            if (m->pid <= 0 || m->paused) {
+                fprintf(stderr, "etcd_harness: member %s is %s\n", m->name,
+                        m->pid <= 0 ? "not running" : "paused");
+                return -1;
+            }
+            if (now_ms() > deadline) {
+                fprintf(stderr, "etcd_harness: member %s not healthy on %s within %d ms\n", m->name,
+                        m->endpoint, timeout_ms);
+                print_tail(m->log_file, 30);
+                return -1;
+            }
+            sleep_ms(50);
+        }
+    }
     return 0;
 }
 

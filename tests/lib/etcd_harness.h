@@ -1,6 +1,8 @@
 /*
- * etcd_harness.h - run a real etcd (Debian's etcd 3.4 `etcd` binary) and
- * `etcdctl` from integration and chaos tests.
+ * etcd_harness.h - run a real etcd (Debian's etcd 3.4 `etcd` binary, or
+ * any other through K8SLEASE_TEST_ETCD, e.g. 3.5.30), alone or as a
+ * cluster of members (eh_cluster_start), and `etcdctl` from integration
+ * and chaos tests.
  *
  * The binaries are found through the environment variables
  * K8SLEASE_TEST_ETCD and K8SLEASE_TEST_ETCDCTL, else the macros
@@ -75,7 +77,54 @@ int eh_restart(eh_etcd *e, int sig);
 int eh_pause(eh_etcd *e);
 int eh_resume(eh_etcd *e);
 
-/* Borrowed strings, valid until eh_stop(). */
+/* SIGKILL etcd (a crash) and leave it down; eh_relaunch() starts it
+ * again on the same ports and data directory and waits (at most 30 s)
+ * until it is healthy. -1 if it was not running / is running. */
+int eh_kill(eh_etcd *e);
+int eh_relaunch(eh_etcd *e);
+/* SIGTERM (a clean shutdown; SIGKILL after 10 s) and leave it down. Forks
+ * nothing, so it may run on a thread of its own (children get their
+ * PR_SET_PDEATHSIG when the thread that forked them ends: fork from a
+ * thread that outlives them). */
+int eh_shutdown(eh_etcd *e);
+
+/*
+ * A cluster of members on loopback: each member an eh_etcd of its own
+ * (its directory, data directory, log, client and peer port, name "m0",
+ * "m1", ...), started together with --initial-cluster naming every peer
+ * URL and --initial-cluster-state new. eh_pause, eh_resume, eh_kill,
+ * eh_relaunch, eh_restart, eh_etcdctl and the getters work on a member;
+ * eh_stop does not (eh_cluster_stop stops them all).
+ */
+#define EH_CLUSTER_MAX 5
+typedef struct eh_cluster eh_cluster;
+
+/* Start `members` members and wait, at most 30 s, until each answers
+ * /health and the JSON gateway (which needs a raft leader). Retries with
+ * other ports when a port was taken in between. */
+int eh_cluster_start(eh_cluster **out, int members);
+/* SIGTERM every member and wait (as eh_stop), remove the directories,
+ * free. Accepts NULL. */
+int eh_cluster_stop(eh_cluster *c);
+int eh_cluster_size(const eh_cluster *c);
+/* Member i (borrowed, valid until eh_cluster_stop), NULL if out of range. */
+eh_etcd *eh_cluster_member(eh_cluster *c, int i);
+/* "http://127.0.0.1:P0,http://127.0.0.1:P1,...", member 0 first. */
+const char *eh_cluster_endpoints(const eh_cluster *c);
+/* 1 if this member says it is the raft leader, 0 if it says another one
+ * is (or none), -1 if it does not answer within 2 s (down, paused). */
+int eh_member_is_raft_leader(const eh_etcd *e);
+/* The server's version (GET /version: "etcdserver"), e.g. 3.4.23; -1 if
+ * it does not answer within 2 s. */
+int eh_version(const eh_etcd *e, int *major, int *minor, int *patch);
+/* The index of the member that is the raft leader, polled until one says
+ * so (at most timeout_ms), or -1. */
+int eh_cluster_raft_leader(eh_cluster *c, int timeout_ms);
+/* Wait (at most timeout_ms) until every member is healthy; -1 at once if
+ * one is down or paused. */
+int eh_cluster_wait_healthy(eh_cluster *c, int timeout_ms);
+
+/* Borrowed strings, valid until eh_stop() (of a member: eh_cluster_stop()). */
 const char *eh_endpoint(const eh_etcd *e); /* "http://127.0.0.1:PORT" or "https://..." */
 const char *eh_dir(const eh_etcd *e);      /* the temporary directory */
 const char *eh_log_file(const eh_etcd *e); /* DIR/etcd.log */
