@@ -462,13 +462,19 @@ static void on_line(drv *d, int i, char *line)
     }
 }
 
-/* Read what candidate i wrote; close its pipe at EOF. */
-static void drain(drv *d, int i)
+static void err_line(drv *d, int i, const char *line);
+
+/* Read what candidate i wrote on one of its pipes (stdout: its events,
+ * on_line; stderr: the seed ABI's log lines, err_line) and hand over each
+ * whole line; close the pipe at EOF. A last stderr line without its
+ * newline still counts, and an over-long one is passed on; on stdout
+ * either is a violation of the protocol (chaos.h). */
+static void drain_pipe(drv *d, int i, int *fd, char *buf, size_t size, size_t *len, int err)
 {
     proc *p = &d->p[i];
 
-    while (p->fd >= 0) {
-        ssize_t n = read(p->fd, p->buf + p->len, sizeof(p->buf) - 1 - p->len);
+    while (*fd >= 0) {
+        ssize_t n = read(*fd, buf + *len, size - 1 - *len);
         char *nl, *start;
 
         if (n < 0 && errno == EINTR)
@@ -476,25 +482,43 @@ static void drain(drv *d, int i)
         if (n < 0 && errno == EAGAIN)
             return;
         if (n <= 0) {
-            close(p->fd);
-            p->fd = -1;
+            if (err && *len) {
+                buf[*len] = '\0';
+                err_line(d, i, buf);
+            }
+            *len = 0;
+            close(*fd);
+            *fd = -1;
             return;
         }
-        p->len += (size_t)n;
-        p->buf[p->len] = '\0';
-        start = p->buf;
+        *len += (size_t)n;
+        buf[*len] = '\0';
+        start = buf;
         while ((nl = strchr(start, '\n'))) {
             *nl = '\0';
-            on_line(d, i, start);
+            if (err)
+                err_line(d, i, start);
+            else
+                on_line(d, i, start);
             start = nl + 1;
         }
-        p->len -= (size_t)(start - p->buf);
-        memmove(p->buf, start, p->len);
-        if (p->len == sizeof(p->buf) - 1) {
-            obs_violation(d->o, chaos_now_ns(), "%s: line too long", p->name);
-            p->len = 0;
+        *len -= (size_t)(start - buf);
+        memmove(buf, start, *len);
+        if (*len == size - 1) {
+            if (err)
+                err_line(d, i, buf);
+            else
+                obs_violation(d->o, chaos_now_ns(), "%s: line too long", p->name);
+            *len = 0;
         }
     }
+}
+
+static void drain(drv *d, int i)
+{
+    proc *p = &d->p[i];
+
+    drain_pipe(d, i, &p->fd, p->buf, sizeof(p->buf), &p->len, 0);
 }
 
 /* A seed-ABI candidate's stderr: its log lines go to the log file (the
@@ -537,39 +561,7 @@ static void drain_err(drv *d, int i)
 {
     proc *p = &d->p[i];
 
-    while (p->efd >= 0) {
-        ssize_t n = read(p->efd, p->ebuf + p->elen, sizeof(p->ebuf) - 1 - p->elen);
-        char *nl, *start;
-
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && errno == EAGAIN)
-            return;
-        if (n <= 0) {
-            if (p->elen) { /* a last line without its newline */
-                p->ebuf[p->elen] = '\0';
-                err_line(d, i, p->ebuf);
-                p->elen = 0;
-            }
-            close(p->efd);
-            p->efd = -1;
-            return;
-        }
-        p->elen += (size_t)n;
-        p->ebuf[p->elen] = '\0';
-        start = p->ebuf;
-        while ((nl = strchr(start, '\n'))) {
-            *nl = '\0';
-            err_line(d, i, start);
-            start = nl + 1;
-        }
-        p->elen -= (size_t)(start - p->ebuf);
-        memmove(p->ebuf, start, p->elen);
-        if (p->elen == sizeof(p->ebuf) - 1) { /* no line is that long: pass it on */
-            err_line(d, i, p->ebuf);
-            p->elen = 0;
-        }
-    }
+    drain_pipe(d, i, &p->efd, p->ebuf, sizeof(p->ebuf), &p->elen, 1);
 }
 
 static void reap(drv *d)
