@@ -1399,6 +1399,18 @@ static void cli_does_not_print(const char *kc, const char *lease)
 #endif
 }
 
+/* The path of a kubeconfig the server under test comes with (envtest.sh's
+ * directory, or the test server's). */
+static void server_kubeconfig(char *kc, size_t size, const char *name)
+{
+    const char *envtest = e2e_envtest_file(name);
+
+    if (envtest)
+        snprintf(kc, size, "%s", envtest);
+    else
+        snprintf(kc, size, "%s/%s", ts_dir(e2e_server()), name);
+}
+
 static void credentials_never_logged(void **state)
 {
     char kc[512], key[512], wrong[512], user[256], msg[1024];
@@ -1436,17 +1448,11 @@ static void credentials_never_logged(void **state)
     exercise(kc, "badinput-secret-token", 0);
     cli_does_not_print(kc, "default/badinput-cli-token");
     /* (b) a tokenFile, rotated on the way */
-    if (real)
-        snprintf(kc, sizeof(kc), "%s", e2e_envtest_file("kubeconfig-tokenfile"));
-    else
-        snprintf(kc, sizeof(kc), "%s/kubeconfig-tokenfile", ts_dir(e2e_server()));
+    server_kubeconfig(kc, sizeof(kc), "kubeconfig-tokenfile");
     exercise(kc, "badinput-secret-file", 1);
     cli_does_not_print(kc, "default/badinput-cli-file");
     /* (c) a client certificate and key (no token) */
-    if (real)
-        snprintf(kc, sizeof(kc), "%s", e2e_envtest_file("kubeconfig-cert"));
-    else
-        snprintf(kc, sizeof(kc), "%s/kubeconfig-cert", ts_dir(e2e_server()));
+    server_kubeconfig(kc, sizeof(kc), "kubeconfig-cert");
     exercise(kc, "badinput-secret-cert", 0);
     cli_does_not_print(kc, "default/badinput-cli-cert");
     /* (d) a token the server refuses: the 401 is logged, the token not */
