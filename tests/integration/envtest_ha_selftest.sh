@@ -245,14 +245,19 @@ want=$(echo "$want" | cut -d' ' -f"1-$REPLICAS")
     fail "balance $BALANCE: 6 new connections went '$got' to apiserver1..$REPLICAS, want '$want'"
 echo "$me: balance $BALANCE: 6 new connections: $got to apiserver1..$REPLICAS"
 
-# Replica 1 hung. With balance first, a watch through haproxy is on it.
-if [ "$BALANCE" = first ]; then
+# A watch through haproxy, once it has listed the test ConfigMap.
+watch_listing_cm() {
     start_watch "$dir/ha-selftest.watch"
     end=$(($(now_ms) + 10000))
     until grep -q "\"$cm\"" "$dir/ha-selftest.watch"; do
         [ "$(now_ms)" -lt "$end" ] || fail "the watch through haproxy did not list $cm within 10 s"
         sleep 0.1
     done
+}
+
+# Replica 1 hung. With balance first, a watch through haproxy is on it.
+if [ "$BALANCE" = first ]; then
+    watch_listing_cm
 fi
 log_lines=$(wc -l < "$dir/lb.log")
 t0=$(now_ms)
@@ -345,12 +350,7 @@ echo "$me: replica 2 killed: requests through haproxy went on, DOWN after at mos
 
 # haproxy restarted: a watch through it ends, new connections answer.
 [ -z "$watcher" ] || { kill "$watcher" 2>/dev/null || true; wait "$watcher" 2>/dev/null || true; }
-start_watch "$dir/ha-selftest.watch"
-end=$(($(now_ms) + 10000))
-until grep -q "\"$cm\"" "$dir/ha-selftest.watch"; do
-    [ "$(now_ms)" -lt "$end" ] || fail "the watch through haproxy did not list $cm within 10 s"
-    sleep 0.1
-done
+watch_listing_cm
 old=$("$ctl" lb pid)
 t0=$(now_ms)
 run_ctl lb restart || fail "ctl lb restart exited with status $?"
