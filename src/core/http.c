@@ -77,6 +77,13 @@
  * SETTINGS on each connection; this only sizes how many connections it may
  * open, so that streams never wait behind watches. */
 #define H2_STREAMS 100L
+/* Hedged requests (kl__http_opts.hedge_ms): copies of one request sent on
+ * new connections while it waits, at most this many per request and in
+ * flight in the loop at once. A thousand elections waiting on one hung
+ * HTTP/2 connection need one copy that answers, not a thousand: the winner
+ * abandons the connection, and the others retry on the winner's. */
+#define HEDGES_PER_REQUEST 3
+#define HEDGES_PER_LOOP    4
 /* Easy handles kept for reuse: a new one costs an allocation of its buffers
  * and every option again. At most what can be active at once. */
 #define SPARE_EASY MAX_ACTIVE
@@ -117,8 +124,10 @@ typedef struct http {
     int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
     int *socks;      /* the connections' sockets libcurl has open */
     size_t nsocks, socks_cap;
-    uint64_t abandoned; /* connections abandoned after a timeout */
-    char *token;        /* static or token-file bearer token, NULL: none */
+    uint64_t abandoned;  /* connections abandoned after a timeout */
+    long hedging;        /* hedges in flight */
+    uint64_t hedges_won; /* answers that came on a hedge's new connection first */
+    char *token;         /* static or token-file bearer token, NULL: none */
     int64_t token_read_at;
     kl__exec_credential cred;
     int have_cred;
@@ -146,6 +155,15 @@ struct kl__http_req {
     int64_t timeout_ms, idle_ns, started_at, last_byte;
     int64_t connect_timeout_ms; /* 0: CONNECT_TIMEOUT_MS */
     unsigned conn;              /* local port of the connection it went on, 0: not known (yet) */
+    int abandoned;              /* its connection was abandoned: a failure is a timeout */
+    /* Hedging: the original sends copies (hedges) on new connections every
+     * hedge_ns while it waits; the first answer wins, the others go. */
+    int64_t hedge_ns;         /* 0: no hedges */
+    int nhedged;              /* hedges started */
+    kl__http_req *hedges;     /* the original: its hedges in flight */
+    kl__http_req *hedge_next; /* a hedge: next of its original's */
+    kl__http_req *original;   /* a hedge: whose copy it is */
+    int lost;                 /* the original's own transfer failed; err kept for the end */
     kl__http_data_cb on_data;
     kl__http_open_cb on_open;
     int opened;       /* the 200 headers arrived */
@@ -482,6 +500,9 @@ static void abandon_connection(http *loop, kl__http_req *req, const char *why)
     for (size_t i = 0; i < loop->nsocks; i++) {
         if (local_port(loop->socks[i]) != req->conn)
             continue;
+        for (kl__http_req *r = loop->reqs; r; r = r->next)
+            if (r->conn == req->conn)
+                r->abandoned = 1;
         (void)shutdown(loop->socks[i], SHUT_RDWR);
         loop->abandoned++;
         kl__log_printf(loop->log, K8SLEASE_LOG_WARN,
@@ -777,6 +798,8 @@ static int req_launch(http *loop, kl__http_req *req)
     req->in_multi = 1;
     if (req->idle_ns > 0)
         kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->idle_ns);
+    else if (req->hedge_ns > 0 && req->nhedged < HEDGES_PER_REQUEST)
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->hedge_ns);
 out:
     curl_slist_free_all(h);
     return err;
@@ -805,6 +828,36 @@ static void pump(http *loop)
 }
 
 static void easy_put(http *loop, CURL *e);
+static void req_free(http *loop, kl__http_req *req);
+
+/* A hedge leaves its original's list. */
+static void hedge_unlink(http *loop, kl__http_req *h)
+{
+    kl__http_req **p = &h->original->hedges;
+
+    while (*p != h)
+        p = &(*p)->hedge_next;
+    *p = h->hedge_next;
+    h->hedge_next = NULL;
+    h->original = NULL;
+    loop->hedging--;
+}
+
+/* The original has its answer, or goes: its hedges go too. A hedge that
+ * was sent and got no answer is on a connection no faster than the
+ * original's: abandoned, so that the next requests do not pick it (libcurl
+ * prefers an idle connection, and a hedge's is idle once it goes). One
+ * still connecting is closed by libcurl. */
+static void hedges_drop(http *loop, kl__http_req *req)
+{
+    while (req->hedges) {
+        kl__http_req *h = req->hedges;
+
+        abandon_connection(loop, h, "carried a copy of a request that another answered first");
+        hedge_unlink(loop, h);
+        req_free(loop, h);
+    }
+}
 
 static void req_free(http *loop, kl__http_req *req)
 {
@@ -827,6 +880,9 @@ static void req_free(http *loop, kl__http_req *req)
         *p = req->ready_next;
     }
     kl__timer_cancel(loop->loop, &req->timer);
+    hedges_drop(loop, req);
+    if (req->original)
+        hedge_unlink(loop, req);
     if (req->in_multi)
         curl_multi_remove_handle(loop->multi, req->easy);
     if (req->easy)
@@ -872,6 +928,7 @@ static void req_complete(http *loop, kl__http_req *req)
         req->in_multi = 0;
     }
     kl__timer_cancel(loop->loop, &req->timer);
+    hedges_drop(loop, req);
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
     res.err = req->err;
@@ -897,6 +954,8 @@ static void req_fail(http *loop, kl__http_req *req, int err, const char *msg)
     req_complete(loop, req);
 }
 
+static void hedge_tick(http *loop, kl__http_req *req);
+
 static void on_req_timer(kl__timer *t, void *arg)
 {
     kl__http_req *req = arg;
@@ -906,6 +965,10 @@ static void on_req_timer(kl__timer *t, void *arg)
     if (!req->in_multi) {
         /* The launch (or the set-up of a waiting request) failed. */
         req_complete(loop, req);
+        return;
+    }
+    if (req->idle_ns == 0) {
+        hedge_tick(loop, req);
         return;
     }
     if (kl__loop_now(loop->loop) - req->last_byte < req->idle_ns) {
@@ -940,10 +1003,21 @@ static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
     req->in_multi = 0;
     kl__timer_cancel(loop->loop, &req->timer);
     if (rc != CURLE_OK) {
-        if (!req->err)
+        if (!req->err && req->abandoned && rc != CURLE_OPERATION_TIMEDOUT)
+            set_req_error(req, K8SLEASE_ETIMEOUT,
+                          "%s%s: timeout: its connection answered nothing in time and was "
+                          "abandoned",
+                          req_server(loop, req), req->path);
+        else if (!req->err)
             map_curl_error(loop, req, rc);
         if (rc == CURLE_OPERATION_TIMEDOUT)
             abandon_connection(loop, req, "answered nothing in time");
+        if (req->hedges) {
+            /* A hedge may still answer: the error waits for the last. */
+            req->lost = 1;
+            req->conn = 0;
+            return;
+        }
         req_complete(loop, req);
         return;
     }
@@ -1028,6 +1102,7 @@ static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
     curl_easy_setopt(e, CURLOPT_PREREQDATA, req);
 #endif
     curl_easy_setopt(e, CURLOPT_ERRORBUFFER, req->errbuf);
+    curl_easy_setopt(e, CURLOPT_FRESH_CONNECT, req->original ? 1L : 0L);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, req);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, req->on_open ? on_header : NULL);
     curl_easy_setopt(e, CURLOPT_HEADERDATA, req->on_open ? req : NULL);
@@ -1119,10 +1194,11 @@ static int dispatch(http *loop, kl__http_req *req)
     return 0;
 }
 
-kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_done_cb done,
-                             void *arg)
+/* A new request; original: it is a hedge of that one (sent at once, on a
+ * new connection). */
+static kl__http_req *req_start(http *loop, const kl__http_opts *opts, kl__http_done_cb done,
+                               void *arg, kl__http_req *original)
 {
-    http *loop = kl__loop_io_data(l);
     kl__http_req *req = kl__calloc(1, sizeof(*req));
     const char *method = opts->method ? opts->method : "GET";
 
@@ -1137,7 +1213,7 @@ kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_do
     loop->reqs = req;
     kl__timer_init(&req->timer, on_req_timer, req);
     req->done = done;
-    req->arg = arg;
+    req->arg = original ? req : arg; /* a hedge's done is hedge_done */
     req->on_data = opts->on_data;
     req->on_open = opts->on_data ? opts->on_open : NULL;
     if (req->on_data) {
@@ -1145,6 +1221,15 @@ kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_do
         set_limits(loop);
     }
     req->timeout_ms = opts->timeout_ms;
+    if (!opts->on_data && opts->timeout_ms > 0 && opts->hedge_ms > 0 && !original)
+        req->hedge_ns = opts->hedge_ms * KL_NS_PER_MS;
+    if (original) {
+        req->original = original;
+        req->hedge_next = original->hedges;
+        original->hedges = req;
+        original->nhedged++;
+        loop->hedging++;
+    }
     req->connect_timeout_ms = opts->connect_timeout_ms;
     req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;
     req->started_at = kl__loop_now(loop->loop);
@@ -1168,8 +1253,9 @@ kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_do
         kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto fail;
     }
-    /* Streams start at once: they last and must never wait behind requests. */
-    if (!req->on_data && (loop->wait_head || loop->active >= MAX_ACTIVE)) {
+    /* Streams start at once: they last and must never wait behind requests;
+     * so do hedges, whose original waited already. */
+    if (!req->on_data && !original && (loop->wait_head || loop->active >= MAX_ACTIVE)) {
         req->waiting = 1;
         if (loop->wait_tail)
             loop->wait_tail->wait_next = req;
@@ -1186,11 +1272,83 @@ fail:
     return NULL;
 }
 
+kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_done_cb done,
+                             void *arg)
+{
+    return req_start(kl__loop_io_data(l), opts, done, arg, NULL);
+}
+
+/* A hedge ended. An answer (any HTTP status) is the original's: the
+ * original's connection was slower than a new one through the same
+ * address, so it is abandoned, and everything else on it retries on a new
+ * one. A failure leaves the original waiting, unless it failed already and
+ * this was its last hedge. */
+static void hedge_done(const kl__http_result *res, void *arg)
+{
+    kl__http_req *h = arg, *req = h->original;
+    http *loop = h->loop;
+
+    hedge_unlink(loop, h);
+    if (res->err) {
+        if (req->lost && !req->hedges)
+            req_complete(loop, req);
+        return;
+    }
+    loop->hedges_won++;
+    kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
+                   "%s %s%s: answered on a new connection after %lld ms", req->method,
+                   req_server(loop, req), req->path,
+                   (long long)((kl__loop_now(loop->loop) - req->started_at) / KL_NS_PER_MS));
+    abandon_connection(loop, req, "answered a request later than a new connection");
+    hedges_drop(loop, req);
+    kl__timer_cancel(loop->loop, &req->timer);
+    req->busy = 1;
+    req->done(res, req->arg);
+    req_free(loop, req);
+}
+
+/* The original has waited another hedge_ns: send one more copy on a new
+ * connection, if the loop has room and the copy has time left. */
+static void hedge_tick(http *loop, kl__http_req *req)
+{
+    int64_t now = kl__loop_now(loop->loop);
+    int64_t left_ms = req->timeout_ms - (now - req->started_at) / KL_NS_PER_MS;
+    kl__http_opts o = {0};
+
+    if (req->nhedged >= HEDGES_PER_REQUEST || left_ms * KL_NS_PER_MS < req->hedge_ns)
+        return;
+    kl__timer_arm(loop->loop, &req->timer, now + req->hedge_ns);
+    if (loop->hedging >= HEDGES_PER_LOOP)
+        return;
+    o.method = req->method;
+    o.path = req->path;
+    o.content_type = req->content_type;
+    o.body = req->body;
+    o.body_len = req->body_len;
+    o.timeout_ms = left_ms;
+    o.connect_timeout_ms = req->connect_timeout_ms;
+    o.base_url = req->server;
+    o.authorization = req->authorization;
+    kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
+                   "%s %s%s: no answer after %lld ms; the same request on a new connection too",
+                   req->method, req_server(loop, req), req->path,
+                   (long long)((now - req->started_at) / KL_NS_PER_MS));
+    /* Out of memory: the original goes on alone. */
+    (void)req_start(loop, &o, hedge_done, NULL, req);
+}
+
 uint64_t kl__loop_abandoned(const kl__loop *l)
 {
     const http *loop = kl__loop_io_data(l);
 
     return loop->abandoned;
+}
+
+uint64_t kl__loop_hedges_won(const kl__loop *l)
+{
+    const http *loop = kl__loop_io_data(l);
+
+    return loop->hedges_won;
 }
 
 void kl__http_cancel(kl__loop *l, kl__http_req *req)

@@ -77,6 +77,17 @@ typedef struct kl__http_opts {
      * instead of the configured credentials; a 401 is then returned as is,
      * not retried. NULL: the configured credentials. */
     const char *authorization;
+    /* Requests with a timeout_ms only: when no answer came after this long
+     * (0: never), send the same request again on a new connection, and
+     * again after each further hedge_ms (at most 3 copies, 4 in flight in
+     * the loop); the first answer is the request's, the others are
+     * cancelled and their connections, and the original's when a copy
+     * answered first, are abandoned. Only for requests whose repetition is
+     * harmless: a read, or a write guarded by a resourceVersion (a copy
+     * that comes second gets 409 Conflict, which nobody sees). Through a
+     * load balancer a new connection may reach another replica: a hung
+     * one's requests are answered by another within hedge_ms. */
+    int64_t hedge_ms;
 } kl__http_opts;
 
 /* Start a request (loop thread). done is called exactly once on the loop
@@ -91,6 +102,8 @@ kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http
  * (through a load balancer, to a replica that answers). Connections
  * abandoned so far because a request on them timed out. */
 uint64_t kl__loop_abandoned(const kl__loop *loop);
+/* Requests answered on a hedge's new connection first (kl__http_opts). */
+uint64_t kl__loop_hedges_won(const kl__loop *loop);
 
 /* Cancel (loop thread); done is not called. Accepts NULL. */
 void kl__http_cancel(kl__loop *loop, kl__http_req *req);

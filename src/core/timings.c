@@ -58,6 +58,13 @@ int kl__timings_check(int64_t ld, int64_t rd, int64_t rp)
     return 0;
 }
 
+int64_t kl__hedge_ms(int64_t request_timeout_ms)
+{
+    int64_t t = request_timeout_ms / 4;
+
+    return t > KL_HEDGE_MIN_MS ? t : KL_HEDGE_MIN_MS;
+}
+
 int64_t kl__request_timeout_ms(int64_t renew_deadline_ms, int64_t retry_period_ms)
 {
     int64_t t = (renew_deadline_ms - retry_period_ms) / 2;

@@ -38,4 +38,14 @@ int kl__timings_check(int64_t lease_duration_ns, int64_t renew_deadline_ns,
 #define KL_REQUEST_TIMEOUT_MIN_MS 500
 int64_t kl__request_timeout_ms(int64_t renew_deadline_ms, int64_t retry_period_ms);
 
+/* When a leader's request (renewal, or the read after a failed one) that
+ * got no answer is sent again on a new connection (kl__http_opts.hedge_ms),
+ * for its request timeout (ms): a quarter of it, at least
+ * KL_HEDGE_MIN_MS. Through a load balancer with round robin a new
+ * connection reaches another replica one time in two: three copies before
+ * the timeout make a hung replica's cost a fraction of a request timeout.
+ * 15/10/2 s: 1 s; 5/3/1 s: 250 ms. */
+#define KL_HEDGE_MIN_MS 250
+int64_t kl__hedge_ms(int64_t request_timeout_ms);
+
 #endif

@@ -308,6 +308,13 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
     char *body = NULL;
 
     req.timeout_ms = e->request_timeout_ms;
+    /* A leader's term hangs on its renewals: one that gets no answer is
+     * sent again on new connections too (a write guarded by its
+     * resourceVersion, so a second copy only gets a conflict nobody sees).
+     * Acquisitions are not: a create's copy that answered first with 409
+     * would hide the create that won. */
+    if (e->sm.state == KL_EL_LEADING && a->type != KL_ACT_CREATE)
+        req.hedge_ms = kl__hedge_ms(e->request_timeout_ms);
     e->req_started = kl__clock_mono_ns();
     e->req_renewal = a->type == KL_ACT_UPDATE && e->sm.state == KL_EL_LEADING;
     if (a->type == KL_ACT_GET && e->sm.state == KL_EL_LEADING) {

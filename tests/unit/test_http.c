@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -123,6 +124,7 @@ static int wait_flag(pthread_mutex_t *mu, pthread_cond_t *cond, const int *flag,
 typedef struct seen {
     int requests;
     int auth_requests;   /* requests to /auth */
+    int first_blocks;    /* requests to /first-blocks */
     int line2_after_ack; /* /stream sent line 2 only after the client saw line 1 */
     char method[16], path[256], host[128], auth[256], auth_first[256], content_type[128];
     char accept[128], user_agent[128];
@@ -286,6 +288,20 @@ static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *m
     if (strcmp(url, "/block") == 0) {
         wait_released();
         return kl_fakehttp_reply(c, 200, "application/json", "{}");
+    }
+    if (strcmp(url, "/first-blocks") == 0) {
+        /* A hung replica behind a balancer: the first request hangs, the
+         * next ones (on new connections) are answered. */
+        char reply[64];
+        int n;
+
+        pthread_mutex_lock(&srv.mu);
+        n = srv.rec.first_blocks++;
+        pthread_mutex_unlock(&srv.mu);
+        if (n == 0)
+            wait_released();
+        snprintf(reply, sizeof(reply), "{\"copy\":%d}", n);
+        return kl_fakehttp_reply(c, 200, "application/json", reply);
     }
     if (strcmp(url, "/stream") == 0)
         return reply_stream(c, MHD_SIZE_UNKNOWN, read_stream);
@@ -1168,6 +1184,118 @@ static void test_timeout(void **state)
     assert_true(kl__clock_mono_ns() - t0 < 10 * KL_NS_PER_S);
 }
 
+static void read_hedges_won(void *arg)
+{
+    uint64_t *v = arg;
+
+    v[0] = kl__loop_hedges_won(T.loop);
+    v[1] = kl__loop_abandoned(T.loop);
+}
+
+static void wait_requests(int n)
+{
+    for (int64_t deadline = kl__clock_mono_ns() + WAIT_MS * KL_NS_PER_MS;; snap()) {
+        if (S.requests >= n)
+            return;
+        if (kl__clock_mono_ns() > deadline)
+            fail_msg("the server saw %d requests, expected %d within %d ms", S.requests, n,
+                     WAIT_MS);
+        poll(NULL, 0, 10);
+    }
+}
+
+/* A request that gets no answer is sent again on a new connection after
+ * hedge_ms; the copy's answer is the request's, and the first connection
+ * is abandoned. The copy carries the same method and body. */
+static void test_hedge_answers_for_a_hung_connection(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+    uint64_t v[2];
+    int64_t t0;
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "PUT";
+    o.path = "/first-blocks";
+    o.content_type = "application/json";
+    o.body = "{\"x\":1}";
+    o.body_len = strlen(o.body);
+    o.timeout_ms = 5000;
+    o.hedge_ms = 200;
+    t0 = kl__clock_mono_ns();
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    print_message("answered by the copy after %lld ms (hedge after 200 ms, timeout 5000 ms)\n",
+                  (long long)((kl__clock_mono_ns() - t0) / KL_NS_PER_MS));
+    assert_int_equal(T.r[0].done_calls, 1);
+    assert_int_equal(T.r[0].err, 0);
+    assert_int_equal(T.r[0].status, 200);
+    assert_string_equal(T.r[0].body, "{\"copy\":1}");
+    assert_int_equal(S.first_blocks, 2);
+    assert_string_equal(S.method, "PUT");
+    assert_string_equal(S.body, "{\"x\":1}");
+    assert_int_equal(kl__loop_call(T.loop, read_hedges_won, v), 0);
+    assert_int_equal(v[0], 1);
+    assert_int_equal(v[1], 1);
+    pthread_mutex_lock(&T.mu);
+    assert_non_null(strstr(T.logs, "answered a request later than a new connection: abandoned"));
+    pthread_mutex_unlock(&T.mu);
+    /* The next request goes on the copy's connection, at once. */
+    run("GET", "/json", &T.r[1]);
+    assert_int_equal(T.r[1].status, 200);
+}
+
+/* Copies are bounded: three per request, four in flight in the loop; a
+ * request whose copies all get nothing times out once, at its own
+ * deadline; a cancelled one takes its copies along. */
+static void test_hedges_bounded(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    kl__http_opts o = {0};
+    kl__http_req *req;
+    uint64_t v[2];
+
+    (void)state;
+    loop_start(&cfg);
+    o.method = "GET";
+    o.path = "/block";
+    o.timeout_ms = 2000;
+    o.hedge_ms = 300;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].done_calls, 1);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETIMEOUT);
+    assert_non_null(strstr(T.r[0].errmsg, "/block: timeout"));
+    assert_int_equal(S.requests, 1 + 3);
+
+    /* Three requests at once: four copies between them, no more. */
+    o.timeout_ms = 4000;
+    for (int i = 1; i < 4; i++)
+        start_req(&o, &T.r[i], 0);
+    for (int i = 1; i < 4; i++)
+        wait_done(&T.r[i]);
+    for (int i = 1; i < 4; i++) {
+        assert_int_equal(T.r[i].done_calls, 1);
+        assert_int_equal(T.r[i].err, K8SLEASE_ETIMEOUT);
+    }
+    assert_int_equal(S.requests, 4 + 3 + 4);
+    assert_int_equal(kl__loop_call(T.loop, read_hedges_won, v), 0);
+    assert_int_equal(v[0], 0);
+
+    /* Cancelled with a copy in flight: no done, nothing left behind (the
+     * sanitizers and valgrind runs check the latter). */
+    memset(&T.r[0], 0, sizeof(T.r[0]));
+    o.timeout_ms = 5000;
+    req = start_req(&o, &T.r[0], 0);
+    wait_requests(4 + 3 + 4 + 2);
+    assert_int_equal(kl__loop_call(T.loop, do_cancel, req), 0);
+    memset(&T.r[1], 0, sizeof(T.r[1]));
+    run("GET", "/json", &T.r[1]);
+    assert_int_equal(T.r[1].status, 200);
+    assert_int_equal(T.r[0].done_calls, 0);
+}
+
 static void test_connection_refused(void **state)
 {
     kl__restconfig cfg = cfg_default();
@@ -1801,6 +1929,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_requests_wait_for_a_slot, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_connection_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cancel, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hedge_answers_for_a_hung_connection, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_hedges_bounded, setup, teardown),
         cmocka_unit_test_setup_teardown(test_free_with_requests_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timers, setup, teardown),
         cmocka_unit_test_setup_teardown(test_post_fifo, setup, teardown),
