@@ -632,7 +632,8 @@ static CURLM *multi_init_cloexec(void)
  * connection as far as its streams go: libcurl would otherwise open a new
  * connection whenever one is busy, up to the limit, and keep them all.
  * Until the first answer says which, HTTP/1.1's (CURLOPT_PIPEWAIT keeps the
- * requests of a burst waiting for the first connection's ALPN).
+ * requests of a burst waiting for the first connection's ALPN). Each hedge
+ * in flight needs a new connection of its own on top.
  */
 static void set_limits(http *loop)
 {
@@ -640,6 +641,7 @@ static void set_limits(http *loop)
                  ? (loop->streams + MAX_ACTIVE + H2_STREAMS - 1) / H2_STREAMS
                  : REQUEST_CONNECTIONS + loop->streams;
 
+    n += loop->hedging;
     curl_multi_setopt(loop->multi, CURLMOPT_MAX_HOST_CONNECTIONS, n);
     curl_multi_setopt(loop->multi, CURLMOPT_MAXCONNECTS, n);
 }
@@ -841,6 +843,7 @@ static void hedge_unlink(http *loop, kl__http_req *h)
     h->hedge_next = NULL;
     h->original = NULL;
     loop->hedging--;
+    set_limits(loop);
 }
 
 /* The original has its answer, or goes: its hedges go too. A hedge that
@@ -1229,6 +1232,7 @@ static kl__http_req *req_start(http *loop, const kl__http_opts *opts, kl__http_d
         original->hedges = req;
         original->nhedged++;
         loop->hedging++;
+        set_limits(loop);
     }
     req->connect_timeout_ms = opts->connect_timeout_ms;
     req->idle_ns = opts->on_data ? opts->idle_timeout_ms * KL_NS_PER_MS : 0;

@@ -279,9 +279,11 @@ static k8slease_client *client_as(const char *user_agent)
 /*
  * A connection that answers nothing (the test server's stall fault: what a
  * hung kube-apiserver replica behind a load balancer looks like): the
- * leader's renewal on it times out, the connection is abandoned, the next
- * attempt goes on a new one, and the term goes on. Everything else on the
- * stalled connection (the leader's own watch) moves with it.
+ * leader's renewal on it gets no answer, a copy goes on a new connection
+ * after a quarter of the request timeout and is answered, the stalled
+ * connection is abandoned, and the term goes on without a failed renewal.
+ * Everything else on the stalled connection (the leader's own watch) moves
+ * with it.
  */
 static void stalled_connection_costs_no_term(void **state)
 {
@@ -306,18 +308,21 @@ static void stalled_connection_costs_no_term(void **state)
     while (e2e_mono_ms() - stalled_at < 4 * RD_MS) {
         k8slease_elector_stats st = stats(a);
 
-        if (!back_at && st.transport_errors > before.transport_errors &&
-            st.last_renew_ns > before.last_renew_ns && st.renewals > before.renewals + 1)
+        if (!back_at && st.last_renew_ns > before.last_renew_ns &&
+            st.renewals > before.renewals + 1)
             back_at = e2e_mono_ms();
         if (!k8slease_elector_is_leader(a))
             fail_msg("a lost its term %lld ms after its connection stalled",
                      (long long)(e2e_mono_ms() - stalled_at));
         e2e_pause_ms(10);
     }
-    print_message("the stalled renewal timed out; renewing again %lld ms after the stall "
-                  "(request timeout %d ms)\n",
-                  (long long)(back_at - stalled_at), (RD_MS - RP_MS) / 2);
+    print_message("the stalled renewal answered on a new connection; renewing again %lld ms "
+                  "after the stall (request timeout %d ms, copy after %d ms)\n",
+                  (long long)(back_at - stalled_at), (RD_MS - RP_MS) / 2, 250);
     assert_true(back_at > 0);
+    /* The copy's answer came within the request timeout (it has 500 ms;
+     * the test server answers in a few): no renewal failed. */
+    assert_int_equal(stats(a).transport_errors, before.transport_errors);
     assert_int_equal(k8slease_elector_epoch(a), epoch);
     assert_int_equal(stats(a).terms, 1);
     pthread_mutex_lock(&ca.mu);
