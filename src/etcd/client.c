@@ -6,7 +6,10 @@
  * Requests never retry by themselves beyond what cannot have reached etcd
  * (a refused connection is tried once on each other endpoint) and one
  * re-authentication: their owners (the election, the holder watch) already
- * retry on their own schedule, and only they know what is safe to repeat. */
+ * retry on their own schedule, and only they know what is safe to repeat.
+ * Watch streams are the exception: one that falls silent on a member that
+ * stopped answering is resumed elsewhere by itself, from the revision it
+ * had reached (the liveness bound in etcd/client.h). */
 #include "etcd/client.h"
 
 #include <pthread.h>
@@ -17,6 +20,7 @@
 #include "core/backend.h"
 #include "core/client.h"
 #include "core/clock.h"
+#include "core/elector.h"
 #include "etcd/codec.h"
 #include "core/text.h"
 
@@ -261,11 +265,13 @@ struct kl__etcd_call {
     void *arg;
 
     kl__http_req *req;
-    size_t endpoint;    /* where req went */
-    uint64_t token_gen; /* of the token req carries */
-    int reauthed;       /* re-sent once after a refused token already */
-    size_t tries;       /* other endpoints tried after refused connections */
-    int opened;         /* a stream delivered data: never re-sent */
+    size_t endpoint;            /* where req went */
+    int pinned;                 /* endpoint chosen by the caller (a probe), not the conn */
+    int64_t connect_timeout_ms; /* kl__http_opts.connect_timeout_ms */
+    uint64_t token_gen;         /* of the token req carries */
+    int reauthed;               /* re-sent once after a refused token already */
+    size_t tries;               /* other endpoints tried after refused connections */
+    int opened;                 /* a stream delivered data: never re-sent */
     int in_done;
     kl__timer timer; /* a failure to deliver later; the deadline while waiting */
     int err;
@@ -445,7 +451,8 @@ static int send_call(kl__etcd_call *c)
     kl__http_opts o = {0};
     int64_t now = kl__loop_now(conn->loop);
 
-    c->endpoint = atomic_load(&conn->cur);
+    if (!c->pinned)
+        c->endpoint = atomic_load(&conn->cur);
     if (c->deadline && now >= c->deadline)
         return kl__error_set(K8SLEASE_ETIMEOUT, "etcd %s%s: timeout (before it could be sent)",
                              conn->endpoints[c->endpoint], c->path);
@@ -456,6 +463,7 @@ static int send_call(kl__etcd_call *c)
     o.body_len = c->body_len;
     o.timeout_ms = c->deadline ? (c->deadline - now + KL_NS_PER_MS - 1) / KL_NS_PER_MS : 0;
     o.on_data = c->on_data ? call_data : NULL;
+    o.connect_timeout_ms = c->connect_timeout_ms;
     o.base_url = conn->endpoints[c->endpoint];
     o.authorization = conn->auth_disabled ? NULL : conn->token;
     c->token_gen = conn->token_gen;
@@ -548,7 +556,7 @@ static void call_done(const kl__http_result *res, void *arg)
             snprintf(msg, sizeof(msg), "etcd %s%s: %s", ep, c->path, res->errmsg);
         if (is_conn_failure(res->err)) {
             failover(conn, c->endpoint, res->errmsg);
-            if (never_sent(res) && !c->opened && c->tries + 1 < conn->n) {
+            if (never_sent(res) && !c->opened && !c->pinned && c->tries + 1 < conn->n) {
                 c->tries++;
                 send_or_wait(c);
                 return;
@@ -698,8 +706,10 @@ static void ensure_auth(kl__etcd_conn *conn)
     }
 }
 
-kl__etcd_call *kl__etcd_call_start(kl__etcd_conn *conn, const kl__etcd_call_opts *opts,
-                                   kl__etcd_done_cb done, void *arg)
+/* A call to the current endpoint, or to endpoint pin (< conn->n) and there
+ * only: a refused connection is not tried elsewhere. */
+static kl__etcd_call *call_start(kl__etcd_conn *conn, const kl__etcd_call_opts *opts, size_t pin,
+                                 kl__etcd_done_cb done, void *arg)
 {
     kl__etcd_call *c = kl__calloc(1, sizeof(*c));
 
@@ -716,6 +726,9 @@ kl__etcd_call *kl__etcd_call_start(kl__etcd_conn *conn, const kl__etcd_call_opts
     c->body = kl__strndup(opts->body ? opts->body : "", opts->body ? opts->body_len : 0);
     c->body_len = opts->body ? opts->body_len : 0;
     c->on_data = opts->on_data;
+    c->connect_timeout_ms = opts->connect_timeout_ms;
+    c->pinned = pin < conn->n;
+    c->endpoint = c->pinned ? pin : 0;
     c->done = done;
     c->arg = arg;
     if (opts->timeout_ms > 0)
@@ -738,6 +751,12 @@ kl__etcd_call *kl__etcd_call_start(kl__etcd_conn *conn, const kl__etcd_call_opts
 fail:
     call_free(c);
     return NULL;
+}
+
+kl__etcd_call *kl__etcd_call_start(kl__etcd_conn *conn, const kl__etcd_call_opts *opts,
+                                   kl__etcd_done_cb done, void *arg)
+{
+    return call_start(conn, opts, SIZE_MAX, done, arg);
 }
 
 void kl__etcd_call_cancel(kl__etcd_call *c)
@@ -801,19 +820,57 @@ void kl__etcd_conn_free(kl__etcd_conn *conn)
 /* ------------------------------------------------------------------------ */
 
 struct kl__etcd_stream {
-    kl__etcd_call *call;
+    kl__etcd_conn *conn;
+    kl__etcd_call *call;  /* the watch */
+    kl__etcd_call *probe; /* a range on the watch's endpoint: does it answer? */
     kl__line_splitter split;
     kl__etcd_msg_cb on_msg;
     kl__etcd_done_cb on_end;
     void *arg;
+    kl__etcd_stream_opts o; /* o.silence_ms 0: no liveness bound */
+    kl__etcd_watch_req req; /* key and range_end point into keys */
+    char *keys;             /* key, then range_end (bytes) */
+    char what[512];         /* "etcd watch of \"<key>\"", for the log */
+    int64_t next_rev;       /* the first revision not delivered yet; 0: unknown (from now) */
+    int64_t last_data;      /* loop time of its last byte, or of its (re)start */
+    int64_t last_probe;     /* when the last probe was answered (or could not start) */
+    int64_t expect_rev;     /* a probe saw this revision: the stream must deliver it */
+    int64_t expect_by;      /* by then */
+    int over;               /* etcd cancelled the watch: its owner ends the stream */
+    kl__timer health;
     int feeding;   /* inside the splitter: freed by stream_data, not cancel */
     int cancelled; /* by its owner: nothing more is delivered */
 };
 
+void kl__etcd_stream_opts_init(kl__etcd_stream_opts *o, int64_t lease_duration_ms,
+                               int64_t renew_deadline_ms, int64_t retry_period_ms)
+{
+    o->silence_ms = lease_duration_ms / 3;
+    o->probe_timeout_ms = renew_deadline_ms / 2 > 1000 ? renew_deadline_ms / 2 : 1000;
+    o->grace_ms = retry_period_ms;
+}
+
 static void stream_free(kl__etcd_stream *s)
 {
+    kl__etcd_call_cancel(s->probe);
+    kl__timer_cancel(s->conn->loop, &s->health);
     kl__line_splitter_free(&s->split);
+    kl__free(s->keys);
     kl__free(s);
+}
+
+/* Where a resumed watch starts: after the last event delivered. */
+static void note_msg(kl__etcd_stream *s, const kl__etcd_watch_msg *m)
+{
+    if (m->created && s->next_rev == 0 && m->revision > 0)
+        s->next_rev = kl__add_sat(m->revision, 1); /* what "from now" meant */
+    for (size_t i = 0; i < m->n_events; i++)
+        if (m->events[i].kv.mod_revision >= s->next_rev)
+            s->next_rev = kl__add_sat(m->events[i].kv.mod_revision, 1);
+    if (m->canceled)
+        s->over = 1;
+    if (s->expect_rev && s->next_rev > s->expect_rev)
+        s->expect_rev = 0;
 }
 
 static int stream_line(const char *line, size_t len, void *arg)
@@ -826,6 +883,7 @@ static int stream_line(const char *line, size_t len, void *arg)
         return 1;
     if ((err = kl__etcd_parse_watch_msg(&m, line, len)) < 0)
         return err;
+    note_msg(s, &m);
     s->on_msg(&m, s->arg);
     kl__etcd_watch_msg_clear(&m);
     return s->cancelled ? 1 : 0;
@@ -836,6 +894,7 @@ static int stream_data(const char *data, size_t len, void *arg)
     kl__etcd_stream *s = arg;
     int rc;
 
+    s->last_data = kl__loop_now(s->conn->loop);
     s->feeding = 1;
     rc = kl__line_splitter_feed(&s->split, data, len, stream_line, s);
     s->feeding = 0;
@@ -852,34 +911,213 @@ static void stream_end(const kl__etcd_result *res, void *arg)
     kl__etcd_stream *s = arg;
 
     s->call = NULL;
+    kl__etcd_call_cancel(s->probe);
+    s->probe = NULL;
     s->on_end(res, s->arg);
     stream_free(s);
 }
 
-kl__etcd_stream *kl__etcd_stream_start(kl__etcd_conn *conn, const kl__etcd_watch_req *req,
-                                       kl__etcd_msg_cb on_msg, kl__etcd_done_cb on_end, void *arg)
+/* (Re)create the watch, from next_rev, on the conn's current endpoint. */
+static int stream_send(kl__etcd_stream *s)
 {
     kl__etcd_call_opts o = {0};
-    kl__etcd_stream *s = kl__calloc(1, sizeof(*s));
-    char *body = NULL;
+    kl__etcd_watch_req wr = s->req;
+    char *body;
 
-    if (!s || !(body = kl__etcd_encode_watch_create(req)))
-        goto fail;
-    kl__line_splitter_init(&s->split, STREAM_MAX_LINE);
-    s->on_msg = on_msg;
-    s->on_end = on_end;
-    s->arg = arg;
+    wr.start_revision = s->next_rev;
+    if (!(body = kl__etcd_encode_watch_create(&wr)))
+        return K8SLEASE_ENOMEM;
     o.path = "/v3/watch";
     o.body = body;
     o.body_len = strlen(body);
     o.on_data = stream_data;
-    if (!(s->call = kl__etcd_call_start(conn, &o, stream_end, s)))
-        goto fail;
+    o.connect_timeout_ms = s->o.silence_ms > 0 ? s->o.probe_timeout_ms : 0;
+    s->call = kl__etcd_call_start(s->conn, &o, stream_end, s);
     kl__free(body);
+    s->last_data = kl__loop_now(s->conn->loop);
+    return s->call ? 0 : K8SLEASE_ENOMEM;
+}
+
+/* The health timer: at the end of the silence (when no probe is in flight)
+ * or when a revision a probe saw is due. Not moved by data: when it fires
+ * early it looks again and re-arms, so a message costs a time stamp. */
+static void stream_arm(kl__etcd_stream *s)
+{
+    int64_t at = INT64_MAX;
+
+    if (s->o.silence_ms <= 0 || s->over)
+        return;
+    if (!s->probe)
+        at = kl__add_sat(s->last_data > s->last_probe ? s->last_data : s->last_probe,
+                         s->o.silence_ms * KL_NS_PER_MS);
+    if (s->expect_rev && s->expect_by < at)
+        at = s->expect_by;
+    if (at < INT64_MAX)
+        kl__timer_arm(s->conn->loop, &s->health, at);
+}
+
+/* Give the stream up and create the watch again where requests go now.
+ * Last thing its caller does: on ENOMEM the stream ends (on_end) and is
+ * freed. */
+static void stream_resume(kl__etcd_stream *s, const char *why)
+{
+    kl__etcd_conn *conn = s->conn;
+    kl__etcd_result r = {0};
+
+    kl__log_printf(conn->log, K8SLEASE_LOG_WARN, "%s: %s; resuming it on %s from revision %lld",
+                   s->what, why, kl__etcd_conn_endpoint(conn), (long long)s->next_rev);
+    kl__etcd_call_cancel(s->call);
+    s->call = NULL;
+    kl__etcd_call_cancel(s->probe);
+    s->probe = NULL;
+    kl__line_splitter_free(&s->split); /* a line cut in the middle is not the new stream's */
+    kl__line_splitter_init(&s->split, STREAM_MAX_LINE);
+    s->expect_rev = 0;
+    s->last_probe = 0;
+    if (stream_send(s) == 0) {
+        stream_arm(s);
+        return;
+    }
+    r.err = K8SLEASE_ENOMEM;
+    r.errmsg = "etcd /v3/watch: out of memory (resuming the watch)";
+    kl__timer_cancel(conn->loop, &s->health);
+    s->on_end(&r, s->arg);
+    stream_free(s);
+}
+
+static void stream_probed(const kl__etcd_result *res, void *arg)
+{
+    kl__etcd_stream *s = arg;
+    kl__etcd_conn *conn = s->conn;
+    kl__etcd_range r = {0};
+    char why[1280];
+
+    s->probe = NULL;
+    s->last_probe = kl__loop_now(conn->loop);
+    if (s->over)
+        return;
+    if (res->err && is_conn_failure(res->err)) {
+        /* the call has moved the conn on (failover) */
+        snprintf(why, sizeof(why), "silent, and a probe got no answer (%s)",
+                 strncmp(res->errmsg, "etcd ", 5) == 0 ? res->errmsg + 5 : res->errmsg);
+        stream_resume(s, why);
+        return;
+    }
+    if (res->err) {
+        kl__log_printf(conn->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", s->what, res->errmsg);
+    } else if (kl__etcd_parse_range(&r, res->body, res->body_len) == 0 && r.n_kvs > 0 &&
+               s->next_rev > 0 && r.kvs[0].mod_revision >= s->next_rev) {
+        /* its event may be on the way: it has a retry period to arrive */
+        s->expect_rev = r.kvs[0].mod_revision;
+        s->expect_by = kl__add_sat(s->last_probe, s->o.grace_ms * KL_NS_PER_MS);
+        kl__log_printf(conn->log, K8SLEASE_LOG_DEBUG,
+                       "%s: silent, while %s has a change at revision %lld", s->what,
+                       conn->endpoints[s->call->endpoint], (long long)s->expect_rev);
+    }
+    kl__etcd_range_clear(&r);
+    stream_arm(s);
+}
+
+/* Ask the stream's endpoint for the last change of the watched keys. */
+static void stream_probe(kl__etcd_stream *s)
+{
+    kl__etcd_range_req rr = {0};
+    kl__etcd_call_opts o = {0};
+    char *body;
+
+    rr.key = s->req.key;
+    rr.key_len = s->req.key_len;
+    rr.range_end = s->req.range_end;
+    rr.range_end_len = s->req.range_end_len;
+    rr.limit = 1;
+    rr.sort_order = KL_ETCD_SORT_DESCEND;
+    rr.sort_target = KL_ETCD_SORT_MOD;
+    rr.keys_only = 1;
+    if ((body = kl__etcd_encode_range(&rr))) {
+        o.path = "/v3/kv/range";
+        o.body = body;
+        o.body_len = strlen(body);
+        o.timeout_ms = s->o.probe_timeout_ms;
+        s->probe = call_start(s->conn, &o, s->call->endpoint, stream_probed, s);
+        kl__free(body);
+    }
+    if (!s->probe) /* out of memory: again after another silence */
+        s->last_probe = kl__loop_now(s->conn->loop);
+}
+
+static void stream_on_health(kl__timer *t, void *arg)
+{
+    kl__etcd_stream *s = arg;
+    kl__etcd_conn *conn = s->conn;
+    int64_t now = kl__loop_now(conn->loop);
+    int64_t quiet = now - (s->last_data > s->last_probe ? s->last_data : s->last_probe);
+    char why[512];
+
+    (void)t;
+    if (s->over || !s->call)
+        return;
+    if (s->expect_rev && now >= s->expect_by) {
+        snprintf(why, sizeof(why), "%s has a change at revision %lld, not delivered within %lld ms",
+                 conn->endpoints[s->call->endpoint], (long long)s->expect_rev,
+                 (long long)s->o.grace_ms);
+        stream_resume(s, why);
+        return;
+    }
+    if (!s->probe && quiet >= s->o.silence_ms * KL_NS_PER_MS) {
+        if (s->call->waiting) {
+            s->last_data = now; /* not sent yet (a token first): nothing to check */
+        } else if (s->call->endpoint != atomic_load(&conn->cur)) {
+            /* a request there got no answer: no need to ask again */
+            snprintf(why, sizeof(why), "silent for %lld ms on %s, which requests have left",
+                     (long long)(quiet / KL_NS_PER_MS), conn->endpoints[s->call->endpoint]);
+            stream_resume(s, why);
+            return;
+        } else {
+            stream_probe(s);
+        }
+    }
+    stream_arm(s);
+}
+
+kl__etcd_stream *kl__etcd_stream_start(kl__etcd_conn *conn, const kl__etcd_watch_req *req,
+                                       const kl__etcd_stream_opts *opts, kl__etcd_msg_cb on_msg,
+                                       kl__etcd_done_cb on_end, void *arg)
+{
+    kl__etcd_stream *s = kl__calloc(1, sizeof(*s));
+    size_t end_len = req->range_end ? req->range_end_len : 0;
+
+    if (!s)
+        goto fail;
+    s->conn = conn;
+    kl__timer_init(&s->health, stream_on_health, s);
+    kl__line_splitter_init(&s->split, STREAM_MAX_LINE);
+    if (!(s->keys = kl__malloc(req->key_len + end_len + 1)))
+        goto fail;
+    memcpy(s->keys, req->key, req->key_len);
+    if (end_len)
+        memcpy(s->keys + req->key_len, req->range_end, end_len);
+    s->req = *req;
+    s->req.key = s->keys;
+    s->req.range_end = req->range_end ? s->keys + req->key_len : NULL;
+    s->next_rev = req->start_revision > 0 ? req->start_revision : 0;
+    if (opts)
+        s->o = *opts;
+    s->on_msg = on_msg;
+    s->on_end = on_end;
+    s->arg = arg;
+    if (req->range_end)
+        snprintf(s->what, sizeof(s->what), "etcd watch of \"%.*s\"..\"%.*s\"",
+                 (int)(req->key_len > 200 ? 200 : req->key_len), req->key,
+                 (int)(end_len > 200 ? 200 : end_len), req->range_end);
+    else
+        snprintf(s->what, sizeof(s->what), "etcd watch of \"%.*s\"",
+                 (int)(req->key_len > 200 ? 200 : req->key_len), req->key);
+    if (stream_send(s) < 0)
+        goto fail;
+    stream_arm(s);
     return s;
 fail:
     kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    kl__free(body);
     if (s)
         stream_free(s);
     return NULL;
@@ -892,6 +1130,9 @@ void kl__etcd_stream_cancel(kl__etcd_stream *s)
     s->cancelled = 1;
     kl__etcd_call_cancel(s->call);
     s->call = NULL;
+    kl__etcd_call_cancel(s->probe);
+    s->probe = NULL;
+    kl__timer_cancel(s->conn->loop, &s->health);
     if (!s->feeding)
         stream_free(s);
 }
@@ -1181,6 +1422,7 @@ struct kl__etcd_watch {
     kl__etcd_call *range;
     int dirty; /* something changed while the range was in flight */
     kl__etcd_stream *stream;
+    kl__etcd_stream_opts sopts;
     kl__timer retry;
     int64_t backoff_ms;
 };
@@ -1268,7 +1510,8 @@ static void watch_range_done(const kl__etcd_result *res, void *arg)
         wr.range_end = w->p.end;
         wr.range_end_len = w->p.end_len;
         wr.start_revision = kl__add_sat(r.revision, 1);
-        if (!(w->stream = kl__etcd_stream_start(w->conn, &wr, watch_on_msg, watch_on_end, w))) {
+        if (!(w->stream =
+                  kl__etcd_stream_start(w->conn, &wr, &w->sopts, watch_on_msg, watch_on_end, w))) {
             kl__log_printf(w->log, K8SLEASE_LOG_WARN, "%s: %s; retrying", w->what, kl__error_get());
             watch_backoff(w);
         }
@@ -1332,6 +1575,9 @@ int kl__etcd_watch_new(kl__etcd_watch **out, k8slease_client *client, const char
     w->report = report;
     w->arg = arg;
     w->backoff_ms = WATCH_BACKOFF_MIN_MS;
+    /* No election's timings here: the library's defaults'. */
+    kl__etcd_stream_opts_init(&w->sopts, KL_DEFAULT_LEASE_DURATION_MS, KL_DEFAULT_RENEW_DEADLINE_MS,
+                              KL_DEFAULT_RETRY_PERIOD_MS);
     kl__timer_init(&w->retry, watch_on_retry, w);
     if (kl__loop_post(client->loop, watch_begin, w) < 0) {
         kl__free(w);

@@ -102,6 +102,9 @@ typedef struct kl__etcd_call_opts {
     int64_t timeout_ms; /* whole call, waiting for a token and retries included; 0: none */
     /* Streams: the body of a 200 as it arrives (see kl__http_opts). */
     kl__http_data_cb on_data;
+    /* The set-up of a new connection (kl__http_opts.connect_timeout_ms): a
+     * stream, which has no timeout_ms, bounds its own. 0: the default. */
+    int64_t connect_timeout_ms;
 } kl__etcd_call_opts;
 
 /* Start a call (loop thread). done runs exactly once, on the loop thread,
@@ -117,11 +120,60 @@ void kl__etcd_call_cancel(kl__etcd_call *call);
  * and decoded. on_msg gets every message (borrowed for the call); on_end
  * once, when the stream is over: res->err 0 when the server closed it, else
  * why (a message that cannot be decoded ends it with that error). Neither
- * runs after kl__etcd_stream_cancel, which may be called from on_msg. */
+ * runs after kl__etcd_stream_cancel, which may be called from on_msg.
+ *
+ * Liveness (opts with silence_ms > 0): a member that hangs (SIGSTOP: its
+ * kernel still acknowledges, nothing answers) never ends a stream, and over
+ * the gateway a stream cannot carry a progress request once open. So a
+ * stream silent for silence_ms (no byte since it started, since its last
+ * byte, or since the last probe was answered) is checked, once per
+ * silence_ms of silence:
+ *  - its endpoint is no longer the conn's current one (a request there
+ *    failed to get an answer): it is resumed on the current one at once;
+ *  - else a probe goes to its endpoint: a range of the watched keys, the
+ *    last modified first, limit 1, keys only, with probe_timeout_ms. No
+ *    answer (timeout, transport error, gRPC Unavailable): the conn has moved
+ *    to the next endpoint (failover), and the stream is resumed there. A key
+ *    modified at a revision the stream has not delivered: the stream must
+ *    deliver it within grace_ms (it may be on its way), else it is resumed.
+ * Resuming cancels the HTTP stream (libcurl closes its connection) and
+ * creates the watch again on the current endpoint from the first revision
+ * not delivered yet (start_revision, then the last event's mod_revision +
+ * 1), so no event is lost or delivered twice; the owner sees a second
+ * "created" message and nothing else. A compacted start revision makes etcd
+ * cancel the watch, as for any watch. A stream that talks costs a time
+ * stamp per piece of data; a silent one a probe per silence_ms. A deletion
+ * does not show in a range: a member that answers ranges while its watches
+ * deliver nothing is caught by the puts it shows only (a hung or cut-off
+ * member answers neither, and the probe's timeout catches it). */
 typedef struct kl__etcd_stream kl__etcd_stream;
 typedef void (*kl__etcd_msg_cb)(const kl__etcd_watch_msg *msg, void *arg);
+
+typedef struct kl__etcd_stream_opts {
+    int64_t silence_ms;       /* check a stream silent this long; 0: never */
+    int64_t probe_timeout_ms; /* the probe's timeout; also bounds a new connection's set-up */
+    int64_t grace_ms;         /* a revision a probe saw must be delivered within this */
+} kl__etcd_stream_opts;
+
+/* The bound for an election's timings (ms; the elector's, or the
+ * library's defaults for a holder watch):
+ *   silence_ms       = lease_duration / 3 (the keepalive interval: a
+ *                      silent stream is checked as often as the lease is
+ *                      kept alive)
+ *   probe_timeout_ms = renew_deadline / 2, at least 1 s (the timeout of
+ *                      every request of an election)
+ *   grace_ms         = retry_period
+ * A member that hangs under a stream is left within silence_ms +
+ * probe_timeout_ms = TTL/3 + max(renew_deadline / 2, 1 s): under 5/6 of
+ * the TTL once renew_deadline >= 2 s (it is less than the TTL); 10 s with
+ * the defaults (15 s, 10 s, 2 s), 2 s at 3 s, 2 s, 300 ms. */
+void kl__etcd_stream_opts_init(kl__etcd_stream_opts *o, int64_t lease_duration_ms,
+                               int64_t renew_deadline_ms, int64_t retry_period_ms);
+
+/* opts NULL: no liveness bound. Loop thread. NULL on ENOMEM (error set). */
 kl__etcd_stream *kl__etcd_stream_start(kl__etcd_conn *conn, const kl__etcd_watch_req *req,
-                                       kl__etcd_msg_cb on_msg, kl__etcd_done_cb on_end, void *arg);
+                                       const kl__etcd_stream_opts *opts, kl__etcd_msg_cb on_msg,
+                                       kl__etcd_done_cb on_end, void *arg);
 void kl__etcd_stream_cancel(kl__etcd_stream *s);
 
 /* Blocking call for other threads (holder get, release): 0 with *out

@@ -36,6 +36,7 @@ struct etcd_elector {
     k8slease_elector pub; /* first: the handle the caller holds */
     int64_t request_timeout_ms;
     int64_t ttl_ms;
+    kl__etcd_stream_opts sopts; /* the watches' liveness bound */
 
     /* Loop thread only. */
     kl__etcd_election sm;
@@ -368,8 +369,8 @@ static void start_request(etcd_elector *e, const kl__etcd_election_action *a)
         (unsigned long long)(a->lease_id ? a->lease_id : e->sm.lease_id),
         (int)(a->key_len > 200 ? 200 : a->key_len), a->key ? a->key : "", (long long)a->revision);
     if (a->type == KL_EE_ACT_WATCH_KEY) {
-        if ((ch->stream =
-                 kl__etcd_stream_start(e->pub.client->etcd, &wr, on_watch_msg, on_watch_end, ch)))
+        if ((ch->stream = kl__etcd_stream_start(e->pub.client->etcd, &wr, &e->sopts, on_watch_msg,
+                                                on_watch_end, ch)))
             return;
     } else if (body) {
         o.body = body;
@@ -541,6 +542,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
      * hold back the next one until the lease is gone. */
     e->request_timeout_ms = rd / 2 > 1000 ? rd / 2 : 1000;
     e->ttl_ms = ld;
+    /* A watch on a member that hangs is left within TTL/3 + the request
+     * timeout (etcd/client.h has the rule): a follower there learns of a
+     * release or an expiry within a TTL. */
+    kl__etcd_stream_opts_init(&e->sopts, ld, rd, rp);
     cfg.prefix = opts->name;
     cfg.value = opts->identity;
     cfg.ttl_ns = ld * KL_NS_PER_MS;

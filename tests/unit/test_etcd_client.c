@@ -619,7 +619,7 @@ static void st_start(void *arg)
     stream_test *t = arg;
     kl__etcd_watch_req wr = {.key = "samples/election/", .key_len = 17, .start_revision = 3};
 
-    t->s = kl__etcd_stream_start(t->c->etcd, &wr, st_msg, st_end, t);
+    t->s = kl__etcd_stream_start(t->c->etcd, &wr, NULL, st_msg, st_end, t);
     assert_non_null(t->s);
 }
 
