@@ -938,20 +938,20 @@ static int stream_send(kl__etcd_stream *s)
     return s->call ? 0 : K8SLEASE_ENOMEM;
 }
 
-/* The health timer: at the end of the silence (when no probe is in flight)
- * or when a revision a probe saw is due. Not moved by data: when it fires
- * early it looks again and re-arms, so a message costs a time stamp. */
+/* The health timer: when a revision a probe saw is due, else at the end of
+ * the silence (when no probe is in flight). Not moved by data: when it
+ * fires early it looks again and re-arms, so a message costs a time stamp. */
 static void stream_arm(kl__etcd_stream *s)
 {
     int64_t at = INT64_MAX;
 
     if (s->o.silence_ms <= 0 || s->over)
         return;
-    if (!s->probe)
+    if (s->expect_rev)
+        at = s->expect_by;
+    else if (!s->probe)
         at = kl__add_sat(s->last_data > s->last_probe ? s->last_data : s->last_probe,
                          s->o.silence_ms * KL_NS_PER_MS);
-    if (s->expect_rev && s->expect_by < at)
-        at = s->expect_by;
     if (at < INT64_MAX)
         kl__timer_arm(s->conn->loop, &s->health, at);
 }
@@ -1005,8 +1005,8 @@ static void stream_probed(const kl__etcd_result *res, void *arg)
     }
     if (res->err) {
         kl__log_printf(conn->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", s->what, res->errmsg);
-    } else if (kl__etcd_parse_range(&r, res->body, res->body_len) == 0 && r.n_kvs > 0 &&
-               s->next_rev > 0 && r.kvs[0].mod_revision >= s->next_rev) {
+    } else if (!s->expect_rev && kl__etcd_parse_range(&r, res->body, res->body_len) == 0 &&
+               r.n_kvs > 0 && s->next_rev > 0 && r.kvs[0].mod_revision >= s->next_rev) {
         /* its event may be on the way: it has a retry period to arrive */
         s->expect_rev = r.kvs[0].mod_revision;
         s->expect_by = kl__add_sat(s->last_probe, s->o.grace_ms * KL_NS_PER_MS);
@@ -1063,7 +1063,8 @@ static void stream_on_health(kl__timer *t, void *arg)
         stream_resume(s, why);
         return;
     }
-    if (!s->probe && quiet >= s->o.silence_ms * KL_NS_PER_MS) {
+    /* no probe while one is due to show up: the next is after it */
+    if (!s->probe && !s->expect_rev && quiet >= s->o.silence_ms * KL_NS_PER_MS) {
         if (s->call->waiting) {
             s->last_data = now; /* not sent yet (a token first): nothing to check */
         } else if (s->call->endpoint != atomic_load(&conn->cur)) {
