@@ -169,6 +169,7 @@ typedef struct req_rec {
 typedef struct fake {
     kl_fakehttp http; /* http.url: "http://127.0.0.1:PORT" */
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* a request arrived, or released */
     route routes[8];
     int nroutes;
     int unavailable;   /* every answer: 503, gRPC 14 "no leader" */
@@ -177,9 +178,104 @@ typedef struct fake {
     int refuse_tokens; /* every token is refused, fresh ones too */
     int tokens_issued; /* token i is "tok<i>" */
     char valid[32];    /* the token accepted now ("" none) */
+    /* A member that hangs, for the watch streams' liveness bound: */
+    int watch_hold;        /* /v3/watch: its route's lines, then silent and open */
+    int range_hang;        /* /v3/kv/range: no answer */
+    const char *late_line; /* sent on a held watch once a range came (NULL: none) */
+    int released;          /* set by fake_stop: held answers end */
     req_rec reqs[MAX_REQS];
     int nreqs;
 } fake;
+
+/* Wait on f->cv (f->mu held), 10 ms at most: callers loop on their
+ * condition and their own bound. */
+static void fake_wait(fake *f)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_nsec += 10 * 1000 * 1000;
+    if (ts.tv_nsec >= 1000000000) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000;
+    }
+    pthread_cond_timedwait(&f->cv, &f->mu, &ts);
+}
+
+static int count_locked(fake *f, const char *path)
+{
+    int n = 0;
+
+    for (int i = 0; i < f->nreqs; i++)
+        n += strcmp(f->reqs[i].path, path) == 0;
+    return n;
+}
+
+/* A held watch answer: body first, then f->late_line after the first
+ * range, then nothing until the fake stops (bounded). */
+typedef struct held {
+    fake *f;
+    char *body;
+    size_t len;
+    int late_sent;
+} held;
+
+static ssize_t read_held(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    held *h = cls;
+    fake *f = h->f;
+    int64_t until = kl__clock_mono_ns() + 20 * KL_NS_PER_S;
+    size_t n;
+
+    if (pos < h->len) {
+        n = h->len - (size_t)pos < max ? h->len - (size_t)pos : max;
+        memcpy(buf, h->body + pos, n);
+        return (ssize_t)n;
+    }
+    pthread_mutex_lock(&f->mu);
+    if (f->late_line && !h->late_sent) {
+        while (!f->released && count_locked(f, "/v3/kv/range") == 0 && kl__clock_mono_ns() < until)
+            fake_wait(f);
+        h->late_sent = 1;
+        n = strlen(f->late_line);
+        if (!f->released && n <= max) {
+            memcpy(buf, f->late_line, n);
+            pthread_mutex_unlock(&f->mu);
+            return (ssize_t)n;
+        }
+    }
+    while (!f->released && kl__clock_mono_ns() < until)
+        fake_wait(f);
+    pthread_mutex_unlock(&f->mu);
+    return MHD_CONTENT_READER_END_OF_STREAM;
+}
+
+static void held_free(void *cls)
+{
+    held *h = cls;
+
+    free(h->body);
+    free(h);
+}
+
+static enum MHD_Result reply_held(fake *f, struct MHD_Connection *c, const char *body)
+{
+    held *h = calloc(1, sizeof(*h));
+    struct MHD_Response *r;
+    enum MHD_Result ret;
+
+    if (!h || !(h->body = strdup(body))) {
+        free(h);
+        return MHD_NO;
+    }
+    h->f = f;
+    h->len = strlen(body);
+    r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, 4096, read_held, h, held_free);
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    ret = MHD_queue_response(c, 200, r);
+    MHD_destroy_response(r);
+    return ret;
+}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, const char *body)
 {
@@ -202,6 +298,13 @@ static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *m
         snprintf(rec->path, sizeof(rec->path), "%s", url);
         snprintf(rec->auth, sizeof(rec->auth), "%s", auth ? auth : "");
         snprintf(rec->body, sizeof(rec->body), "%s", body);
+        pthread_cond_broadcast(&f->cv);
+    }
+    if (strcmp(url, "/v3/kv/range") == 0 && f->range_hang) {
+        int64_t until = kl__clock_mono_ns() + 20 * KL_NS_PER_S;
+
+        while (!f->released && kl__clock_mono_ns() < until)
+            fake_wait(f);
     }
     if (f->unavailable) {
         pthread_mutex_unlock(&f->mu);
@@ -243,10 +346,12 @@ static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *m
         if (strcmp(f->routes[i].path, url) == 0) {
             unsigned status = f->routes[i].status;
             char *answer = strdup(f->routes[i].body);
+            int hold = f->watch_hold && strcmp(url, "/v3/watch") == 0 && status == 200;
             enum MHD_Result ret;
 
             pthread_mutex_unlock(&f->mu);
-            ret = reply(c, status, answer ? answer : "");
+            ret = hold ? reply_held(f, c, answer ? answer : "")
+                       : reply(c, status, answer ? answer : "");
             free(answer);
             return ret;
         }
@@ -261,6 +366,7 @@ static fake *fake_start(void)
 
     assert_non_null(f);
     pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
     kl_fakehttp_start(&f->http, handle, f, NULL, NULL, NULL);
     return f;
 }
@@ -280,20 +386,50 @@ static void fake_route(fake *f, const char *path, unsigned status, const char *s
 
 static int fake_count(fake *f, const char *path)
 {
-    int n = 0;
+    int n;
 
     pthread_mutex_lock(&f->mu);
-    for (int i = 0; i < f->nreqs; i++)
-        n += strcmp(f->reqs[i].path, path) == 0;
+    n = count_locked(f, path);
     pthread_mutex_unlock(&f->mu);
     return n;
 }
 
+/* Wait until f got n requests for path (bounded); returns how many. */
+static int fake_wait_count(fake *f, const char *path, int n, int64_t ms)
+{
+    int64_t until = kl__clock_mono_ns() + ms * KL_NS_PER_MS;
+    int got;
+
+    pthread_mutex_lock(&f->mu);
+    while ((got = count_locked(f, path)) < n && kl__clock_mono_ns() < until)
+        fake_wait(f);
+    pthread_mutex_unlock(&f->mu);
+    return got;
+}
+
+/* The body of the i-th request for path ("" if none). */
+static void fake_body(fake *f, const char *path, int i, char *out, size_t cap)
+{
+    out[0] = '\0';
+    pthread_mutex_lock(&f->mu);
+    for (int k = 0; k < f->nreqs; k++)
+        if (strcmp(f->reqs[k].path, path) == 0 && i-- == 0) {
+            snprintf(out, cap, "%s", f->reqs[k].body);
+            break;
+        }
+    pthread_mutex_unlock(&f->mu);
+}
+
 static void fake_stop(fake *f)
 {
+    pthread_mutex_lock(&f->mu);
+    f->released = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
     kl_fakehttp_stop(&f->http);
     for (int i = 0; i < f->nroutes; i++)
         free(f->routes[i].body);
+    pthread_cond_destroy(&f->cv);
     pthread_mutex_destroy(&f->mu);
     free(f);
 }
@@ -576,7 +712,8 @@ static void auth_not_enabled(void **state)
 typedef struct stream_test {
     k8slease_client *c;
     kl__etcd_stream *s;
-    int cancel_after; /* cancel from on_msg after this many messages (0: never) */
+    const kl__etcd_stream_opts *opts; /* NULL: no liveness bound */
+    int cancel_after;                 /* cancel from on_msg after this many messages (0: never) */
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int msgs, created, events, deletes, ended, end_err;
@@ -619,7 +756,7 @@ static void st_start(void *arg)
     stream_test *t = arg;
     kl__etcd_watch_req wr = {.key = "samples/election/", .key_len = 17, .start_revision = 3};
 
-    t->s = kl__etcd_stream_start(t->c->etcd, &wr, NULL, st_msg, st_end, t);
+    t->s = kl__etcd_stream_start(t->c->etcd, &wr, t->opts, st_msg, st_end, t);
     assert_non_null(t->s);
 }
 
@@ -751,6 +888,165 @@ static void stream_error_status(void **state)
     k8slease_client_free(t.c);
     stream_test_destroy(&t);
     fake_stop(f);
+}
+
+/* ---- The liveness bound (kl__etcd_stream_opts) ---- */
+
+#define CREATED_4 "{\"result\":{\"header\":{\"revision\":\"4\"},\"created\":true}}\n"
+
+/* Short bounds, so that each case takes a fraction of a second. */
+static const kl__etcd_stream_opts quick = {100, 300, 150};
+
+static void stream_liveness_start(stream_test *t, const char *endpoints)
+{
+    stream_test_init(t, client_new(endpoints, NULL, NULL));
+    t->opts = &quick;
+    assert_int_equal(kl__loop_call(t->c->loop, st_start, t), 0);
+}
+
+static void stream_liveness_end(stream_test *t)
+{
+    assert_int_equal(kl__loop_call(t->c->loop, st_cancel, t), 0);
+    k8slease_client_free(t->c);
+    stream_test_destroy(t);
+}
+
+/* The member under a silent stream hangs: the probe there gets no answer,
+ * the conn moves on, and the stream resumes on the next endpoint from its
+ * start revision (nothing was delivered): the events come from there. A
+ * silent stream there that answers its probes stays where it is. */
+static void stream_probe_without_answer(void **state)
+{
+    fake *a = fake_start(), *b = fake_start();
+    stream_test t;
+    char eps[160], body[1024], want[256];
+
+    (void)state;
+    a->watch_hold = a->range_hang = 1;
+    fake_route(a, "/v3/watch", 200, CREATED_4);
+    b->watch_hold = 1;
+    fake_route(b, "/v3/watch", 200, "watch_predecessor_delete.jsonl");
+    fake_route(b, "/v3/kv/range", 200, "kv_range_leader.json"); /* mod_revision 2 */
+    snprintf(eps, sizeof(eps), "%s,%s", a->http.url, b->http.url);
+    stream_liveness_start(&t, eps);
+
+    assert_int_equal(st_wait(&t, &t.events, 2, WAIT_MS), 2);
+    assert_int_equal(t.created, 2); /* a's, then b's */
+    assert_int_equal(t.deletes, 1);
+    assert_int_equal(t.ended, 0);
+    assert_string_equal(kl__etcd_conn_endpoint(t.c->etcd), b->http.url);
+    assert_int_equal(fake_count(a, "/v3/watch"), 1);
+    assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
+    assert_int_equal(fake_count(b, "/v3/watch"), 1);
+    fake_body(a, "/v3/kv/range", 0, body, sizeof(body));
+    /* the watched key, last modified first, one, keys only */
+    assert_non_null(strstr(body, "\"key\":\"c2FtcGxlcy9lbGVjdGlvbi8=\""));
+    assert_non_null(strstr(body, "\"sort_order\":\"DESCEND\""));
+    assert_non_null(strstr(body, "\"sort_target\":\"MOD\""));
+    assert_non_null(strstr(body, "\"keys_only\":true"));
+    fake_body(b, "/v3/watch", 0, body, sizeof(body));
+    assert_non_null(strstr(body, "\"start_revision\":\"3\""));
+    assert_true(log_has("a probe got no answer"));
+    snprintf(want, sizeof(want), "; resuming it on %s from revision 3", b->http.url);
+    assert_true(log_has(want));
+
+    /* silent on b, which answers: probed there (not before the silence,
+     * once per silence), never resumed */
+    assert_int_equal(fake_wait_count(b, "/v3/kv/range", 3, WAIT_MS), 3);
+    assert_int_equal(fake_count(b, "/v3/watch"), 1);
+    assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
+    assert_int_equal(t.created, 2);
+    stream_liveness_end(&t);
+    fake_stop(a);
+    fake_stop(b);
+}
+
+/* A probe shows a change at a revision the stream has not delivered, and
+ * the stream does not deliver it within the grace: resumed, on the same
+ * endpoint (it answers), from the first revision not delivered. */
+static void stream_probe_sees_a_missed_change(void **state)
+{
+    fake *f = fake_start();
+    stream_test t;
+    char body[1024];
+
+    (void)state;
+    f->watch_hold = 1;
+    fake_route(f, "/v3/watch", 200, CREATED_4);
+    fake_route(f, "/v3/kv/range", 200,
+               "{\"header\":{\"revision\":\"7\"},\"kvs\":[{\"key\":\"c2FtcGxlcy9lbGVjdGlvbi8x\","
+               "\"create_revision\":\"7\",\"mod_revision\":\"7\",\"version\":\"1\"}],"
+               "\"count\":\"1\"}");
+    stream_liveness_start(&t, f->http.url);
+    assert_int_equal(fake_wait_count(f, "/v3/watch", 2, WAIT_MS), 2);
+    assert_true(log_has("has a change at revision 7, not delivered within 150 ms"));
+    fake_body(f, "/v3/watch", 1, body, sizeof(body));
+    assert_non_null(strstr(body, "\"start_revision\":\"3\""));
+    assert_int_equal(t.ended, 0);
+    stream_liveness_end(&t);
+    fake_stop(f);
+}
+
+/* The change a probe saw arrives within the grace (it was on its way):
+ * nothing happens, and the resume point moves past it. */
+static void stream_probe_change_on_its_way(void **state)
+{
+    fake *f = fake_start();
+    stream_test t;
+
+    (void)state;
+    f->watch_hold = 1;
+    f->late_line = "{\"result\":{\"header\":{\"revision\":\"7\"},\"events\":[{\"kv\":{\"key\":"
+                   "\"c2FtcGxlcy9lbGVjdGlvbi8x\",\"create_revision\":\"7\",\"mod_revision\":"
+                   "\"7\",\"version\":\"1\"}}]}}\n";
+    fake_route(f, "/v3/watch", 200, CREATED_4);
+    fake_route(f, "/v3/kv/range", 200,
+               "{\"header\":{\"revision\":\"7\"},\"kvs\":[{\"key\":\"c2FtcGxlcy9lbGVjdGlvbi8x\","
+               "\"create_revision\":\"7\",\"mod_revision\":\"7\",\"version\":\"1\"}],"
+               "\"count\":\"1\"}");
+    stream_liveness_start(&t, f->http.url);
+    assert_int_equal(st_wait(&t, &t.events, 1, WAIT_MS), 1);
+    /* the next probes show revision 7 again: delivered, so no resume */
+    assert_int_equal(fake_wait_count(f, "/v3/kv/range", 3, WAIT_MS), 3);
+    assert_int_equal(fake_count(f, "/v3/watch"), 1);
+    assert_false(log_has("resuming it"));
+    stream_liveness_end(&t);
+    fake_stop(f);
+}
+
+/* A request on the stream's endpoint failed to get an answer and the conn
+ * moved on: the silent stream follows at the end of its silence, without
+ * a probe. */
+static void stream_follows_the_conn(void **state)
+{
+    static const kl__etcd_stream_opts slow = {400, 300, 150};
+    fake *a = fake_start(), *b = fake_start();
+    stream_test t;
+    char eps[160], body[1024];
+
+    (void)state;
+    a->watch_hold = b->watch_hold = 1;
+    fake_route(a, "/v3/watch", 200, CREATED_4);
+    fake_route(b, "/v3/watch", 200, CREATED_4);
+    snprintf(eps, sizeof(eps), "%s,%s", a->http.url, b->http.url);
+    stream_test_init(&t, client_new(eps, NULL, NULL));
+    t.opts = &slow;
+    assert_int_equal(kl__loop_call(t.c->loop, st_start, &t), 0);
+    assert_int_equal(st_wait(&t, &t.created, 1, WAIT_MS), 1);
+    pthread_mutex_lock(&a->mu);
+    a->unavailable = 1;
+    pthread_mutex_unlock(&a->mu);
+    assert_int_equal(post(t.c, "/v3/kv/txn", "{}"), K8SLEASE_ETRANSPORT);
+    assert_string_equal(kl__etcd_conn_endpoint(t.c->etcd), b->http.url);
+    assert_int_equal(st_wait(&t, &t.created, 2, WAIT_MS), 2);
+    assert_int_equal(fake_count(a, "/v3/kv/range"), 0);
+    assert_int_equal(fake_count(b, "/v3/watch"), 1);
+    fake_body(b, "/v3/watch", 0, body, sizeof(body));
+    assert_non_null(strstr(body, "\"start_revision\":\"3\""));
+    assert_true(log_has("which requests have left"));
+    stream_liveness_end(&t);
+    fake_stop(a);
+    fake_stop(b);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -935,6 +1231,10 @@ int main(void)
         T(stream_cancel_from_message),
         T(stream_bad_line),
         T(stream_error_status),
+        T(stream_probe_without_answer),
+        T(stream_probe_sees_a_missed_change),
+        T(stream_probe_change_on_its_way),
+        T(stream_follows_the_conn),
         T(holder_get),
         T(holder_get_no_candidate_and_no_ttl),
         T(release),
