@@ -1710,26 +1710,36 @@ static int wait_watch(struct watch_log *l, const char *id, int64_t epoch, int fr
     return found;
 }
 
-static void watch_reports_leaders(void **state)
+/* A holder watch of election name on client, reporting to fx->wlog (one
+ * per test); freed by the teardown. */
+static struct watch_log *watch_start(struct fx *fx, k8slease_client *client, const char *name)
 {
-    struct fx *fx = *state;
-    k8slease_client *client = etcd_client(fx, shared, "w");
     struct watch_log *l = calloc(1, sizeof(*l));
     pthread_condattr_t ca;
     k8slease_watch *w = NULL;
-    struct cand *a, *b;
-    int64_t ea, eb;
-    int i0, ia, ib, iz, n, twice = -1, early = -1;
 
     assert_non_null(l);
+    assert_null(fx->wlog);
     fx->wlog = l;
     pthread_mutex_init(&l->mu, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&l->cv, &ca);
     pthread_condattr_destroy(&ca);
-    assert_int_equal(k8slease_watch_start(&w, client, NULL, "etcd-watch", on_watch, l), 0);
+    assert_int_equal(k8slease_watch_start(&w, client, NULL, name, on_watch, l), 0);
     fx->watches[fx->nwatches++] = w;
+    return l;
+}
+
+static void watch_reports_leaders(void **state)
+{
+    struct fx *fx = *state;
+    k8slease_client *client = etcd_client(fx, shared, "w");
+    struct watch_log *l = watch_start(fx, client, "etcd-watch");
+    struct cand *a, *b;
+    int64_t ea, eb;
+    int i0, ia, ib, iz, n, twice = -1, early = -1;
+
     i0 = wait_watch(l, "", -1, 0);
     assert_int_equal(i0, 0);
 
@@ -2193,28 +2203,32 @@ static void cluster_follower_hung_default_timings(void **state)
 }
 
 /* A follower whose client is on the member that hangs: its watches (the
- * predecessor's key, the leader's key) are streams on that member, and
- * the leader hands over (release) while it hangs. The follower should
- * lead within a few TTLs, like a follower on a healthy member. */
+ * predecessor's key, the leader's key) are streams on that member, and the
+ * leader hands over (release) right after it hangs, before anything on the
+ * follower's client has noticed. Its streams notice by themselves
+ * (etcd/client.h, kl__etcd_stream_opts_init): a stream silent for TTL/3 is
+ * probed on its member, the probe gets no answer within the request
+ * timeout, the client moves to another member and the stream resumes there
+ * from the revision it had reached, which replays the release. So the
+ * follower leads within TTL/3 + request timeout (1 s + 1 s here) of the
+ * release, plus the handover; the test allows a TTL.
+ *
+ * A holder watch (k8slease_watch) on a client of its own, with the hung
+ * member first and nothing else to send (no keepalives to move it on),
+ * reports the new leader too: only its probes can tell, with the library's
+ * default timings (15 s TTL: 5 s + 5 s); the test allows 15 s. */
 static void cluster_follower_on_hung_member(void **state)
 {
     struct fx *fx = *state;
-    const char *on = getenv("K8SLEASE_TEST_ETCD_WATCH_ON_HUNG");
     k8slease_client_options o;
-    k8slease_client *ca, *cb;
+    k8slease_client *ca, *cb, *cw;
     struct cand *a, *b;
+    struct watch_log *l;
     eh_etcd *victim, *other;
     char eps_a[512], eps_b[512];
-    int64_t ea, eb = -1, t0, waited;
-    int raft, v, rc;
+    int64_t ea, eb = -1, t0, t_elected, t_watch, bound_b, bound_w = 15000;
+    int raft, v, rc, ia;
 
-    if (!on || strcmp(on, "1") != 0) {
-        fx->passed = 1;
-        skip_test("cluster_follower_on_hung_member: a library bug: watch streams on a member "
-                  "that hangs are never given up (no idle bound, no progress requests), so the "
-                  "follower waits for the member, not for the leader (docs/etcd.md); "
-                  "K8SLEASE_TEST_ETCD_WATCH_ON_HUNG=1 runs it");
-    }
     if (eh_cluster_start(&fx->cluster, 3) != 0)
         fail_msg("cannot start a 3-member etcd cluster (see above)");
     raft = eh_cluster_raft_leader(fx->cluster, WAIT_MS);
@@ -2231,28 +2245,46 @@ static void cluster_follower_on_hung_member(void **state)
     ca = client_new(fx, &o, "fh-a");
     o.etcd_endpoints = eps_b;
     cb = client_new(fx, &o, "fh-b");
+    cw = client_new(fx, &o, "fh-w");
     monitor_start(fx);
     a = cand_start(fx, ca, "etcd-cluster-fh", "fh-a:1");
     ea = elected(a);
+    l = watch_start(fx, cw, "etcd-cluster-fh");
+    ia = wait_watch(l, "fh-a:1", ea, 0);
     b = cand_start(fx, cb, "etcd-cluster-fh", "fh-b:1");
     wait_key(other, "etcd-cluster-fh", "fh-b:1", NULL, 0);
     assert_int_equal(wait_new_leader(fx, b, "fh-a:1"), ea);
 
     assert_int_equal(eh_pause(victim), 0);
-    e2e_pause_ms(LD_MS); /* b's keepalives have moved to another member */
     assert_true(k8slease_elector_is_leader(a->e));
     t0 = e2e_mono_ms();
     assert_int_equal(k8slease_elector_stop(a->e, 1), 0);
     rc = k8slease_elector_wait_elected(b->e, 3 * LD_MS, &eb);
-    waited = e2e_mono_ms() - t0;
+    t_elected = e2e_mono_ms() - t0;
     print_message("follower on the hung member m%d: %s %" PRId64 " ms after the release\n", v,
-                  rc == 0 ? "elected" : "still not elected", waited);
-    assert_int_equal(eh_resume(victim), 0);
+                  rc == 0 ? "elected" : "still not elected", t_elected);
     if (rc != 0)
         fail_msg("the follower on the hung member did not lead within %d ms of the leader's "
                  "release (its watch streams stay on the hung member)",
                  3 * LD_MS);
     assert_true(eb > ea);
+    wait_watch(l, "fh-b:1", eb, ia + 1);
+    t_watch = e2e_mono_ms() - t0;
+    print_message("holder watch on the hung member: reported fh-b:1 %" PRId64
+                  " ms after the release\n",
+                  t_watch);
+    assert_int_equal(eh_resume(victim), 0);
+    /* The rule's bound (TTL/3 + request timeout), plus a handover's worth */
+    bound_b = LD_MS / 3 + (RD_MS / 2 > 1000 ? RD_MS / 2 : 1000) + 1000;
+    if (t_elected > bound_b)
+        fail_msg("the follower on the hung member led %" PRId64 " ms after the release: more "
+                 "than TTL/3 + request timeout + 1 s (%" PRId64 " ms)",
+                 t_elected, bound_b);
+    if (t_watch > bound_w)
+        fail_msg("the holder watch on the hung member reported the new leader %" PRId64
+                 " ms after the release: more than %" PRId64 " ms (5 s + 5 s + 5 s)",
+                 t_watch, bound_w);
+    assert_true(log_has("fh-w", "a probe got no answer"));
     assert_never_two_leaders(fx);
     fx->passed = 1;
 }
