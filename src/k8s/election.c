@@ -169,11 +169,21 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
     a->epoch = e->transitions;
 }
 
+/* The observed record is of the term whose container was reported
+ * terminated (crash failover). */
+static int observed_ended(const kl__elector *e)
+{
+    return e->have_ended && e->have_observed && e->transitions == e->ended_transitions &&
+           same_name(e->holder, e->holder_len, e->holder_hash, e->ended, e->ended_len,
+                     e->ended_hash);
+}
+
 /* Held by someone else, judged by our monotonic clock only. A zero duration
- * means expired at once. */
+ * means expired at once; so does a term whose holder's container is known
+ * to have ended. */
 static int held_by_other(const kl__elector *e, int64_t now)
 {
-    return e->holder_len > 0 && !holder_is_self(e) &&
+    return e->holder_len > 0 && !holder_is_self(e) && !observed_ended(e) &&
            kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
 }
 
@@ -297,6 +307,11 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
 {
     if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND && !e->cfg.coordinated) {
         new_term(e, 1, now, wall_us, out);
+        return;
+    }
+    if (status == K8SLEASE_ECONFLICT && observed_ended(e)) {
+        /* The dead holder's last renewal landed first: read it, take it. */
+        get(e, now, out);
         return;
     }
     if (status != 0) {
@@ -471,6 +486,23 @@ static void on_watch_health(kl__elector *e, int healthy, int64_t now)
     }
 }
 
+static void on_holder_ended(kl__elector *e, const kl__lease_spec *s, int64_t now, int64_t wall_us,
+                            kl__elector_actions *out)
+{
+    const char *h = s && s->holder ? s->holder : "";
+    size_t len = strlen(h);
+
+    if (e->cfg.coordinated || !len)
+        return;
+    copy_name(e->ended, h, len);
+    e->ended_len = len;
+    e->ended_hash = kl__fnv1a(h, len);
+    e->ended_transitions = s->transitions;
+    e->have_ended = 1;
+    if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE && observed_ended(e))
+        new_term(e, 0, now, wall_us, out);
+}
+
 static void on_timer(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
 {
     if (now < kl__elector_timer(e))
@@ -535,6 +567,9 @@ void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, 
         break;
     case KL_EV_WATCH:
         on_watch_health(e, ev->healthy, now);
+        break;
+    case KL_EV_HOLDER_ENDED:
+        on_holder_ended(e, ev->spec, now, wall_us, out);
         break;
     }
 }

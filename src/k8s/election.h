@@ -97,6 +97,20 @@
  *    ends the term at once, and releases when release_on_cancel (the
  *    controller then hands the Lease to the preferred holder without
  *    waiting for it to expire; client-go only stops renewing).
+ *
+ * Crash failover (docs/semantics.md, "Crash failover"; not in coordinated
+ * mode, where the controller picks the holder):
+ *  - HOLDER_ENDED names a term (holder, transitions) whose container the
+ *    kubelet reported terminated. From then on a record of that term is
+ *    expired, whatever its renewTime and however recently it changed: a
+ *    renewal that was on its way when the process died may still land, no
+ *    later one can. Only that term: a record of another holder or another
+ *    transitions count is judged as ever.
+ *  - ACQUIRING with no request in flight: if the observed record is that
+ *    term, UPDATE at once (a new term, transitions + 1, over the object
+ *    last seen: a renewal that landed meanwhile makes it a 409).
+ *  - A conflict while taking such a record: GET at once, not after a retry
+ *    period (the renewal that landed is the dead holder's last).
  */
 #ifndef KL_ELECTOR_H
 #define KL_ELECTOR_H
@@ -140,7 +154,10 @@ typedef enum kl__elector_event_type {
     KL_EV_RESULT,  /* the request last asked for completed */
     KL_EV_STOP,    /* stop; release says whether to release if leading */
     KL_EV_OBSERVE, /* the watch saw the Lease (status 0, spec) or no Lease (K8SLEASE_ENOTFOUND) */
-    KL_EV_WATCH    /* the watch became healthy (healthy = 1) or not (0) */
+    KL_EV_WATCH,   /* the watch became healthy (healthy = 1) or not (0) */
+    /* Crash failover: the kubelet reported the container of the term
+     * spec->holder, spec->transitions terminated (k8s/crash.c). */
+    KL_EV_HOLDER_ENDED
 } kl__elector_event_type;
 
 typedef struct kl__elector_event {
@@ -222,6 +239,12 @@ typedef struct kl__elector {
     int release_started; /* RELEASING: the release GET/UPDATE sequence has begun; until then
                             the request in flight is one sent before stopping */
     int watch_healthy;   /* the last WATCH event said healthy (never in poll_only mode) */
+    /* Crash failover: the last term reported ended (HOLDER_ENDED). */
+    char ended[KL_IDENTITY_MAX];
+    size_t ended_len;
+    uint64_t ended_hash;
+    int64_t ended_transitions;
+    int have_ended;
     uint64_t rng;
 } kl__elector;
 

@@ -70,6 +70,7 @@ typedef struct step {
 #define OBSERVE(t, sp)    KL_EV_OBSERVE, (t), 0, (sp), 0
 #define DELETED(t)        KL_EV_OBSERVE, (t), K8SLEASE_ENOTFOUND, NULL, 0
 #define WATCH(t, healthy) KL_EV_WATCH, (t), 0, NULL, (healthy) /* step.release carries it */
+#define ENDED(t, sp)      KL_EV_HOLDER_ENDED, (t), 0, (sp), 0
 
 static kl__elector_config default_config(void)
 {
@@ -1405,6 +1406,89 @@ static void test_observe_while_leading(void **state)
     RUN(cfg, other_term);
 }
 
+/* ---- crash failover ---- */
+
+static const kl__lease_spec other_term_4 = {"other", 15, W(-500), W(-500), 4};
+static const kl__lease_spec someone_else = {"else", 15, W(-500), W(-500), 5};
+static const kl__lease_spec took_at_1000 = {"me", 15, W(1000), W(1000), 6};
+
+/* The kubelet reported the holder's container terminated: its term is
+ * expired at once, and only that term. */
+static void test_holder_ended_takes_at_once(void **state)
+{
+    static const step waiting[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, EXPIRY(15100)},
+        /* another term, another holder: nothing */
+        {ENDED(500, &other_term_4), "", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {ENDED(600, &someone_else), "", KL_EL_ACQUIRING, EXPIRY(15100)},
+        {ENDED(1000, &other_valid), "UPDATE(me,15s,a=1000,r=1000,t=6)", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(1100, 0, &took_at_1000), "STARTED(6) NEW_LEADER(me,6)", KL_EL_LEADING, 3100},
+    };
+    /* Reported before this candidate saw the term: taken when seen, also
+     * when the dead holder's last renewal is what is seen. */
+    static const step before_seen[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {ENDED(50, &other_valid), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5) UPDATE(me,15s,a=100,r=100,t=6)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    /* The dead holder's last renewal lands first: a conflict, read again
+     * at once (not after a retry period), take it. */
+    static const step raced[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {ENDED(1000, &other_valid), "UPDATE(me,15s,a=1000,r=1000,t=6)", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(1050, K8SLEASE_ECONFLICT, NULL), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(1100, 0, &other_renewed), "UPDATE(me,15s,a=1100,r=1100,t=6)", KL_EL_ACQUIRING,
+         NO_TIMER},
+    };
+    /* A new term of the same holder (its container restarted in place and
+     * took the Lease again) is not the one reported. */
+    static const step new_term_of_holder[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {ENDED(50, &other_term_4), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, waiting);
+    RUN(cfg, before_seen);
+    RUN(cfg, raced);
+    RUN(cfg, new_term_of_holder);
+}
+
+/* A leader ignores reports (about its own term: the process is alive); a
+ * coordinated candidate ignores them (the controller picks the holder); a
+ * request in flight is waited for, and its result decides. */
+static void test_holder_ended_ignored_or_waits(void **state)
+{
+    static const step leading[] = {
+        LEAD_FROM_CREATE,
+        {ENDED(1000, &created), "", KL_EL_LEADING, 2200},
+    };
+    static const step in_flight[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {ENDED(50, &other_valid), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5) UPDATE(me,15s,a=100,r=100,t=6)",
+         KL_EL_ACQUIRING, NO_TIMER},
+    };
+    static const step coordinated[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {ENDED(1000, &other_valid), "", KL_EL_ACQUIRING, ANY},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, leading);
+    RUN(cfg, in_flight);
+    cfg.coordinated = 1;
+    RUN(cfg, coordinated);
+}
+
 static void test_observe_while_releasing(void **state)
 {
     static const step steps[] = {
@@ -1712,6 +1796,8 @@ int main(void)
         cmocka_unit_test(test_watch_after_conflict),
         cmocka_unit_test(test_observe_while_leading),
         cmocka_unit_test(test_observe_while_releasing),
+        cmocka_unit_test(test_holder_ended_takes_at_once),
+        cmocka_unit_test(test_holder_ended_ignored_or_waits),
         cmocka_unit_test(test_watch_events_ignored_when_idle_or_done),
         cmocka_unit_test(test_poll_only_ignores_watch),
         cmocka_unit_test(test_expiry_jitter_bounded),
