@@ -766,8 +766,14 @@ static bool check_name_matches(const json_t *body, const char *name, ts_response
     const char *bname = ts_meta_str(body, "name");
     if (!bname || strcmp(bname, name)) {
         ts_buf m = {0};
-        ts_buf_printf(&m, "the name of the object (%s) does not match the name on the URL (%s)",
-                      bname ? bname : "", name);
+        if (!bname || !*bname)
+            ts_buf_printf(&m,
+                          "the name of the object (%s based on URL) was undeterminable: name "
+                          "must be provided",
+                          name);
+        else
+            ts_buf_printf(&m, "the name of the object (%s) does not match the name on the URL (%s)",
+                          bname, name);
         bad_request(rs, m.data);
         ts_buf_free(&m);
         return false;
@@ -1392,13 +1398,15 @@ static void update_object(ts_server *srv, const ts_request *rq, const route *r, 
     if (want_rv && *want_rv) {
         uint64_t rv;
         if (parse_rv(want_rv, &rv) < 0) {
-            /* What the etcd3 versioner says about a non-numeric version. */
+            /*
+             * The apiserver passes the version to strconv.ParseUint and
+             * answers its error as an internal one (500, no reason).
+             */
+            bool digits = strspn(want_rv, "0123456789") == strlen(want_rv);
             ts_buf m = {0};
-            ts_buf_printf(&m,
-                          "metadata.resourceVersion: Invalid value: \"%s\": must be a "
-                          "decimal integer",
-                          want_rv);
-            bad_request(rs, m.data);
+            ts_buf_printf(&m, "strconv.ParseUint: parsing \"%s\": %s", want_rv,
+                          digits ? "value out of range" : "invalid syntax");
+            reply(rs, 500, ts_status_failure(500, "", m.data, NULL));
             ts_buf_free(&m);
             return;
         }
@@ -1505,9 +1513,14 @@ static void handle_patch(ts_server *srv, const ts_request *rq, const route *r, t
         internal_error(rs);
         return;
     }
-    if (check_type_meta(merged, r->res, rs) && check_name_matches(merged, r->name, rs) &&
-        (r->cluster || check_namespace(merged, r->ns, rs)))
+    /* The patched object must decode: otherwise a 422 that quotes it (not the 400 of a PUT). */
+    char *why = ts_object_decode_error(r->res, merged);
+    if (why)
+        reply(rs, 422, ts_status_patch_invalid(merged, why));
+    else if (check_type_meta(merged, r->res, rs) && check_name_matches(merged, r->name, rs) &&
+             (r->cluster || check_namespace(merged, r->ns, rs)))
         update_object(srv, rq, r, cur, merged, rs);
+    free(why);
     json_decref(merged);
 }
 

@@ -172,13 +172,28 @@ typedef struct field_errs {
     size_t n;
 } field_errs;
 
+/*
+ * Every error is a cause; the message names each distinct one once (the
+ * apiserver's ErrorList.ToAggregate drops repeats: its validators check
+ * metadata more than once on an update).
+ */
 static void add_err(field_errs *fe, const char *reason, const char *field, const char *body)
 {
+    size_t i;
+    json_t *e;
+    bool repeat = false;
+    json_array_foreach(fe->causes, i, e)
+    {
+        repeat |= !strcmp(json_string_value(json_object_get(e, "field")), field) &&
+                  !strcmp(json_string_value(json_object_get(e, "message")), body);
+    }
     json_t *c = json_object();
     json_object_set_new(c, "reason", json_string(reason));
     json_object_set_new(c, "message", json_string(body));
     json_object_set_new(c, "field", json_string(field));
     json_array_append_new(fe->causes, c);
+    if (repeat)
+        return;
     ts_buf_printf(&fe->msg, "%s%s: %s", fe->n ? ", " : "", field, body);
     fe->n++;
 }
@@ -337,7 +352,7 @@ static void check_labels(field_errs *fe, const json_t *labels)
  */
 typedef struct decode_ctx {
     ts_res res;
-    char *err; /* first type error */
+    char *err; /* the decoder's first error ("json: cannot unmarshal ..."), unprefixed */
 } decode_ctx;
 
 /* The version part of the resource's apiVersion ("v1", "v1beta1"): decode errors name it. */
@@ -348,6 +363,10 @@ static const char *res_version(ts_res res)
     return slash ? slash + 1 : av;
 }
 
+/*
+ * encoding/json's UnmarshalTypeError: the JSON kind of v ("number 1.5" for a
+ * number that does not fit), the struct and JSON path of the field, its Go type.
+ */
 static void type_err(decode_ctx *dc, const json_t *v, const char *goname, const char *gotype)
 {
     static const char *const names[] = {"object", "array", "string", "number",
@@ -355,11 +374,14 @@ static void type_err(decode_ctx *dc, const json_t *v, const char *goname, const 
     if (dc->err)
         return;
     ts_buf b = {0};
-    ts_buf_printf(&b,
-                  "%s in version \"%s\" cannot be handled as a %s: json: cannot unmarshal %s "
-                  "into Go struct field %s of type %s",
-                  ts_resdefs[dc->res].kind, res_version(dc->res), ts_resdefs[dc->res].kind,
-                  names[json_typeof(v)], goname, gotype);
+    ts_buf_printf(&b, "json: cannot unmarshal %s", names[json_typeof(v)]);
+    bool numeric = !strcmp(gotype, "int32") || !strcmp(gotype, "int64");
+    if (json_is_number(v) && numeric) {
+        char *lit = json_dumps(v, JSON_ENCODE_ANY);
+        ts_buf_printf(&b, " %s", lit ? lit : "");
+        free(lit);
+    }
+    ts_buf_printf(&b, " into Go struct field %s of type %s", goname, gotype);
     dc->err = b.data;
 }
 
@@ -466,13 +488,15 @@ static bool is_digit(char c)
 }
 
 /*
- * The error of Go's time.Parse("2006-01-02T15:04:05.000000Z07:00", v), which
- * the apiserver returns (400) for a MicroTime that does not decode: the
- * layout element where parsing stopped, or the field out of range.
+ * The error of Go's time.Parse(layout, v) for a value that does not parse,
+ * which the apiserver returns (400) for a time that does not decode: the
+ * layout element where parsing stopped, or the field out of range. micro:
+ * metav1.MicroTime's layout "2006-01-02T15:04:05.000000Z07:00" (exactly six
+ * fractional digits); otherwise metav1.Time's RFC 3339 (any fraction, or none).
  */
-static void microtime_error(ts_buf *b, const char *v)
+static void go_time_error(ts_buf *b, const char *v, bool micro)
 {
-    static const char layout[] = "2006-01-02T15:04:05.000000Z07:00";
+    const char *layout = micro ? "2006-01-02T15:04:05.000000Z07:00" : "2006-01-02T15:04:05Z07:00";
     static const struct {
         const char *lit, *std, *range;
         int lo, hi, width; /* digits: width 4 = year, 2 = fixed, 1 = one or two */
@@ -502,6 +526,12 @@ static void microtime_error(ts_buf *b, const char *v)
                 range = el[i].range;
             p += n;
         } else if (!strcmp(el[i].std, ".000000")) {
+            if (!micro) {
+                /* Go takes a fraction after the seconds even when the layout has none. */
+                if ((p[0] == '.' || p[0] == ',') && is_digit(p[1]))
+                    p += 1 + strspn(p + 1, "0123456789");
+                continue;
+            }
             if ((p[0] != '.' && p[0] != ',') || strspn(p + 1, "0123456789") < 6) {
                 bad_elem = el[i].std, bad_at = p;
                 break;
@@ -550,9 +580,7 @@ static void copy_microtime(decode_ctx *dc, json_t *out, const json_t *in, const 
     if (ts_normalize_microtime(json_string_value(v), norm) < 0) {
         if (!dc->err) {
             ts_buf b = {0};
-            ts_buf_printf(&b, "%s in version \"%s\" cannot be handled as a %s: ",
-                          ts_resdefs[dc->res].kind, res_version(dc->res), ts_resdefs[dc->res].kind);
-            microtime_error(&b, json_string_value(v));
+            go_time_error(&b, json_string_value(v), true);
             dc->err = b.data;
         }
         return;
@@ -750,6 +778,29 @@ static void check_qualified_name(field_errs *fe, const char *field, const json_t
     }
 }
 
+/* ValidateAnnotations: each key, lowercased, a qualified name. */
+static void check_annotations(field_errs *fe, const json_t *annotations)
+{
+    const char *k;
+    json_t *v;
+    json_object_foreach((json_t *)annotations, k, v)
+    {
+        char *lower = strdup(k);
+        field_errs probe = {json_array(), {0}, 0};
+        for (char *p = lower; p && *p; p++)
+            *p = (char)tolower((unsigned char)*p);
+        json_t *lk = json_string(lower ? lower : k), *ok = json_string(k);
+        check_qualified_name(&probe, "metadata.annotations", lk);
+        if (probe.n) /* reported with the key as sent */
+            check_qualified_name(fe, "metadata.annotations", ok);
+        json_decref(lk);
+        json_decref(ok);
+        json_decref(probe.causes);
+        ts_buf_free(&probe.msg);
+        free(lower);
+    }
+}
+
 static void add_required(field_errs *fe, const char *field, const char *detail)
 {
     ts_buf b = {0};
@@ -828,32 +879,38 @@ static json_t *build_lc_spec(decode_ctx *dc, field_errs *fe, const json_t *in, c
     return spec;
 }
 
-json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
-                        unsigned *code, json_t **status)
+/*
+ * The object a write stores, from the client's body in (NULL on allocation
+ * failure; decoding errors in dc, validation errors in fe).
+ */
+static json_t *build_object(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
+                            decode_ctx *dc, field_errs *fe)
 {
     const ts_resdef *rd = &ts_resdefs[res];
-    decode_ctx dc = {res, NULL};
-    field_errs fe = {json_array(), {0}, 0};
     json_t *out = json_object();
-
-    *status = NULL;
-    if (!out || !fe.causes) {
-        *code = 500;
-        *status = ts_status_failure(500, "InternalError", "out of memory", NULL);
-        goto fail;
-    }
+    if (!out)
+        return NULL;
     json_object_set_new(out, "kind", json_string(rd->kind));
     json_object_set_new(out, "apiVersion", json_string(rd->api_version));
-    json_t *meta = build_metadata(&dc, in, sys);
+    json_t *meta = build_metadata(dc, in, sys);
     json_object_set_new(out, "metadata", meta);
-    check_name(&fe, res, sys->name);
-    if (json_object_get(meta, "labels"))
-        check_labels(&fe, json_object_get(meta, "labels"));
+    check_name(fe, res, sys->name);
+    /*
+     * The apiserver validates labels and annotations once on a create, but
+     * three or four times on an update (the generic registry, then the
+     * strategy's ValidateObjectMetaUpdate, and for Pods and Namespaces once
+     * more), and lists every pass's errors in details.causes.
+     */
+    int passes = !old ? 1 : res == TS_POD || res == TS_NS ? 4 : 3;
+    for (int i = 0; i < passes; i++) {
+        check_labels(fe, json_object_get(meta, "labels"));
+        check_annotations(fe, json_object_get(meta, "annotations"));
+    }
 
     if (res == TS_LEASE) {
-        json_object_set_new(out, "spec", build_lease_spec(&dc, &fe, in));
+        json_object_set_new(out, "spec", build_lease_spec(dc, fe, in));
     } else if (res == TS_LC) {
-        json_object_set_new(out, "spec", build_lc_spec(&dc, &fe, in, old));
+        json_object_set_new(out, "spec", build_lc_spec(dc, fe, in, old));
     } else if (res == TS_NS) {
         /*
          * spec.finalizers as sent, plus "kubernetes" (the strategy adds it);
@@ -880,7 +937,7 @@ json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, con
         /* Pods are a prop for label tests: spec is kept as sent. */
         json_t *spec = json_object_get(in, "spec");
         if (spec && !json_is_object(spec) && !json_is_null(spec))
-            type_err(&dc, spec, "Pod.spec", "v1.PodSpec");
+            type_err(dc, spec, "Pod.spec", "v1.PodSpec");
         json_object_set_new(out, "spec",
                             json_is_object(spec) ? json_deep_copy(spec) : json_object());
         json_t *st = old ? json_object_get(old, "status") : NULL;
@@ -892,10 +949,31 @@ json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, con
             json_object_set_new(out, "status", pending);
         }
     }
+    return out;
+}
 
+/* ts_object_build: the build, then its errors as a Status. */
+static json_t *build_checked(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
+                             unsigned *code, json_t **status)
+{
+    const ts_resdef *rd = &ts_resdefs[res];
+    decode_ctx dc = {res, NULL};
+    field_errs fe = {json_array(), {0}, 0};
+    json_t *out = fe.causes ? build_object(res, in, sys, old, &dc, &fe) : NULL;
+
+    *status = NULL;
+    if (!out) {
+        *code = 500;
+        *status = ts_status_failure(500, "InternalError", "out of memory", NULL);
+        goto fail;
+    }
     if (dc.err) {
+        ts_buf m = {0};
+        ts_buf_printf(&m, "%s in version \"%s\" cannot be handled as a %s: %s", rd->kind,
+                      res_version(res), rd->kind, dc.err);
         *code = 400;
-        *status = ts_status_bad_request(dc.err);
+        *status = ts_status_bad_request(m.data);
+        ts_buf_free(&m);
         goto fail;
     }
     if (fe.n) {
@@ -912,6 +990,41 @@ fail:
     ts_buf_free(&fe.msg);
     json_decref(out);
     return NULL;
+}
+
+json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
+                        unsigned *code, json_t **status)
+{
+    return build_checked(res, in, sys, old, code, status);
+}
+
+char *ts_object_decode_error(ts_res res, const json_t *in)
+{
+    decode_ctx dc = {res, NULL};
+    field_errs fe = {json_array(), {0}, 0};
+    ts_sysmeta sys = {"", "", "", "", NULL};
+    json_decref(build_object(res, in, &sys, NULL, &dc, &fe));
+    json_decref(fe.causes);
+    ts_buf_free(&fe.msg);
+    return dc.err;
+}
+
+json_t *ts_status_patch_invalid(const json_t *patched, const char *why)
+{
+    /* The patcher's error: the patched object as Go marshals a map (sorted keys), quoted. */
+    char *j = json_dumps(patched, JSON_COMPACT | JSON_SORT_KEYS);
+    ts_buf body = {0}, m = {0};
+    ts_buf_puts(&body, "Invalid value: ");
+    go_quote(&body, j ? j : "");
+    ts_buf_printf(&body, ": %s", why);
+    ts_buf_printf(&m, " \"\" is invalid: patch: %s", body.data);
+    json_t *d = json_pack("{s:[{s:s, s:s, s:s}]}", "causes", "reason", "FieldValueInvalid",
+                          "message", body.data, "field", "patch");
+    json_t *s = ts_status_failure(422, "Invalid", m.data, d);
+    free(j);
+    ts_buf_free(&body);
+    ts_buf_free(&m);
+    return s;
 }
 
 json_t *ts_merge_patch(const json_t *target, const json_t *patch)

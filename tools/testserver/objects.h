@@ -60,6 +60,14 @@ typedef struct ts_sysmeta {
  */
 json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
                         unsigned *code, json_t **status);
+/*
+ * The decoder's error for a body of type res (encoding/json's words, without
+ * the "X in version ... cannot be handled" prefix), malloc'ed; NULL if it
+ * decodes. A PATCH reports it with ts_status_patch_invalid.
+ */
+char *ts_object_decode_error(ts_res res, const json_t *in);
+/* 422 for a patched object that does not decode: ' "" is invalid: patch: Invalid value: ...'. */
+json_t *ts_status_patch_invalid(const json_t *patched, const char *why);
 
 /* 422 for a POST without metadata.name or generateName. */
 json_t *ts_status_name_required(ts_res res);
