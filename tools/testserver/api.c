@@ -24,7 +24,8 @@ enum route_kind {
     RT_NONE,       /* unknown path */
     RT_STATIC,     /* discovery, /version, /openapi, health */
     RT_COLLECTION, /* .../leases, .../namespaces/NS/leases, /api/v1/namespaces */
-    RT_OBJECT      /* .../namespaces/NS/leases/NAME, /api/v1/namespaces/NAME */
+    RT_OBJECT      /* .../namespaces/NS/leases/NAME, /api/v1/namespaces/NAME, and
+                      /api/v1/namespaces/NS/pods/NAME/status (status set) */
 };
 
 typedef struct route {
@@ -34,6 +35,7 @@ typedef struct route {
     char name[256];
     bool all_namespaces; /* a collection across namespaces, or cluster-scoped */
     bool cluster;        /* cluster-scoped resource */
+    bool status;         /* the status subresource of the object (pods/NAME/status) */
 } route;
 
 /* Copies one path segment; false if it is empty or too long. */
@@ -129,6 +131,13 @@ static route parse_route(const char *path, bool cle)
             r.kind = RT_COLLECTION;
         else if (segment(seg[base + 3], len[base + 3], r.name))
             r.kind = RT_OBJECT;
+    } else if (r.res == TS_POD && n == base + 5 && SEG(base, "namespaces") &&
+               SEG(base + 2, plural) && SEG(base + 4, "status") &&
+               segment(seg[base + 1], len[base + 1], r.ns) &&
+               segment(seg[base + 3], len[base + 3], r.name)) {
+        /* The one subresource served; the others are 404 as unknown paths. */
+        r.kind = RT_OBJECT;
+        r.status = true;
     }
 #undef SEG
     return r;
@@ -137,7 +146,7 @@ static route parse_route(const char *path, bool cle)
 const char *ts_api_verb(const char *method, const char *path, bool watch)
 {
     route r = parse_route(path, true);
-    bool obj = r.kind == RT_OBJECT;
+    bool obj = r.kind == RT_OBJECT && !r.status; /* a subresource is never watched */
     bool coll = r.kind == RT_COLLECTION;
     if (!strcmp(method, "GET"))
         return watch && (obj || coll) ? "watch" : coll ? "list" : "get";
@@ -857,6 +866,8 @@ static json_t *api_resource(const char *name, const char *singular, bool namespa
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
         json_array_append_new(v, json_string(t));
     json_object_set_new(r, "verbs", v);
+    if (!hash) /* a subresource ("pods/status"): no short names, categories or hash */
+        return r;
     if (short_name)
         json_object_set_new(r, "shortNames", json_pack("[s]", short_name));
     if (!strcmp(kind, "Pod"))
@@ -956,12 +967,13 @@ static void handle_static(ts_server *srv, const ts_request *rq, ts_response *rs)
                                    NULL, "eGsCzGH6b1g="));
     } else if (!strncmp(p, "/api/v1", 7)) {
         j = json_pack(
-            "{s:s, s:s, s:[o, o, o, o]}", "kind", "APIResourceList", "groupVersion", "v1",
+            "{s:s, s:s, s:[o, o, o, o, o]}", "kind", "APIResourceList", "groupVersion", "v1",
             "resources",
             api_resource("namespaces", "namespace", false, "Namespace", ALL_VERBS, "ns",
                          "Q3oi5N2YM8M="),
             api_resource("pods", "pod", true, "Pod", "create,delete,get,list,patch,update,watch",
                          "po", "xPOwRZ+Yhw8="),
+            api_resource("pods/status", "", true, "Pod", "get,patch,update", NULL, NULL),
             api_resource("services", "service", true, "Service", ALL_VERBS, "svc", "0/CO1lhkEBI="),
             api_resource("serviceaccounts", "serviceaccount", true, "ServiceAccount", ALL_VERBS,
                          "sa", "pbx9ZvyFpBE="));
@@ -1313,7 +1325,7 @@ static void create_object(ts_server *srv, const ts_request *rq, ts_res res, cons
         return;
     }
     field_manager(rq, manager);
-    if (ts_managed_fields_update(res, obj, NULL, manager, now) < 0) {
+    if (ts_managed_fields_update(res, obj, NULL, manager, NULL, now) < 0) {
         json_decref(obj);
         internal_error(rs);
         return;
@@ -1420,7 +1432,8 @@ static void update_object(ts_server *srv, const ts_request *rq, const route *r, 
     }
     ts_sysmeta sys = {r->ns, r->name, cur_uid, ts_meta_str(cur->json, "creationTimestamp"),
                       ts_meta_str(cur->json, "deletionTimestamp")};
-    json_t *obj = ts_object_build(r->res, body, &sys, cur->json, &code, &status);
+    json_t *obj = r->status ? ts_object_build_status(r->res, body, &sys, cur->json, &code, &status)
+                            : ts_object_build(r->res, body, &sys, cur->json, &code, &status);
     if (!obj) {
         reply(rs, code, status);
         return;
@@ -1438,7 +1451,8 @@ static void update_object(ts_server *srv, const ts_request *rq, const route *r, 
     }
     char manager[129];
     field_manager(rq, manager);
-    if (ts_managed_fields_update(r->res, obj, cur->json, manager, time(NULL)) < 0) {
+    if (ts_managed_fields_update(r->res, obj, cur->json, manager, r->status ? "status" : NULL,
+                                 time(NULL)) < 0) {
         json_decref(obj);
         internal_error(rs);
         return;
@@ -1460,6 +1474,9 @@ static void handle_update(ts_server *srv, const ts_request *rq, const route *r, 
         ts_obj *cur = ts_store_get(&srv->store, r->res, r->ns, r->name);
         if (cur) {
             update_object(srv, rq, r, cur, body, rs);
+        } else if (r->status) {
+            /* A subresource is never created by an update. */
+            reply(rs, 404, ts_status_not_found(r->res, r->name));
         } else {
             /* Leases (and Pods) allow create-on-update: 201_put_create_on_update.json. */
             const char *uid = ts_meta_str(body, "uid");
@@ -1663,6 +1680,18 @@ void ts_api_handle(ts_server *srv, const ts_request *rq, ts_response *rs)
         }
         return;
     case RT_OBJECT:
+        if (r.status) {
+            /* get, update, patch; a watch parameter is ignored, as by the apiserver. */
+            if (!strcmp(m, "GET"))
+                handle_get(srv, rq, &r, rs);
+            else if (!strcmp(m, "PUT"))
+                handle_update(srv, rq, &r, rs);
+            else if (!strcmp(m, "PATCH"))
+                handle_patch(srv, rq, &r, rs);
+            else
+                method_not_allowed(rs);
+            return;
+        }
         if (!strcmp(m, "GET")) {
             if (query_bool(rq, "watch"))
                 handle_watch(srv, rq, &r, rs);

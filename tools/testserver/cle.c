@@ -251,7 +251,7 @@ static int write_object(ts_server *srv, ts_res res, const char *ns, const char *
         json_decref(status);
         return -1;
     }
-    if (ts_managed_fields_update(res, obj, cur ? cur->json : NULL, MANAGER, now) < 0) {
+    if (ts_managed_fields_update(res, obj, cur ? cur->json : NULL, MANAGER, NULL, now) < 0) {
         json_decref(obj);
         return -1;
     }

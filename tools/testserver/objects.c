@@ -8,6 +8,7 @@
 #include "objects.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -879,12 +880,651 @@ static json_t *build_lc_spec(decode_ctx *dc, field_errs *fe, const json_t *in, c
     return spec;
 }
 
+/* ---- Pods ----------------------------------------------------------------- */
+
+/*
+ * PodStatus as the apiserver decodes and encodes it (k8s.io/api/core/v1 as
+ * of v1.36): known fields in Go order, unknown ones dropped, zero values
+ * written where the Go field has no omitempty (ready, restartCount, image,
+ * ...), metav1.Time in seconds and UTC (null when zero or absent). Each
+ * struct is a table of its fields, walked by one decoder that also words
+ * encoding/json's type errors. Fields the server only stores (resources,
+ * volume mounts, users, claims) are type-checked at their top and kept as
+ * sent.
+ */
+typedef enum pf_kind {
+    PF_STR,    /* a string (named string types too) */
+    PF_INT32,  /* int32 */
+    PF_INT64,  /* int64 */
+    PF_BOOL,   /* bool */
+    PF_TIME,   /* metav1.Time */
+    PF_MAP,    /* a map, or a struct kept as sent */
+    PF_LIST,   /* a list kept as sent */
+    PF_STRUCT, /* a struct decoded by its table */
+    PF_STRUCTS /* a list of structs decoded by their table */
+} pf_kind;
+
+typedef enum pf_omit {
+    PF_ALWAYS, /* no omitempty: written even when zero */
+    PF_EMPTY,  /* omitempty: left out when zero ("", 0, false, empty map or list) */
+    PF_NIL     /* a pointer: left out when null, written even when zero */
+} pf_omit;
+
+typedef struct pf_struct pf_struct;
+
+typedef struct pf_field {
+    const char *name;
+    pf_kind kind;
+    pf_omit omit;
+    const char *gotype;   /* named in decoding errors */
+    const pf_struct *sub; /* PF_STRUCT, PF_STRUCTS */
+} pf_field;
+
+struct pf_struct {
+    const char *name;   /* "ContainerStatus": decoding errors name the struct */
+    const char *gotype; /* "v1.ContainerStatus": a list item of the wrong JSON type */
+    const pf_field *fields;
+};
+
+#define PF_END                                                                                     \
+    {                                                                                              \
+        NULL, PF_STR, PF_ALWAYS, NULL, NULL                                                        \
+    }
+
+static const pf_field waiting_fields[] = {{"reason", PF_STR, PF_EMPTY, "string", NULL},
+                                          {"message", PF_STR, PF_EMPTY, "string", NULL},
+                                          PF_END};
+static const pf_struct waiting_struct = {"ContainerStateWaiting", "v1.ContainerStateWaiting",
+                                         waiting_fields};
+
+/* A metav1.Time of the wrong JSON type fails its UnmarshalJSON as a string. */
+static const pf_field running_fields[] = {{"startedAt", PF_TIME, PF_ALWAYS, "string", NULL},
+                                          PF_END};
+static const pf_struct running_struct = {"ContainerStateRunning", "v1.ContainerStateRunning",
+                                         running_fields};
+
+static const pf_field terminated_fields[] = {{"exitCode", PF_INT32, PF_ALWAYS, "int32", NULL},
+                                             {"signal", PF_INT32, PF_EMPTY, "int32", NULL},
+                                             {"reason", PF_STR, PF_EMPTY, "string", NULL},
+                                             {"message", PF_STR, PF_EMPTY, "string", NULL},
+                                             {"startedAt", PF_TIME, PF_ALWAYS, "string", NULL},
+                                             {"finishedAt", PF_TIME, PF_ALWAYS, "string", NULL},
+                                             {"containerID", PF_STR, PF_EMPTY, "string", NULL},
+                                             PF_END};
+static const pf_struct terminated_struct = {"ContainerStateTerminated",
+                                            "v1.ContainerStateTerminated", terminated_fields};
+
+static const pf_field state_fields[] = {
+    {"waiting", PF_STRUCT, PF_NIL, "v1.ContainerStateWaiting", &waiting_struct},
+    {"running", PF_STRUCT, PF_NIL, "v1.ContainerStateRunning", &running_struct},
+    {"terminated", PF_STRUCT, PF_NIL, "v1.ContainerStateTerminated", &terminated_struct},
+    PF_END};
+static const pf_struct state_struct = {"ContainerState", "v1.ContainerState", state_fields};
+
+static const pf_field container_status_fields[] = {
+    {"name", PF_STR, PF_ALWAYS, "string", NULL},
+    {"state", PF_STRUCT, PF_ALWAYS, "v1.ContainerState", &state_struct},
+    {"lastState", PF_STRUCT, PF_ALWAYS, "v1.ContainerState", &state_struct},
+    {"ready", PF_BOOL, PF_ALWAYS, "bool", NULL},
+    {"restartCount", PF_INT32, PF_ALWAYS, "int32", NULL},
+    {"image", PF_STR, PF_ALWAYS, "string", NULL},
+    {"imageID", PF_STR, PF_ALWAYS, "string", NULL},
+    {"containerID", PF_STR, PF_EMPTY, "string", NULL},
+    {"started", PF_BOOL, PF_NIL, "bool", NULL},
+    {"allocatedResources", PF_MAP, PF_EMPTY, "v1.ResourceList", NULL},
+    {"resources", PF_MAP, PF_NIL, "v1.ResourceRequirements", NULL},
+    {"volumeMounts", PF_LIST, PF_EMPTY, "[]v1.VolumeMountStatus", NULL},
+    {"user", PF_MAP, PF_NIL, "v1.ContainerUser", NULL},
+    {"allocatedResourcesStatus", PF_LIST, PF_EMPTY, "[]v1.ResourceStatus", NULL},
+    {"stopSignal", PF_STR, PF_NIL, "v1.Signal", NULL},
+    PF_END};
+static const pf_struct container_status_struct = {"ContainerStatus", "v1.ContainerStatus",
+                                                  container_status_fields};
+
+static const pf_field condition_fields[] = {
+    {"type", PF_STR, PF_ALWAYS, "v1.PodConditionType", NULL},
+    {"observedGeneration", PF_INT64, PF_EMPTY, "int64", NULL},
+    {"status", PF_STR, PF_ALWAYS, "v1.ConditionStatus", NULL},
+    {"lastProbeTime", PF_TIME, PF_ALWAYS, "string", NULL},
+    {"lastTransitionTime", PF_TIME, PF_ALWAYS, "string", NULL},
+    {"reason", PF_STR, PF_EMPTY, "string", NULL},
+    {"message", PF_STR, PF_EMPTY, "string", NULL},
+    PF_END};
+static const pf_struct condition_struct = {"PodCondition", "v1.PodCondition", condition_fields};
+
+static const pf_field ip_fields[] = {{"ip", PF_STR, PF_ALWAYS, "string", NULL}, PF_END};
+static const pf_struct pod_ip_struct = {"PodIP", "v1.PodIP", ip_fields};
+static const pf_struct host_ip_struct = {"HostIP", "v1.HostIP", ip_fields};
+
+static const pf_field pod_status_fields[] = {
+    {"observedGeneration", PF_INT64, PF_EMPTY, "int64", NULL},
+    {"phase", PF_STR, PF_EMPTY, "v1.PodPhase", NULL},
+    {"conditions", PF_STRUCTS, PF_EMPTY, "[]v1.PodCondition", &condition_struct},
+    {"message", PF_STR, PF_EMPTY, "string", NULL},
+    {"reason", PF_STR, PF_EMPTY, "string", NULL},
+    {"nominatedNodeName", PF_STR, PF_EMPTY, "string", NULL},
+    {"hostIP", PF_STR, PF_EMPTY, "string", NULL},
+    {"hostIPs", PF_STRUCTS, PF_EMPTY, "[]v1.HostIP", &host_ip_struct},
+    {"podIP", PF_STR, PF_EMPTY, "string", NULL},
+    {"podIPs", PF_STRUCTS, PF_EMPTY, "[]v1.PodIP", &pod_ip_struct},
+    {"startTime", PF_TIME, PF_NIL, "string", NULL},
+    {"initContainerStatuses", PF_STRUCTS, PF_EMPTY, "[]v1.ContainerStatus",
+     &container_status_struct},
+    {"containerStatuses", PF_STRUCTS, PF_EMPTY, "[]v1.ContainerStatus", &container_status_struct},
+    {"qosClass", PF_STR, PF_EMPTY, "v1.PodQOSClass", NULL},
+    {"ephemeralContainerStatuses", PF_STRUCTS, PF_EMPTY, "[]v1.ContainerStatus",
+     &container_status_struct},
+    {"resize", PF_STR, PF_EMPTY, "v1.PodResizeStatus", NULL},
+    {"resourceClaimStatuses", PF_LIST, PF_EMPTY, "[]v1.PodResourceClaimStatus", NULL},
+    {"extendedResourceClaimStatus", PF_MAP, PF_NIL, "v1.PodExtendedResourceClaimStatus", NULL},
+    {"allocatedResources", PF_MAP, PF_EMPTY, "v1.ResourceList", NULL},
+    {"resources", PF_MAP, PF_NIL, "v1.ResourceRequirements", NULL},
+    PF_END};
+static const pf_struct pod_status_struct = {"PodStatus", "v1.PodStatus", pod_status_fields};
+
+static const pf_field pod_fields[] = {
+    {"status", PF_STRUCT, PF_ALWAYS, "v1.PodStatus", &pod_status_struct}, PF_END};
+static const pf_struct pod_struct = {"Pod", "v1.Pod", pod_fields};
+
+/*
+ * metav1.Time's UnmarshalJSON: time.Parse(RFC3339) and, when it encodes, UTC
+ * in seconds ("" when the time is zero: it encodes as null). -1 with Go's
+ * error in *err.
+ */
+static int go_time(const char *v, char out[32], ts_buf *err)
+{
+    time_t t;
+    if (ts_parse_time(v, &t) < 0) {
+        /* Go's parser also takes a one-digit hour ("2024-01-02T3:04:05Z"). */
+        ts_buf fixed = {0};
+        bool ok = strlen(v) > 13 && v[10] == 'T' && is_digit(v[11]) && v[12] == ':' &&
+                  ts_buf_printf(&fixed, "%.11s0%s", v, v + 11) == 0 &&
+                  ts_parse_time(fixed.data, &t) == 0;
+        ts_buf_free(&fixed);
+        if (!ok) {
+            go_time_error(err, v, false);
+            return -1;
+        }
+    }
+    ts_format_time(t, out);
+    if (!strcmp(out, "0001-01-01T00:00:00Z"))
+        out[0] = '\0';
+    return 0;
+}
+
+static json_t *pf_decode(decode_ctx *dc, const json_t *in, const pf_struct *st, const char *path);
+
+/* Decodes in[f->name] into out (or leaves it out), as encoding/json and then the encoder would. */
+static void pf_decode_field(decode_ctx *dc, json_t *out, const json_t *in, const pf_struct *st,
+                            const char *path, const pf_field *f)
+{
+    json_t *v = json_object_get(in, f->name);
+    bool null = !v || json_is_null(v);
+    bool keep_zero = f->omit != PF_EMPTY;
+    ts_buf goname = {0}, sub = {0};
+    ts_buf_printf(&goname, "%s.%s%s%s", st->name, path, *path ? "." : "", f->name);
+    ts_buf_printf(&sub, "%s%s%s", path, *path ? "." : "", f->name);
+    if (!goname.data || !sub.data)
+        goto out;
+
+    switch (f->kind) {
+    case PF_STR:
+        if (null) {
+            if (f->omit == PF_ALWAYS)
+                json_object_set_new(out, f->name, json_string(""));
+        } else if (!json_is_string(v)) {
+            type_err(dc, v, goname.data, f->gotype);
+        } else if (keep_zero || *json_string_value(v)) {
+            json_object_set(out, f->name, v);
+        }
+        break;
+    case PF_INT32:
+    case PF_INT64:
+        if (null) {
+            if (f->omit == PF_ALWAYS)
+                json_object_set_new(out, f->name, json_integer(0));
+        } else if (!json_is_integer(v) ||
+                   (f->kind == PF_INT32 &&
+                    (json_integer_value(v) < INT32_MIN || json_integer_value(v) > INT32_MAX))) {
+            type_err(dc, v, goname.data, f->gotype);
+        } else if (keep_zero || json_integer_value(v)) {
+            json_object_set(out, f->name, v);
+        }
+        break;
+    case PF_BOOL:
+        if (null) {
+            if (f->omit == PF_ALWAYS)
+                json_object_set_new(out, f->name, json_false());
+        } else if (!json_is_boolean(v)) {
+            type_err(dc, v, goname.data, f->gotype);
+        } else if (keep_zero || json_is_true(v)) {
+            json_object_set(out, f->name, v);
+        }
+        break;
+    case PF_TIME: {
+        char t[32] = "";
+        if (null) {
+            if (f->omit == PF_ALWAYS)
+                json_object_set_new(out, f->name, json_null());
+            break;
+        }
+        if (!json_is_string(v)) {
+            type_err(dc, v, goname.data, f->gotype);
+            break;
+        }
+        ts_buf e = {0};
+        if (go_time(json_string_value(v), t, &e) < 0) {
+            if (!dc->err)
+                dc->err = e.data;
+            else
+                ts_buf_free(&e);
+            break;
+        }
+        json_object_set_new(out, f->name, *t ? json_string(t) : json_null());
+        break;
+    }
+    case PF_MAP:
+        if (null)
+            break;
+        if (!json_is_object(v))
+            type_err(dc, v, goname.data, f->gotype);
+        else if (keep_zero || json_object_size(v))
+            json_object_set_new(out, f->name, json_deep_copy(v));
+        break;
+    case PF_LIST:
+        if (null)
+            break;
+        if (!json_is_array(v))
+            type_err(dc, v, goname.data, f->gotype);
+        else if (json_array_size(v))
+            json_object_set_new(out, f->name, json_deep_copy(v));
+        break;
+    case PF_STRUCT:
+        if (null) {
+            if (f->omit == PF_ALWAYS)
+                json_object_set_new(out, f->name, pf_decode(dc, NULL, f->sub, sub.data));
+        } else if (!json_is_object(v)) {
+            type_err(dc, v, goname.data, f->gotype);
+        } else {
+            json_object_set_new(out, f->name, pf_decode(dc, v, f->sub, sub.data));
+        }
+        break;
+    case PF_STRUCTS: {
+        if (null)
+            break;
+        if (!json_is_array(v)) {
+            type_err(dc, v, goname.data, f->gotype);
+            break;
+        }
+        json_t *items = json_array();
+        size_t i;
+        json_t *item;
+        json_array_foreach(v, i, item)
+        {
+            if (!json_is_null(item) && !json_is_object(item))
+                type_err(dc, item, goname.data, f->sub->gotype);
+            else /* null decodes as the zero struct */
+                json_array_append_new(items, pf_decode(dc, item, f->sub, sub.data));
+        }
+        if (json_array_size(items))
+            json_object_set(out, f->name, items);
+        json_decref(items);
+        break;
+    }
+    }
+out:
+    ts_buf_free(&goname);
+    ts_buf_free(&sub);
+}
+
+/* in: a JSON object or NULL (the zero struct); path: the JSON path of in ("status"). */
+static json_t *pf_decode(decode_ctx *dc, const json_t *in, const pf_struct *st, const char *path)
+{
+    json_t *out = json_object();
+    for (const pf_field *f = st->fields; out && f->name; f++)
+        pf_decode_field(dc, out, in, st, path, f);
+    return out;
+}
+
+/*
+ * The status in a Pod body, canonical, with the v1 -> internal conversion
+ * of the IPs: a podIP wins over a podIPs that disagrees, and each fills in
+ * for the other when absent. (hostIP and hostIPs are left as sent: only
+ * validation ties them.)
+ */
+static json_t *pod_status_decode(decode_ctx *dc, const json_t *pod)
+{
+    json_t *wrapper = pf_decode(dc, pod, &pod_struct, "");
+    json_t *st = json_incref(json_object_get(wrapper, "status"));
+    json_decref(wrapper);
+    if (!st)
+        return json_object();
+    const char *ip = json_string_value(json_object_get(st, "podIP"));
+    json_t *ips = json_object_get(st, "podIPs");
+    const char *ip0 = json_string_value(json_object_get(json_array_get(ips, 0), "ip"));
+    if (ip && (!ip0 || strcmp(ip, ip0))) {
+        json_t *one = json_pack("[{s:s}]", "ip", ip);
+        /* Go field order: podIPs follows podIP, so replace it in place or rebuild the tail. */
+        json_t *copy = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(st, k, v)
+        {
+            if (!strcmp(k, "podIPs"))
+                continue;
+            json_object_set(copy, k, v);
+            if (!strcmp(k, "podIP"))
+                json_object_set(copy, "podIPs", one);
+        }
+        json_decref(one);
+        json_decref(st);
+        st = copy;
+    } else if (!ip && ip0) {
+        json_t *copy = json_object();
+        const char *k;
+        json_t *v;
+        json_object_foreach(st, k, v)
+        {
+            if (!strcmp(k, "podIPs"))
+                json_object_set_new(copy, "podIP", json_string(ip0));
+            json_object_set(copy, k, v);
+        }
+        json_decref(st);
+        st = copy;
+    }
+    return st;
+}
+
+/* ---- quality of service ---- */
+
+/*
+ * A resource.Quantity's value, near enough to compare two of them: decimal
+ * (n u m k M G T P E) and binary (Ki ... Ei) suffixes and decimal exponents.
+ */
+static bool quantity(const json_t *q, long double *out)
+{
+    const char *s = json_string_value(q);
+    if (json_is_integer(q) || json_is_real(q)) {
+        *out = (long double)json_number_value(q);
+        return true;
+    }
+    if (!s || !(is_digit(*s) || *s == '.' || *s == '+' || *s == '-'))
+        return false;
+    char *end;
+    long double v = strtold(s, &end);
+    static const struct {
+        const char *suffix;
+        long double mult;
+    } sfx[] = {{"", 1.0L},
+               {"n", 1e-9L},
+               {"u", 1e-6L},
+               {"m", 1e-3L},
+               {"k", 1e3L},
+               {"M", 1e6L},
+               {"G", 1e9L},
+               {"T", 1e12L},
+               {"P", 1e15L},
+               {"E", 1e18L},
+               {"Ki", 1024.0L},
+               {"Mi", 1048576.0L},
+               {"Gi", 1073741824.0L},
+               {"Ti", 1099511627776.0L},
+               {"Pi", 1125899906842624.0L},
+               {"Ei", 1152921504606846976.0L}};
+    for (size_t i = 0; i < sizeof(sfx) / sizeof(sfx[0]); i++) {
+        if (!strcmp(end, sfx[i].suffix)) {
+            *out = v * sfx[i].mult;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool quantity_equal(long double a, long double b)
+{
+    long double d = a > b ? a - b : b - a, m = a > b ? a : b;
+    return d <= m * 1e-12L;
+}
+
+/* Adds one container's (or the pod's) requests and limits for cpu and memory. */
+static void qos_add(const json_t *resources, long double req[2], long double lim[2],
+                    bool has_req[2], bool has_lim[2], bool *guaranteed)
+{
+    static const char *const names[] = {"cpu", "memory"};
+    const json_t *requests = json_object_get(resources, "requests");
+    const json_t *limits = json_object_get(resources, "limits");
+    bool found[2] = {false, false};
+    for (int i = 0; i < 2; i++) {
+        long double r = 0, l = 0;
+        bool hr = quantity(json_object_get(requests, names[i]), &r);
+        bool hl = quantity(json_object_get(limits, names[i]), &l);
+        if (!hr && hl) /* SetDefaults: requests default to the limits */
+            hr = true, r = l;
+        if (hr && r > 0)
+            req[i] += r, has_req[i] = true;
+        if (hl && l > 0)
+            lim[i] += l, has_lim[i] = true, found[i] = true;
+    }
+    if (!found[0] || !found[1])
+        *guaranteed = false;
+}
+
+/* pkg/apis/core/helper/qos: ComputePodQOS over cpu and memory. */
+static const char *pod_qos_class(const json_t *spec)
+{
+    long double req[2] = {0, 0}, lim[2] = {0, 0};
+    bool has_req[2] = {false, false}, has_lim[2] = {false, false}, guaranteed = true;
+    const json_t *pod_resources = json_object_get(spec, "resources");
+    if (json_is_object(pod_resources)) {
+        qos_add(pod_resources, req, lim, has_req, has_lim, &guaranteed);
+    } else {
+        static const char *const lists[] = {"containers", "initContainers"};
+        for (size_t l = 0; l < 2; l++) {
+            size_t i;
+            json_t *c;
+            json_array_foreach(json_object_get(spec, lists[l]), i, c)
+            {
+                qos_add(json_object_get(c, "resources"), req, lim, has_req, has_lim, &guaranteed);
+            }
+        }
+    }
+    if (!has_req[0] && !has_req[1] && !has_lim[0] && !has_lim[1])
+        return "BestEffort";
+    for (int i = 0; i < 2 && guaranteed; i++)
+        if (has_req[i] && (!has_lim[i] || !quantity_equal(req[i], lim[i])))
+            guaranteed = false;
+    if (guaranteed && has_req[0] + has_req[1] == has_lim[0] + has_lim[1])
+        return "Guaranteed";
+    return "Burstable";
+}
+
+/* ---- validation (pkg/apis/core/validation: ValidatePodStatusUpdate, v1.36) ---- */
+
+static int ip_family(const char *s)
+{
+    unsigned char buf[16];
+    if (!s)
+        return 0;
+    if (inet_pton(AF_INET, s, buf) == 1)
+        return 4;
+    if (inet_pton(AF_INET6, s, buf) == 1)
+        return 6;
+    return 0;
+}
+
+/* podIPs or hostIPs: each a valid IP, at most one per family. */
+static void validate_ips(field_errs *fe, const json_t *ips, const char *field)
+{
+    size_t i, n4 = 0, n6 = 0;
+    json_t *e;
+    json_array_foreach(ips, i, e)
+    {
+        json_t *ip = json_object_get(e, "ip");
+        int fam = ip_family(json_string_value(ip));
+        n4 += fam == 4;
+        n6 += fam == 6;
+        if (!fam) {
+            ts_buf f = {0};
+            ts_buf_printf(&f, "%s[%zu]", field, i);
+            add_invalid(fe, f.data, ip,
+                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)");
+            ts_buf_free(&f);
+        }
+    }
+    if (n4 > 1 || n6 > 1) {
+        /* The value is the internal []core.PodIP, JSON-encoded: {"IP": ...}. */
+        json_t *v = json_array();
+        json_array_foreach(ips, i, e)
+        {
+            json_array_append_new(v, json_pack("{s:O}", "IP", json_object_get(e, "ip")));
+        }
+        add_invalid(fe, field, v, "may specify no more than one IP for each IP family");
+        json_decref(v);
+    }
+}
+
+/* The spec entry of the container a status is for, or NULL. */
+static const json_t *spec_container(const json_t *spec, const char *list, const char *name)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(spec, list), i, c)
+    {
+        const char *n = json_string_value(json_object_get(c, "name"));
+        if (n && name && !strcmp(n, name))
+            return c;
+    }
+    return NULL;
+}
+
+static const json_t *status_by_name(const json_t *statuses, const char *name)
+{
+    size_t i;
+    json_t *s;
+    json_array_foreach(statuses, i, s)
+    {
+        const char *n = json_string_value(json_object_get(s, "name"));
+        if (n && name && !strcmp(n, name))
+            return s;
+    }
+    return NULL;
+}
+
+/*
+ * ValidateContainerStateTransition and its init-container twin: a container
+ * the kubelet will not restart - any under restartPolicy Never, one that
+ * exited 0 under OnFailure - may not leave the terminated state. A
+ * restartable (sidecar) init container may, whatever the pod's policy.
+ */
+static void validate_transitions(field_errs *fe, const json_t *st, const json_t *old_st,
+                                 const json_t *spec, const char *list, const char *policy)
+{
+    bool init = !strcmp(list, "initContainerStatuses");
+    size_t i;
+    json_t *s;
+    json_array_foreach(json_object_get(st, list), i, s)
+    {
+        const char *name = json_string_value(json_object_get(s, "name"));
+        const json_t *was = status_by_name(json_object_get(old_st, list), name);
+        const json_t *term = json_object_get(json_object_get(was, "state"), "terminated");
+        if (!term)
+            continue;
+        if (init) {
+            const json_t *c = spec_container(spec, "initContainers", name);
+            const char *rp = json_string_value(json_object_get(c, "restartPolicy"));
+            if (rp && !strcmp(rp, "Always"))
+                continue;
+        }
+        bool exited0 = json_integer_value(json_object_get(term, "exitCode")) == 0;
+        bool may_restart = !strcmp(policy, "Always") || (!strcmp(policy, "OnFailure") && !exited0);
+        if (may_restart || json_object_get(json_object_get(s, "state"), "terminated"))
+            continue;
+        ts_buf f = {0};
+        ts_buf_printf(&f, "status.%s[%zu].state", list, i);
+        add_err(fe, "FieldValueForbidden", f.data,
+                "Forbidden: may not be transitioned to non-terminated state");
+        ts_buf_free(&f);
+    }
+}
+
+static void check_non_negative(field_errs *fe, const char *field, const json_t *v)
+{
+    if (v && json_integer_value(v) < 0)
+        add_invalid(fe, field, v, "must be a non-negative integer");
+}
+
+static void validate_pod_status(field_errs *fe, const json_t *st, const json_t *old_st,
+                                const json_t *spec)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(json_object_get(st, "conditions"), i, e)
+    {
+        /* validatePodConditions: the system's own types pass as they are. */
+        json_t *type = json_object_get(e, "type");
+        const char *t = json_string_value(type);
+        ts_buf f = {0};
+        if (strcmp(t, "PodScheduled") && strcmp(t, "Ready") && strcmp(t, "Initialized")) {
+            ts_buf_printf(&f, "status.conditions[%zu].Type", i);
+            check_qualified_name(fe, f.data, type);
+        }
+        ts_buf_free(&f);
+        ts_buf_printf(&f, "status.conditions[%zu].observedGeneration", i);
+        check_non_negative(fe, f.data, json_object_get(e, "observedGeneration"));
+        ts_buf_free(&f);
+    }
+    json_t *nnn = json_object_get(st, "nominatedNodeName");
+    if (nnn && !dns1123_subdomain(json_string_value(nnn)))
+        add_invalid(fe, "status.nominatedNodeName", nnn,
+                    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                    "characters, '-' or '.', and must start and end with an alphanumeric "
+                    "character (e.g. 'example.com', regex used for validation is "
+                    "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')");
+    json_t *qos = json_object_get(st, "qosClass");
+    json_t *old_qos = json_object_get(old_st, "qosClass");
+    if (!json_equal(qos, old_qos) && (qos || old_qos)) {
+        json_t *v = qos ? json_incref(qos) : json_string("");
+        add_invalid(fe, "status.qosClass", v, "field is immutable");
+        json_decref(v);
+    }
+    const char *policy = json_string_value(json_object_get(spec, "restartPolicy"));
+    if (!policy || !*policy)
+        policy = "Always"; /* the default the mirror does not write into spec */
+    validate_transitions(fe, st, old_st, spec, "containerStatuses", policy);
+    validate_transitions(fe, st, old_st, spec, "initContainerStatuses", policy);
+    /* The kubelet never restarts ephemeral containers. */
+    validate_transitions(fe, st, old_st, spec, "ephemeralContainerStatuses", "Never");
+    json_array_foreach(json_object_get(st, "resourceClaimStatuses"), i, e)
+    {
+        json_t *name = json_object_get(e, "name");
+        if (!spec_container(spec, "resourceClaims", json_string_value(name))) {
+            ts_buf f = {0};
+            json_t *v = name ? json_incref(name) : json_string("");
+            ts_buf_printf(&f, "status.resourceClaimStatuses[%zu].name", i);
+            add_invalid(fe, f.data, v, "must match the name of an entry in `spec.resourceClaims`");
+            json_decref(v);
+            ts_buf_free(&f);
+        }
+    }
+    validate_ips(fe, json_object_get(st, "podIPs"), "status.podIPs");
+    json_t *host_ips = json_object_get(st, "hostIPs");
+    if (json_array_size(host_ips)) {
+        json_t *ip0 = json_object_get(json_array_get(host_ips, 0), "ip");
+        const char *hip = json_string_value(json_object_get(st, "hostIP"));
+        if (strcmp(json_string_value(ip0), hip ? hip : ""))
+            add_invalid(fe, "status.hostIPs[0].ip", ip0, "must be equal to `hostIP`");
+        validate_ips(fe, host_ips, "status.hostIPs");
+    }
+    check_non_negative(fe, "status.observedGeneration", json_object_get(st, "observedGeneration"));
+}
+
 /*
  * The object a write stores, from the client's body in (NULL on allocation
- * failure; decoding errors in dc, validation errors in fe).
+ * failure; decoding errors in dc, validation errors in fe). status_write: a
+ * write to pods/NAME/status.
  */
 static json_t *build_object(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
-                            decode_ctx *dc, field_errs *fe)
+                            bool status_write, decode_ctx *dc, field_errs *fe)
 {
     const ts_resdef *rd = &ts_resdefs[res];
     json_t *out = json_object();
@@ -901,7 +1541,7 @@ static json_t *build_object(ts_res res, const json_t *in, const ts_sysmeta *sys,
      * strategy's ValidateObjectMetaUpdate, and for Pods and Namespaces once
      * more), and lists every pass's errors in details.causes.
      */
-    int passes = !old ? 1 : res == TS_POD || res == TS_NS ? 4 : 3;
+    int passes = !old ? 1 : (res == TS_POD || res == TS_NS) && !status_write ? 4 : 3;
     for (int i = 0; i < passes; i++) {
         check_labels(fe, json_object_get(meta, "labels"));
         check_annotations(fe, json_object_get(meta, "annotations"));
@@ -934,32 +1574,79 @@ static json_t *build_object(ts_res res, const json_t *in, const ts_sysmeta *sys,
         json_object_set_new(out, "status",
                             json_pack("{s:s}", "phase", sys->deleted ? "Terminating" : "Active"));
     } else {
-        /* Pods are a prop for label tests: spec is kept as sent. */
+        /* The spec is a prop, kept as sent (not defaulted); the status is decoded in full. */
         json_t *spec = json_object_get(in, "spec");
         if (spec && !json_is_object(spec) && !json_is_null(spec))
             type_err(dc, spec, "Pod.spec", "v1.PodSpec");
-        json_object_set_new(out, "spec",
-                            json_is_object(spec) ? json_deep_copy(spec) : json_object());
-        json_t *st = old ? json_object_get(old, "status") : NULL;
-        if (st) {
-            json_object_set_new(out, "status", json_deep_copy(st));
+        json_t *st = pod_status_decode(dc, in);
+        if (status_write) {
+            /*
+             * podStatusStrategy: the status and the metadata (labels,
+             * annotations) as sent, the spec as stored, and the QoS class
+             * kept when the body has none (v1.32+; it is immutable).
+             */
+            const json_t *old_st = json_object_get(old, "status");
+            json_object_set_new(out, "spec", json_deep_copy(json_object_get(old, "spec")));
+            if (!json_object_get(st, "qosClass") && json_object_get(old_st, "qosClass")) {
+                json_t *copy = json_object();
+                const char *k;
+                json_t *v;
+                bool placed = false;
+                /* Go order: qosClass follows containerStatuses. */
+                static const char *const after[] = {"ephemeralContainerStatuses",
+                                                    "resize",
+                                                    "resourceClaimStatuses",
+                                                    "extendedResourceClaimStatus",
+                                                    "allocatedResources",
+                                                    "resources",
+                                                    NULL};
+                json_object_foreach(st, k, v)
+                {
+                    for (size_t i = 0; !placed && after[i]; i++) {
+                        if (!strcmp(k, after[i])) {
+                            json_object_set(copy, "qosClass", json_object_get(old_st, "qosClass"));
+                            placed = true;
+                        }
+                    }
+                    json_object_set(copy, k, v);
+                }
+                if (!placed)
+                    json_object_set(copy, "qosClass", json_object_get(old_st, "qosClass"));
+                json_decref(st);
+                st = copy;
+            }
+            if (!dc->err)
+                validate_pod_status(fe, st, old_st, json_object_get(old, "spec"));
+            json_object_set_new(out, "status", st);
         } else {
-            json_t *pending = json_object();
-            json_object_set_new(pending, "phase", json_string("Pending"));
-            json_object_set_new(out, "status", pending);
+            /*
+             * podStrategy: the main resource never writes the status - an
+             * update keeps the stored one, a create starts Pending with the
+             * QoS class of its containers' resources.
+             */
+            json_decref(st);
+            json_object_set_new(out, "spec",
+                                json_is_object(spec) ? json_deep_copy(spec) : json_object());
+            json_t *keep = old ? json_object_get(old, "status") : NULL;
+            if (keep)
+                json_object_set_new(out, "status", json_deep_copy(keep));
+            else
+                json_object_set_new(out, "status",
+                                    json_pack("{s:s, s:s}", "phase", "Pending", "qosClass",
+                                              pod_qos_class(json_object_get(out, "spec"))));
         }
     }
     return out;
 }
 
-/* ts_object_build: the build, then its errors as a Status. */
+/* ts_object_build and ts_object_build_status: the build, then its errors as a Status. */
 static json_t *build_checked(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
-                             unsigned *code, json_t **status)
+                             bool status_write, unsigned *code, json_t **status)
 {
     const ts_resdef *rd = &ts_resdefs[res];
     decode_ctx dc = {res, NULL};
     field_errs fe = {json_array(), {0}, 0};
-    json_t *out = fe.causes ? build_object(res, in, sys, old, &dc, &fe) : NULL;
+    json_t *out = fe.causes ? build_object(res, in, sys, old, status_write, &dc, &fe) : NULL;
 
     *status = NULL;
     if (!out) {
@@ -995,7 +1682,13 @@ fail:
 json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
                         unsigned *code, json_t **status)
 {
-    return build_checked(res, in, sys, old, code, status);
+    return build_checked(res, in, sys, old, false, code, status);
+}
+
+json_t *ts_object_build_status(ts_res res, const json_t *in, const ts_sysmeta *sys,
+                               const json_t *old, unsigned *code, json_t **status)
+{
+    return build_checked(res, in, sys, old, true, code, status);
 }
 
 char *ts_object_decode_error(ts_res res, const json_t *in)
@@ -1003,7 +1696,7 @@ char *ts_object_decode_error(ts_res res, const json_t *in)
     decode_ctx dc = {res, NULL};
     field_errs fe = {json_array(), {0}, 0};
     ts_sysmeta sys = {"", "", "", "", NULL};
-    json_decref(build_object(res, in, &sys, NULL, &dc, &fe));
+    json_decref(build_object(res, in, &sys, NULL, false, &dc, &fe));
     json_decref(fe.causes);
     ts_buf_free(&fe.msg);
     return dc.err;
@@ -1283,7 +1976,41 @@ int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include in
 
 static bool is_map_field(const char *key)
 {
-    return !strcmp(key, "labels") || !strcmp(key, "annotations") || !strcmp(key, "nodeSelector");
+    static const char *const maps[] = {
+        "labels", "annotations", "nodeSelector", "requests", "limits", "allocatedResources", NULL};
+    for (size_t i = 0; maps[i]; i++)
+        if (!strcmp(key, maps[i]))
+            return true;
+    return false;
+}
+
+/*
+ * The key of a list's items as structured-merge-diff sees the list (its
+ * x-kubernetes-list-map-keys), or NULL for an atomic list, which is one
+ * field. Lists of objects with a "name" not named here are keyed by it
+ * (containers, volumes, ...).
+ */
+static const char *list_key(const char *key, const json_t *list)
+{
+    static const char *const atomic[] = {"containerStatuses", "initContainerStatuses",
+                                         "ephemeralContainerStatuses", "hostIPs", NULL};
+    for (size_t i = 0; atomic[i]; i++)
+        if (!strcmp(key, atomic[i]))
+            return NULL;
+    const char *k = !strcmp(key, "conditions")     ? "type"
+                    : !strcmp(key, "podIPs")       ? "ip"
+                    : !strcmp(key, "volumeMounts") ? "mountPath"
+                                                   : "name";
+    size_t i;
+    json_t *item;
+    if (!json_array_size(list))
+        return NULL;
+    json_array_foreach(list, i, item)
+    {
+        if (!json_is_string(json_object_get(item, k)))
+            return NULL;
+    }
+    return k;
 }
 
 static void fs_add(json_t *set, const char *prefix, const char *elem, json_t *value)
@@ -1312,13 +2039,16 @@ static void fs_value(json_t *set, const char *path, const char *key, const json_
         }
     } else if (json_is_object(v)) {
         fs_struct(set, path, v);
-    } else if (json_is_array(v) && json_array_size(v) &&
-               json_is_string(json_object_get(json_array_get(v, 0), "name"))) {
+    } else if (json_is_array(v) && list_key(key, v)) {
+        const char *lk = list_key(key, v);
         size_t i;
         json_t *item;
+        /* The list itself is a field too, unless it is required (no omitempty): containers. */
+        if (strcmp(key, "containers"))
+            fs_add(set, path, ".", json_true());
         json_array_foreach(v, i, item)
         {
-            json_t *kj = json_pack("{s:O}", "name", json_object_get(item, "name"));
+            json_t *kj = json_pack("{s:O}", lk, json_object_get(item, lk));
             char *ks = json_dumps(kj, JSON_COMPACT);
             ts_buf el = {0}, ip = {0};
             ts_buf_printf(&el, "k:%s", ks ? ks : "{}");
@@ -1349,8 +2079,13 @@ static void fs_struct(json_t *set, const char *prefix, const json_t *obj)
     }
 }
 
-/* The fields a manager can own in obj: system metadata and status excluded. */
-static json_t *fieldset_of(ts_res res, const json_t *obj)
+/*
+ * The fields a manager can own in obj through the main resource (metadata
+ * and spec) or the status subresource (metadata and status); system
+ * metadata excluded, and the Namespace's spec and status, which are the
+ * strategy's.
+ */
+static json_t *fieldset_of(ts_res res, const json_t *obj, const char *subresource)
 {
     json_t *set = json_object();
     const json_t *meta = json_object_get(obj, "metadata");
@@ -1366,8 +2101,9 @@ static json_t *fieldset_of(ts_res res, const json_t *obj)
             ts_buf_free(&p);
         }
     }
-    /* Namespace spec and status are the strategy's; Pod status a subresource. */
-    if (res != TS_NS)
+    if (subresource)
+        fs_value(set, "f:status", "status", json_object_get(obj, "status"));
+    else if (res != TS_NS)
         fs_value(set, "f:spec", "spec", json_object_get(obj, "spec"));
     return set;
 }
@@ -1427,8 +2163,8 @@ static json_t *fs_to_tree(const json_t *set)
 static int entry_cmp(const void *a, const void *b)
 {
     const json_t *x = *(json_t *const *)a, *y = *(json_t *const *)b;
-    static const char *const keys[] = {"operation", "time", "manager", "apiVersion"};
-    for (size_t i = 0; i < 4; i++) {
+    static const char *const keys[] = {"operation", "time", "manager", "apiVersion", "subresource"};
+    for (size_t i = 0; i < 5; i++) {
         const char *p = json_string_value(json_object_get(x, keys[i]));
         const char *q = json_string_value(json_object_get(y, keys[i]));
         int c = strcmp(p ? p : "", q ? q : "");
@@ -1439,9 +2175,10 @@ static int entry_cmp(const void *a, const void *b)
 }
 
 int ts_managed_fields_update(ts_res res, json_t *obj, const json_t *old, const char *manager,
-                             time_t now)
+                             const char *subresource, time_t now)
 {
-    json_t *before = fieldset_of(res, old), *after = fieldset_of(res, obj);
+    json_t *before = fieldset_of(res, old, subresource),
+           *after = fieldset_of(res, obj, subresource);
     json_t *changed = json_object(), *removed = json_object();
     json_t *olds = json_object_get(json_object_get(old, "metadata"), "managedFields");
     json_t *entries = json_array();
@@ -1474,7 +2211,8 @@ int ts_managed_fields_update(ts_res res, json_t *obj, const json_t *old, const c
         bool is_mine =
             !strcmp(str_or(json_string_value(json_object_get(e, "manager")), ""), manager) &&
             !strcmp(str_or(json_string_value(json_object_get(e, "operation")), ""), "Update") &&
-            !json_object_get(e, "subresource");
+            !strcmp(str_or(json_string_value(json_object_get(e, "subresource")), ""),
+                    subresource ? subresource : "");
         void *tmp;
         json_object_foreach_safe(set, tmp, k, v)
         {
@@ -1502,6 +2240,8 @@ int ts_managed_fields_update(ts_res res, json_t *obj, const json_t *old, const c
         mine = json_pack("{s:s, s:s, s:s, s:n, s:s, s:O}", "manager", manager, "operation",
                          "Update", "apiVersion", ts_resdefs[res].api_version, "time", "fieldsType",
                          "FieldsV1", "fieldsV1", changed);
+        if (mine && subresource)
+            json_object_set_new(mine, "subresource", json_string(subresource));
     }
     if (mine) {
         json_t *set = json_object_get(mine, "fieldsV1");
@@ -1559,7 +2299,7 @@ json_t *ts_namespace_new(const char *name, const char *manager, time_t now)
     json_t *ns = in ? ts_object_build(TS_NS, in, &sys, NULL, &code, &status) : NULL;
     json_decref(in);
     json_decref(status);
-    if (ns && ts_managed_fields_update(TS_NS, ns, NULL, manager, now) < 0) {
+    if (ns && ts_managed_fields_update(TS_NS, ns, NULL, manager, NULL, now) < 0) {
         json_decref(ns);
         ns = NULL;
     }

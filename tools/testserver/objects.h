@@ -49,17 +49,25 @@ typedef struct ts_sysmeta {
 } ts_sysmeta;
 
 /*
- * Builds the canonical object the server would store from a client's body:
- * known fields only, in Go struct order, MicroTimes normalised to UTC with 6
- * digits, system metadata from sys (resourceVersion left "" for the store to
- * stamp). For Pods, status comes from old (the status subresource is not
- * writable through the main resource) or is {"phase":"Pending"}.
+ * Builds the canonical object the server would store from a client's body
+ * written to the main resource: known fields only, in Go struct order,
+ * MicroTimes normalised to UTC with 6 digits, system metadata from sys
+ * (resourceVersion left "" for the store to stamp). For Pods, the status in
+ * the body is decoded (its type errors count) but not kept: it comes from
+ * old, or is {"phase":"Pending","qosClass":...} on create.
  *
  * On a type error (400 BadRequest) or a validation error (422 Invalid)
  * returns NULL and sets *code and *status.
  */
 json_t *ts_object_build(ts_res res, const json_t *in, const ts_sysmeta *sys, const json_t *old,
                         unsigned *code, json_t **status);
+/*
+ * The same for a write to the status subresource of old (Pods only): the
+ * status (canonical PodStatus) and the labels and annotations from the body,
+ * the spec from old, validated as the apiserver's ValidatePodStatusUpdate.
+ */
+json_t *ts_object_build_status(ts_res res, const json_t *in, const ts_sysmeta *sys,
+                               const json_t *old, unsigned *code, json_t **status);
 /*
  * The decoder's error for a body of type res (encoding/json's words, without
  * the "X in version ... cannot be handled" prefix), malloc'ed; NULL if it
@@ -80,11 +88,13 @@ json_t *ts_check_name(ts_res res, const char *name);
  * rules - fields the write added or changed move to manager, fields it
  * removed leave every manager, entries left empty go; old is the object
  * before the write (its managedFields are the starting point), NULL on
- * create. Entries sorted as the apiserver sorts them. -1 on allocation
- * failure.
+ * create. subresource: NULL for the main resource (which owns metadata and
+ * spec), "status" for pods/NAME/status (metadata and status; its entries say
+ * "subresource": "status"). Entries sorted as the apiserver sorts them. -1
+ * on allocation failure.
  */
 int ts_managed_fields_update(ts_res res, json_t *obj, const json_t *old, const char *manager,
-                             time_t now);
+                             const char *subresource, time_t now);
 
 /* An Active Namespace, with its name label, created by manager at now. */
 json_t *ts_namespace_new(const char *name, const char *manager, time_t now);
