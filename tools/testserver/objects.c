@@ -1891,6 +1891,171 @@ static const char *str_or(const char *s, const char *dflt)
     return s && *s ? s : dflt;
 }
 
+static bool has_condition(const json_t *st, const char *type, const char *status)
+{
+    size_t i;
+    json_t *c;
+    json_array_foreach(json_object_get(st, "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        const char *v = json_string_value(json_object_get(c, "status"));
+        if (t && v && !strcmp(t, type) && !strcmp(v, status))
+            return true;
+    }
+    return false;
+}
+
+/* Adds a container's restarts, and keeps the latest end of its last termination. */
+static void count_restarts(const json_t *cs, long *restarts, time_t *last)
+{
+    time_t t;
+    const char *fin = json_string_value(json_object_get(
+        json_object_get(json_object_get(cs, "lastState"), "terminated"), "finishedAt"));
+    *restarts += (long)json_integer_value(json_object_get(cs, "restartCount"));
+    if (fin && ts_parse_time(fin, &t) == 0 && t > *last)
+        *last = t;
+}
+
+/*
+ * A Pod's cells: NAME READY STATUS RESTARTS AGE, then the wide ones (IP,
+ * NODE, NOMINATED NODE, READINESS GATES), worked out as kubectl's printPod
+ * (pkg/printers/internalversion) does from the container statuses.
+ */
+static void pod_cells(json_t *cells, const json_t *obj, const char *age, time_t now)
+{
+    const json_t *spec = json_object_get(obj, "spec"), *st = json_object_get(obj, "status");
+    const json_t *init_specs = json_object_get(spec, "initContainers");
+    long total = (long)json_array_size(json_object_get(spec, "containers")), ready = 0;
+    long restarts = 0, sidecar_restarts = 0;
+    time_t last = 0, sidecar_last = 0;
+    bool initializing = false;
+    char reason[160], buf[192];
+    size_t i;
+    json_t *c;
+
+    snprintf(reason, sizeof(reason), "%s",
+             str_or(json_string_value(json_object_get(st, "reason")),
+                    str_or(json_string_value(json_object_get(st, "phase")), "")));
+    json_array_foreach(json_object_get(st, "conditions"), i, c)
+    {
+        const char *t = json_string_value(json_object_get(c, "type"));
+        const char *r = json_string_value(json_object_get(c, "reason"));
+        if (t && r && !strcmp(t, "PodScheduled") && !strcmp(r, "SchedulingGated"))
+            snprintf(reason, sizeof(reason), "SchedulingGated");
+    }
+    json_array_foreach(init_specs, i, c)
+    {
+        const char *rp = json_string_value(json_object_get(c, "restartPolicy"));
+        total += rp && !strcmp(rp, "Always");
+    }
+    json_array_foreach(json_object_get(st, "initContainerStatuses"), i, c)
+    {
+        const json_t *state = json_object_get(c, "state");
+        const json_t *term = json_object_get(state, "terminated");
+        const char *wait =
+            json_string_value(json_object_get(json_object_get(state, "waiting"), "reason"));
+        const char *rp = json_string_value(json_object_get(
+            spec_container(spec, "initContainers", json_string_value(json_object_get(c, "name"))),
+            "restartPolicy"));
+        bool sidecar = rp && !strcmp(rp, "Always");
+        count_restarts(c, &restarts, &last);
+        if (sidecar)
+            count_restarts(c, &sidecar_restarts, &sidecar_last);
+        if (term && json_integer_value(json_object_get(term, "exitCode")) == 0)
+            continue;
+        if (sidecar && json_is_true(json_object_get(c, "started"))) {
+            ready += json_is_true(json_object_get(c, "ready"));
+            continue;
+        }
+        const char *tr = json_string_value(json_object_get(term, "reason"));
+        if (term && tr && *tr)
+            snprintf(reason, sizeof(reason), "Init:%s", tr);
+        else if (term && json_integer_value(json_object_get(term, "signal")))
+            snprintf(reason, sizeof(reason), "Init:Signal:%lld",
+                     (long long)json_integer_value(json_object_get(term, "signal")));
+        else if (term)
+            snprintf(reason, sizeof(reason), "Init:ExitCode:%lld",
+                     (long long)json_integer_value(json_object_get(term, "exitCode")));
+        else if (wait && *wait && strcmp(wait, "PodInitializing"))
+            snprintf(reason, sizeof(reason), "Init:%s", wait);
+        else
+            snprintf(reason, sizeof(reason), "Init:%zu/%zu", i, json_array_size(init_specs));
+        initializing = true;
+        break;
+    }
+    if (!initializing || has_condition(st, "Initialized", "True")) {
+        const json_t *statuses = json_object_get(st, "containerStatuses");
+        bool running = false;
+        restarts = sidecar_restarts;
+        last = sidecar_last;
+        for (size_t k = json_array_size(statuses); k-- > 0;) {
+            c = json_array_get(statuses, k);
+            const json_t *state = json_object_get(c, "state");
+            const json_t *term = json_object_get(state, "terminated");
+            const char *wait =
+                json_string_value(json_object_get(json_object_get(state, "waiting"), "reason"));
+            const char *tr = json_string_value(json_object_get(term, "reason"));
+            count_restarts(c, &restarts, &last);
+            if (wait && *wait)
+                snprintf(reason, sizeof(reason), "%s", wait);
+            else if (term && tr && *tr)
+                snprintf(reason, sizeof(reason), "%s", tr);
+            else if (term && json_integer_value(json_object_get(term, "signal")))
+                snprintf(reason, sizeof(reason), "Signal:%lld",
+                         (long long)json_integer_value(json_object_get(term, "signal")));
+            else if (term)
+                snprintf(reason, sizeof(reason), "ExitCode:%lld",
+                         (long long)json_integer_value(json_object_get(term, "exitCode")));
+            else if (json_is_true(json_object_get(c, "ready")) && json_object_get(state, "running"))
+                running = true, ready++;
+        }
+        if (!strcmp(reason, "Completed") && running)
+            snprintf(reason, sizeof(reason), "%s",
+                     has_condition(st, "Ready", "True") ? "Running" : "NotReady");
+    }
+    if (ts_meta_str(obj, "deletionTimestamp")) {
+        const char *phase = str_or(json_string_value(json_object_get(st, "phase")), "");
+        const char *sr = json_string_value(json_object_get(st, "reason"));
+        if (sr && !strcmp(sr, "NodeLost"))
+            snprintf(reason, sizeof(reason), "Unknown");
+        else if (strcmp(phase, "Succeeded") && strcmp(phase, "Failed"))
+            snprintf(reason, sizeof(reason), "Terminating");
+    }
+
+    snprintf(buf, sizeof(buf), "%ld/%ld", ready, total);
+    json_array_append_new(cells, json_string(buf));
+    json_array_append_new(cells, json_string(reason));
+    if (restarts && last) {
+        char ago[32];
+        ts_human_duration((long long)(now - last), ago);
+        snprintf(buf, sizeof(buf), "%ld (%s ago)", restarts, ago);
+    } else {
+        snprintf(buf, sizeof(buf), "%ld", restarts);
+    }
+    json_array_append_new(cells, json_string(buf));
+    json_array_append_new(cells, json_string(age));
+    json_array_append_new(
+        cells, json_string(str_or(json_string_value(json_object_get(st, "podIP")), "<none>")));
+    json_array_append_new(
+        cells, json_string(str_or(json_string_value(json_object_get(spec, "nodeName")), "<none>")));
+    json_array_append_new(
+        cells,
+        json_string(str_or(json_string_value(json_object_get(st, "nominatedNodeName")), "<none>")));
+    const json_t *gates = json_object_get(spec, "readinessGates");
+    if (json_array_size(gates)) {
+        size_t met = 0;
+        json_array_foreach(gates, i, c)
+        {
+            const char *type = json_string_value(json_object_get(c, "conditionType"));
+            met += has_condition(st, str_or(type, ""), "True");
+        }
+        snprintf(buf, sizeof(buf), "%zu/%zu", met, json_array_size(gates));
+        json_array_append_new(cells, json_string(buf));
+    } else {
+        json_array_append_new(cells, json_string("<none>"));
+    }
+}
+
 int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include inc, time_t now)
 {
     json_t *row = json_object(), *cells = json_array();
@@ -1926,27 +2091,7 @@ int ts_table_add_row(json_t *table, ts_res res, const json_t *obj, ts_include in
                 json_string_value(json_object_get(json_object_get(obj, "status"), "phase")), "")));
         json_array_append_new(cells, json_string(age));
     } else {
-        const json_t *status = json_object_get(obj, "status");
-        size_t total = json_array_size(json_object_get(spec, "containers")), ready = 0;
-        const json_t *cs = json_object_get(status, "containerStatuses");
-        for (size_t i = 0; i < json_array_size(cs); i++)
-            ready += json_is_true(json_object_get(json_array_get(cs, i), "ready"));
-        char readys[48];
-        snprintf(readys, sizeof(readys), "%zu/%zu", ready, total);
-        json_array_append_new(cells, json_string(readys));
-        json_array_append_new(
-            cells,
-            json_string(str_or(json_string_value(json_object_get(status, "phase")), "Pending")));
-        json_array_append_new(cells, json_string("0"));
-        json_array_append_new(cells, json_string(age));
-        json_array_append_new(
-            cells,
-            json_string(str_or(json_string_value(json_object_get(status, "podIP")), "<none>")));
-        json_array_append_new(
-            cells,
-            json_string(str_or(json_string_value(json_object_get(spec, "nodeName")), "<none>")));
-        json_array_append_new(cells, json_string("<none>"));
-        json_array_append_new(cells, json_string("<none>"));
+        pod_cells(cells, obj, age, now);
     }
     json_object_set_new(row, "cells", cells);
 
