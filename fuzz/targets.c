@@ -81,6 +81,7 @@ const kl_fuzz_target kl_fuzz_targets[] = {
     {"microtime", kl_fuzz_microtime},
     {"etcd", kl_fuzz_etcd},
     {"etcd_encode", kl_fuzz_etcd_encode},
+    {"pod", kl_fuzz_pod},
 };
 
 const size_t kl_fuzz_target_count = KL_ARRAY_LEN(kl_fuzz_targets);

@@ -30,6 +30,7 @@ int kl_fuzz_exec_credential(const uint8_t *data, size_t size);
 int kl_fuzz_microtime(const uint8_t *data, size_t size);
 int kl_fuzz_etcd(const uint8_t *data, size_t size);
 int kl_fuzz_etcd_encode(const uint8_t *data, size_t size);
+int kl_fuzz_pod(const uint8_t *data, size_t size);
 
 extern const kl_fuzz_target kl_fuzz_targets[];
 extern const size_t kl_fuzz_target_count;

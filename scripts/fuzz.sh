@@ -15,7 +15,7 @@ set -eu
 secs=${1:-60}
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD_DIR:-$root/build-fuzz}
-targets=${TARGETS:-"lease status watch kubeconfig base64 exec_credential microtime etcd etcd_encode"}
+targets=${TARGETS:-"lease status watch kubeconfig base64 exec_credential microtime etcd etcd_encode pod"}
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/kl-fuzz.XXXXXX")
 keep=${KEEP:-0}
@@ -47,7 +47,7 @@ fi
 # gateway's field names (etcd_encode reads binary: none).
 dict_of() {
     case $1 in
-    lease | status | watch | exec_credential) echo "$root/fuzz/dict/json.dict" ;;
+    lease | status | watch | exec_credential | pod) echo "$root/fuzz/dict/json.dict" ;;
     etcd) echo "$root/fuzz/dict/etcd.dict" ;;
     kubeconfig) echo "$root/fuzz/dict/kubeconfig.dict" ;;
     microtime) echo "$root/fuzz/dict/microtime.dict" ;;

@@ -34,6 +34,7 @@
 #include "core/http.h"
 #include "k8s/kubeconfig.h"
 #include "k8s/codec.h"
+#include "k8s/pod.h"
 #include "libk8s_lease_wrapper.h"
 #include "testlib.h"
 
@@ -300,6 +301,33 @@ static int run_lease_codec(void)
     return 0;
 }
 
+/* A Pod as the kubelet leaves it after a restart in place (two container
+ * statuses, the previous instance in lastState), as a follower reads it. */
+static const char pod_body[] =
+    "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"p1\",\"namespace\":"
+    "\"failalloc\",\"uid\":\"5ac7dc62-f5fb-4c1a-9e7f-567bba9d7ca8\",\"resourceVersion\":\"209\","
+    "\"labels\":{\"app\":\"x\"}},\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":"
+    "\"busybox\"},{\"name\":\"side\",\"image\":\"busybox\"}]},\"status\":{\"phase\":"
+    "\"Running\",\"containerStatuses\":[{\"name\":\"main\",\"containerID\":\"containerd://bb\","
+    "\"state\":{\"running\":{\"startedAt\":\"2024-05-01T10:00:05Z\"}},\"lastState\":{"
+    "\"terminated\":{\"exitCode\":137,\"containerID\":\"containerd://aa\"}}},{\"name\":"
+    "\"side\",\"state\":{\"waiting\":{\"reason\":\"ContainerCreating\"}},\"lastState\":{}}]}}";
+
+static int run_pod_codec(void)
+{
+    const kl__pod_container *c = NULL;
+    kl__pod *p = NULL;
+    int err;
+
+    if ((err = kl__pod_parse(&p, pod_body, strlen(pod_body))) < 0)
+        return err;
+    assert_true(kl__pod_container_ended(p, p->uid, "main", "containerd://aa"));
+    assert_int_equal(kl__pod_own_container(p, "main", INT64_C(1714557605000000), &c), 0);
+    assert_string_equal(c->container_id, "containerd://bb");
+    kl__pod_free(p);
+    return 0;
+}
+
 static int run_client(void)
 {
     k8slease_client *c = NULL;
@@ -495,6 +523,14 @@ static void test_lease_codec(void **state)
     assert_true(sweep(&s) > 20);
 }
 
+static void test_pod_codec(void **state)
+{
+    static const scenario s = {"pod codec", run_pod_codec, 0};
+
+    (void)state;
+    assert_true(sweep(&s) > 10);
+}
+
 static void test_client(void **state)
 {
     static const scenario s = {"client", run_client, 0};
@@ -572,10 +608,15 @@ static void test_loop_call_needs_no_allocation(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_restconfig), cmocka_unit_test(test_lease_codec),
-        cmocka_unit_test(test_client),     cmocka_unit_test(test_loop_call_needs_no_allocation),
-        cmocka_unit_test(test_holder_get), cmocka_unit_test(test_elector),
-        cmocka_unit_test(test_watch),      cmocka_unit_test(test_compat),
+        cmocka_unit_test(test_restconfig),
+        cmocka_unit_test(test_lease_codec),
+        cmocka_unit_test(test_pod_codec),
+        cmocka_unit_test(test_client),
+        cmocka_unit_test(test_loop_call_needs_no_allocation),
+        cmocka_unit_test(test_holder_get),
+        cmocka_unit_test(test_elector),
+        cmocka_unit_test(test_watch),
+        cmocka_unit_test(test_compat),
     };
 
     /* Before any JSON value exists: jansson allocates through the hook. */
