@@ -1046,6 +1046,20 @@ static void test_discovery(void **state)
 
     j = api("GET", "/api/v1", NULL, NULL, &st);
     assert_string_equal(str(j, "groupVersion"), "v1");
+    /* pods/status as v1.36.3 lists it (kubectl's --subresource=status needs it). */
+    json_t *sub = NULL, *r;
+    size_t i;
+    json_array_foreach(tc_at(j, "resources"), i, r)
+    {
+        if (!strcmp(str(r, "name"), "pods/status"))
+            sub = r;
+    }
+    assert_non_null(sub);
+    json_t *want = json_loads("{\"name\":\"pods/status\",\"singularName\":\"\",\"namespaced\":true,"
+                              "\"kind\":\"Pod\",\"verbs\":[\"get\",\"patch\",\"update\"]}",
+                              0, NULL);
+    assert_true(json_equal(sub, want));
+    json_decref(want);
     json_decref(j);
 
     j = api("GET", "/api/v1/namespaces/kube-system", NULL, NULL, &st);
@@ -1153,6 +1167,345 @@ static void test_pods_labels(void **state)
     json_decref(api("DELETE", PODS "/cand-1", NULL, NULL, &st));
     assert_int_equal(st, 200);
     assert_int_equal(pod_count("app%3Ddemo"), 1);
+}
+
+/* A GET with kubectl's Accept for Tables; returns the parsed body. */
+static json_t *get_table(const char *path, long *status)
+{
+    char *tok = ts_token(srv);
+    char *auth = tc_fmt("Authorization: Bearer %s", tok);
+    char *url = tc_fmt("%s%s", ts_url(srv), path);
+    struct curl_slist *hdr =
+        curl_slist_append(curl_slist_append(NULL, auth),
+                          "Accept: application/json;as=Table;v=v1;g=meta.k8s.io,application/json");
+    ts_buf b = {NULL, 0};
+    CURL *h = curl_easy_init();
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &b);
+    assert_int_equal(curl_easy_perform(h), CURLE_OK);
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, status);
+    json_t *j = json_loads(b.data ? b.data : "", 0, NULL);
+    free(b.data);
+    curl_easy_cleanup(h);
+    curl_slist_free_all(hdr);
+    free(url);
+    free(auth);
+    free(tok);
+    return j;
+}
+
+/* The managedFields entry of manager (subresource "status" or NULL), borrowed. */
+static json_t *managed_entry(json_t *obj, const char *manager, const char *subresource)
+{
+    size_t i;
+    json_t *e;
+    json_array_foreach(tc_at(obj, "metadata.managedFields"), i, e)
+    {
+        const char *sub = json_string_value(json_object_get(e, "subresource"));
+        if (!strcmp(str(e, "manager"), manager) &&
+            (subresource ? sub && !strcmp(sub, subresource) : !sub))
+            return e;
+    }
+    return NULL;
+}
+
+#define POD_STATUS PODS "/kl/status"
+
+/* The statuses a kubelet writes while its container runs, crashes and restarts. */
+#define KUBELET_RUNNING                                                                            \
+    "\"status\":{\"phase\":\"Running\",\"podIP\":\"10.2.0.7\",\"startTime\":"                      \
+    "\"2024-05-01T10:00:00Z\",\"conditions\":[{\"type\":\"Ready\",\"status\":\"True\"}],"          \
+    "\"containerStatuses\":[{\"name\":\"c\",\"state\":{\"running\":{\"startedAt\":"                \
+    "\"2024-05-01T12:00:03.5+02:00\"}},\"ready\":true,\"restartCount\":0,\"image\":"               \
+    "\"busybox:1.36\",\"imageID\":\"docker.io/library/busybox@sha256:0123\",\"containerID\":"      \
+    "\"containerd://aaaa\",\"started\":true,\"bogus\":1}],\"bogus\":1}"
+
+static void test_pod_status(void **state)
+{
+    long st;
+    (void)state;
+    /* Created: Pending, with the QoS class of its resources (limits = requests: Guaranteed). */
+    json_t *p = api("POST", PODS, NULL,
+                    "{\"metadata\":{\"name\":\"kl\",\"labels\":{\"app\":\"kl\"}},\"spec\":{"
+                    "\"containers\":[{\"name\":\"c\",\"image\":\"busybox\",\"resources\":{"
+                    "\"limits\":{\"cpu\":\"500m\",\"memory\":\"64Mi\"}}}]},"
+                    "\"status\":{\"phase\":\"Running\"}}",
+                    &st);
+    assert_int_equal(st, 201);
+    assert_string_equal(str(p, "status.phase"), "Pending");
+    assert_string_equal(str(p, "status.qosClass"), "Guaranteed");
+    assert_int_equal(json_object_size(tc_at(p, "status")), 2);
+    unsigned long long rv0 = rv_of(p);
+    char *watch_path =
+        tc_fmt(PODS "?watch=1&fieldSelector=metadata.name%%3Dkl&resourceVersion=%llu", rv0);
+    watcher *w = watch_start(srv, watch_path, "pod-status-watch");
+    free(watch_path);
+    json_t *g = api("GET", POD_STATUS, NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_true(json_equal(g, p));
+    json_decref(g);
+
+    /* The kubelet's PUT: status and labels as sent, canonical; the spec in the body ignored. */
+    char *body = tc_fmt(
+        "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"kl\","
+        "\"resourceVersion\":\"%llu\",\"labels\":{\"app\":\"kl\",\"node\":\"n1\"}},"
+        "\"spec\":{\"containers\":[{\"name\":\"c\",\"image\":\"other\"}]}," KUBELET_RUNNING "}",
+        rv0);
+    json_t *r = api("PUT", POD_STATUS "?fieldManager=kubelet", NULL, body, &st);
+    free(body);
+    assert_int_equal(st, 200);
+    unsigned long long rv1 = rv_of(r);
+    assert_true(rv1 > rv0);
+    assert_string_equal(str(r, "spec.containers.0.image"), "busybox");
+    assert_string_equal(str(r, "metadata.labels.node"), "n1");
+    assert_string_equal(str(r, "status.phase"), "Running");
+    assert_string_equal(str(r, "status.podIPs.0.ip"), "10.2.0.7");
+    assert_string_equal(str(r, "status.qosClass"), "Guaranteed"); /* kept: absent from the body */
+    assert_true(json_is_null(tc_at(r, "status.conditions.0.lastProbeTime")));
+    assert_null(tc_at(r, "status.bogus"));
+    json_t *cs = tc_at(r, "status.containerStatuses.0");
+    assert_string_equal(str(cs, "state.running.startedAt"), "2024-05-01T10:00:03Z");
+    assert_string_equal(str(cs, "containerID"), "containerd://aaaa");
+    assert_string_equal(str(cs, "imageID"), "docker.io/library/busybox@sha256:0123");
+    assert_true(json_is_true(tc_at(cs, "ready")));
+    assert_int_equal(json_integer_value(tc_at(cs, "restartCount")), 0);
+    assert_int_equal(json_object_size(tc_at(cs, "lastState")), 0);
+    assert_null(tc_at(cs, "bogus"));
+    json_t *mine = managed_entry(r, "kubelet", "status");
+    assert_non_null(mine);
+    assert_non_null(tc_at(mine, "fieldsV1.f:status.f:containerStatuses"));
+    assert_non_null(tc_at(mine, "fieldsV1.f:metadata.f:labels.f:node"));
+    assert_null(tc_at(mine, "fieldsV1.f:spec"));
+    assert_non_null(managed_entry(r, "k8slease-testharness", NULL));
+
+    /* A watcher sees the write as MODIFIED. */
+    assert_true(watch_wait_real(w, 1, 10000));
+    json_t *ev = watch_nth(w, 0, true);
+    assert_string_equal(str(ev, "type"), "MODIFIED");
+    assert_string_equal(str(ev, "object.status.containerStatuses.0.containerID"),
+                        "containerd://aaaa");
+    assert_int_equal(rv_of(tc_at(ev, "object")), rv1);
+    watch_stop(w);
+
+    /* A stale resourceVersion: 409, nothing written. */
+    body = tc_fmt("{\"metadata\":{\"name\":\"kl\",\"resourceVersion\":\"%llu\"},"
+                  "\"status\":{\"phase\":\"Failed\"}}",
+                  rv0);
+    json_t *e = api("PUT", POD_STATUS, NULL, body, &st);
+    free(body);
+    assert_int_equal(st, 409);
+    assert_string_equal(str(e, "reason"), "Conflict");
+    assert_string_equal(str(e, "message"),
+                        "Operation cannot be fulfilled on pods \"kl\": the object has been "
+                        "modified; please apply your changes to the latest version and try again");
+    json_decref(e);
+    e = api("PATCH", POD_STATUS, MERGE, "{\"metadata\":{\"resourceVersion\":\"1\"}}", &st);
+    assert_int_equal(st, 409);
+    json_decref(e);
+
+    /* The container is OOM-killed (merge patch, the version as a precondition). */
+    body =
+        tc_fmt("{\"metadata\":{\"resourceVersion\":\"%llu\"},\"status\":{"
+               "\"containerStatuses\":[{\"name\":\"c\",\"state\":{\"terminated\":{"
+               "\"exitCode\":137,\"reason\":\"OOMKilled\",\"containerID\":\"containerd://aaaa\","
+               "\"startedAt\":\"2024-05-01T10:00:03Z\",\"finishedAt\":\"2024-05-01T10:05:00Z\"}},"
+               "\"ready\":false,\"restartCount\":0,\"image\":\"busybox:1.36\","
+               "\"containerID\":\"containerd://aaaa\"}]}}",
+               rv1);
+    json_t *k = api("PATCH", POD_STATUS "?fieldManager=kubelet", MERGE, body, &st);
+    free(body);
+    assert_int_equal(st, 200);
+    json_t *term = tc_at(k, "status.containerStatuses.0.state.terminated");
+    assert_int_equal(json_integer_value(json_object_get(term, "exitCode")), 137);
+    assert_string_equal(str(term, "reason"), "OOMKilled");
+    assert_string_equal(str(term, "finishedAt"), "2024-05-01T10:05:00Z");
+    assert_string_equal(str(k, "status.containerStatuses.0.imageID"), ""); /* always written */
+    assert_string_equal(str(k, "status.conditions.0.type"), "Ready");      /* untouched */
+
+    /* Restarted (strategic merge patch): running again, the crash in lastState. */
+    json_t *s =
+        api("PATCH", POD_STATUS "?fieldManager=kubelet", "application/strategic-merge-patch+json",
+            "{\"status\":{\"containerStatuses\":[{\"name\":\"c\",\"state\":{\"running\":{"
+            "\"startedAt\":\"2024-05-01T10:05:02Z\"}},\"lastState\":{\"terminated\":{"
+            "\"exitCode\":137,\"reason\":\"OOMKilled\",\"containerID\":"
+            "\"containerd://aaaa\",\"startedAt\":\"2024-05-01T10:00:03Z\",\"finishedAt\":"
+            "\"2024-05-01T10:05:00Z\"}},\"ready\":true,\"restartCount\":1,\"image\":"
+            "\"busybox:1.36\",\"imageID\":\"docker.io/library/busybox@sha256:0123\","
+            "\"containerID\":\"containerd://bbbb\",\"started\":true}]}}",
+            &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_integer_value(tc_at(s, "status.containerStatuses.0.restartCount")), 1);
+    assert_string_equal(str(s, "status.containerStatuses.0.lastState.terminated.containerID"),
+                        "containerd://aaaa");
+    unsigned long long rv3 = rv_of(s);
+
+    /* kubectl's columns follow the statuses. */
+    json_t *t = get_table(POD_STATUS, &st);
+    assert_int_equal(st, 200);
+    assert_string_equal(str(t, "kind"), "Table");
+    assert_string_equal(str(t, "rows.0.cells.1"), "1/1");
+    assert_string_equal(str(t, "rows.0.cells.2"), "Running");
+    const char *restarts = str(t, "rows.0.cells.3");
+    assert_true(!strncmp(restarts, "1 (", 3) && strstr(restarts, " ago)"));
+    json_decref(t);
+
+    /* Writing the same status again writes nothing. */
+    json_t *same = api("PATCH", POD_STATUS "?fieldManager=kubelet", MERGE,
+                       "{\"status\":{\"phase\":\"Running\"}}", &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(rv_of(same), rv3);
+    json_decref(same);
+
+    /* The main resource leaves the status alone: a status-only patch is a no-op. */
+    json_t *m = api("PATCH", PODS "/kl", MERGE, "{\"status\":{\"phase\":\"Failed\"}}", &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(rv_of(m), rv3);
+    assert_string_equal(str(m, "status.phase"), "Running");
+    json_decref(m);
+    m = api("PATCH", PODS "/kl", MERGE,
+            "{\"metadata\":{\"labels\":{\"tier\":\"x\"}},\"status\":{\"phase\":\"Failed\"}}", &st);
+    assert_int_equal(st, 200);
+    assert_true(rv_of(m) > rv3);
+    assert_string_equal(str(m, "status.phase"), "Running");
+    assert_string_equal(str(m, "metadata.labels.tier"), "x");
+    json_decref(m);
+
+    /* Errors, with the apiserver's Status bodies. */
+    e = api("PUT", POD_STATUS, NULL,
+            "{\"metadata\":{\"name\":\"kl\"},\"status\":{\"containerStatuses\":[{\"name\":\"c\","
+            "\"restartCount\":\"1\"}]}}",
+            &st);
+    assert_int_equal(st, 400);
+    assert_string_equal(str(e, "message"),
+                        "Pod in version \"v1\" cannot be handled as a Pod: json: cannot unmarshal "
+                        "string into Go struct field ContainerStatus.status.containerStatuses."
+                        "restartCount of type int32");
+    json_decref(e);
+    e = api("PATCH", POD_STATUS, MERGE, "{\"status\":{\"startTime\":\"yesterday\"}}", &st);
+    assert_int_equal(st, 422);
+    assert_string_equal(str(e, "details.causes.0.field"), "patch");
+    assert_non_null(strstr(str(e, "message"),
+                           "\": parsing time \"yesterday\" as \"2006-01-02T15:04:05Z07:00\": "
+                           "cannot parse \"yesterday\" as \"2006\""));
+    json_decref(e);
+    e = api("PATCH", POD_STATUS, MERGE, "{\"status\":{\"qosClass\":\"BestEffort\"}}", &st);
+    assert_int_equal(st, 422);
+    assert_string_equal(str(e, "message"), "Pod \"kl\" is invalid: status.qosClass: Invalid value: "
+                                           "\"BestEffort\": field is immutable");
+    json_decref(e);
+    e = api("PATCH", POD_STATUS, MERGE, "{\"status\":{\"podIP\":\"10.0.0.300\"}}", &st);
+    assert_int_equal(st, 422);
+    assert_string_equal(str(e, "details.causes.0.field"), "status.podIPs[0]");
+    json_decref(e);
+    e = api("PATCH", POD_STATUS, "application/json-patch+json",
+            "[{\"op\":\"replace\",\"path\":\"/status/phase\",\"value\":\"Failed\"}]", &st);
+    assert_int_equal(st, 415);
+    json_decref(e);
+    e = api("PUT", PODS "/nope/status", NULL, "{\"metadata\":{\"name\":\"nope\"}}", &st);
+    assert_int_equal(st, 404);
+    assert_string_equal(str(e, "message"), "pods \"nope\" not found");
+    json_decref(e);
+    e = api("GET", PODS "/nope/status", NULL, NULL, &st);
+    assert_int_equal(st, 404);
+    json_decref(e);
+    e = api("DELETE", POD_STATUS, NULL, NULL, &st);
+    assert_int_equal(st, 405);
+    assert_string_equal(str(e, "reason"), "MethodNotAllowed");
+    json_decref(e);
+    e = api("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/x/status", NULL, NULL,
+            &st);
+    assert_int_equal(st, 404);
+    json_decref(e);
+
+    /* A PUT without labels removes them: the status subresource writes metadata too. */
+    json_t *bare = api("PUT", POD_STATUS, NULL,
+                       "{\"metadata\":{\"name\":\"kl\"},\"status\":{\"phase\":\"Failed\"}}", &st);
+    assert_int_equal(st, 200);
+    assert_null(tc_at(bare, "metadata.labels"));
+    assert_null(tc_at(bare, "status.containerStatuses"));
+    assert_string_equal(str(bare, "status.qosClass"), "Guaranteed");
+    json_decref(bare);
+
+    json_decref(s);
+    json_decref(k);
+    json_decref(r);
+    json_decref(p);
+    json_decref(api("DELETE", PODS "/kl", NULL, NULL, &st));
+    assert_int_equal(st, 200);
+}
+
+/*
+ * ValidateContainerStateTransition: what the kubelet will not restart stays
+ * terminated (as v1.36.3 answers: init containers follow the pod's policy,
+ * sidecars and a pod without a policy - Always - may restart, ephemeral
+ * containers never).
+ */
+static void test_pod_status_transitions(void **state)
+{
+    long st;
+    (void)state;
+    static const struct {
+        const char *policy;
+        int exit_code;
+        long want; /* moving the container, and the init container, back to running */
+    } cases[] = {{"Never", 1, 422},     {"Never", 0, 422},  {"OnFailure", 0, 422},
+                 {"OnFailure", 1, 200}, {"Always", 0, 200}, {"", 0, 200}};
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char *body = tc_fmt("{\"metadata\":{\"name\":\"tr-%zu\"},\"spec\":{%s%s%s\"containers\":"
+                            "[{\"name\":\"c\",\"image\":\"busybox\"}],\"initContainers\":[{"
+                            "\"name\":\"i\",\"image\":\"busybox\"},{\"name\":\"side\",\"image\":"
+                            "\"busybox\",\"restartPolicy\":\"Always\"}]}}",
+                            i, *cases[i].policy ? "\"restartPolicy\":\"" : "", cases[i].policy,
+                            *cases[i].policy ? "\"," : "");
+        json_decref(api("POST", PODS, NULL, body, &st));
+        free(body);
+        assert_int_equal(st, 201);
+        char *path = tc_fmt(PODS "/tr-%zu/status", i);
+        body =
+            tc_fmt("{\"status\":{\"containerStatuses\":[{\"name\":\"c\",\"state\":{"
+                   "\"terminated\":{\"exitCode\":%d}}}],\"initContainerStatuses\":[{\"name\":"
+                   "\"i\",\"state\":{\"terminated\":{\"exitCode\":%d}}},{\"name\":\"side\","
+                   "\"state\":{\"terminated\":{\"exitCode\":0}}}],\"ephemeralContainerStatuses\":"
+                   "[{\"name\":\"e\",\"state\":{\"terminated\":{\"exitCode\":1}}}]}}",
+                   cases[i].exit_code, cases[i].exit_code);
+        json_decref(api("PATCH", path, MERGE, body, &st));
+        free(body);
+        assert_int_equal(st, 200);
+        /* The sidecar (restartPolicy Always) may start again whatever the pod's policy. */
+        json_t *e = api("PATCH", path, MERGE,
+                        "{\"status\":{\"containerStatuses\":[{\"name\":\"c\",\"state\":{"
+                        "\"running\":{}}}],\"initContainerStatuses\":[{\"name\":\"i\",\"state\":{"
+                        "\"running\":{}}},{\"name\":\"side\",\"state\":{\"running\":{}}}]}}",
+                        &st);
+        if (st != cases[i].want)
+            print_message("restartPolicy %s, exit code %d: %ld\n", cases[i].policy,
+                          cases[i].exit_code, st);
+        assert_int_equal(st, cases[i].want);
+        if (st == 422) {
+            assert_int_equal(json_array_size(tc_at(e, "details.causes")), 2);
+            assert_string_equal(str(e, "details.causes.0.field"),
+                                "status.containerStatuses[0].state");
+            assert_string_equal(str(e, "details.causes.0.message"),
+                                "Forbidden: may not be transitioned to non-terminated state");
+            assert_string_equal(str(e, "details.causes.1.field"),
+                                "status.initContainerStatuses[0].state");
+        }
+        json_decref(e);
+        e = api("PATCH", path, MERGE,
+                "{\"status\":{\"ephemeralContainerStatuses\":[{\"name\":\"e\",\"state\":{"
+                "\"running\":{}}}]}}",
+                &st);
+        assert_int_equal(st, 422);
+        assert_string_equal(str(e, "details.causes.0.field"),
+                            "status.ephemeralContainerStatuses[0].state");
+        json_decref(e);
+        free(path);
+    }
 }
 
 /* ---- faults --------------------------------------------------------------- */
@@ -1526,6 +1879,31 @@ static void test_kubectl(void **state)
     json_t *p = api("GET", PODS "/kubectl-pod", NULL, NULL, &st);
     assert_null(tc_at(p, "metadata.labels.role"));
     json_decref(p);
+
+    /* The status subresource, as kubectl 1.32 writes and reads it (--subresource=status). */
+    out = tc_run(&rc,
+                 KUBECTL "patch pod kubectl-pod --subresource=status --type=merge -p "
+                         "'{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":"
+                         "\"c\",\"ready\":true,\"restartCount\":3,\"state\":{\"running\":{"
+                         "\"startedAt\":\"2024-05-01T10:00:00Z\"}}}]}}' 2>&1",
+                 kc, dir);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "pod/kubectl-pod patched"));
+    free(out);
+    out = tc_run(&rc, KUBECTL "get pod kubectl-pod --subresource=status -o json 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    p = json_loads(out, 0, NULL);
+    assert_non_null(p);
+    assert_int_equal(json_integer_value(tc_at(p, "status.containerStatuses.0.restartCount")), 3);
+    assert_string_equal(str(p, "status.containerStatuses.0.imageID"), "");
+    json_decref(p);
+    free(out);
+    out = tc_run(&rc, KUBECTL "get pod kubectl-pod --subresource=status 2>&1", kc, dir);
+    assert_int_equal(rc, 0);
+    assert_non_null(strstr(out, "RESTARTS"));
+    assert_non_null(strstr(out, "1/1"));
+    assert_non_null(strstr(out, "Running"));
+    free(out);
 
     /* apply with client-side dry run (validation goes through /openapi/v3) */
     char *yaml = tc_fmt("%s/lease.yaml", dir);
@@ -2291,6 +2669,8 @@ int main(void)
         cmocka_unit_test(test_watch_quiet_stream_survives),
         cmocka_unit_test(test_discovery),
         cmocka_unit_test(test_pods_labels),
+        cmocka_unit_test(test_pod_status),
+        cmocka_unit_test(test_pod_status_transitions),
         cmocka_unit_test(test_fault_errors),
         cmocka_unit_test(test_fault_reset_latency_hang),
         cmocka_unit_test(test_fault_client_scope),
