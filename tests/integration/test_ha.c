@@ -422,6 +422,24 @@ static void lb_restart_15102(void **state)
     scenario(LB_RESTART, (timing){15, 10, 2}, 10);
 }
 
+/* The balancer restarting resets every connection; it is back within a
+ * fraction of a second (envtest.sh waits until it listens): at 5/3/1 the
+ * retry a retry period later finds it. */
+static void lb_restart_531(void **state)
+{
+    (void)state;
+    scenario(LB_RESTART, (timing){5, 3, 1}, 10);
+}
+
+/* A killed replica resets its connections: requests fail at once and go
+ * again on a new connection, which the balancer sends to the other one
+ * (it refuses the dead one's port at once). At 5/3/1 as at 15/10/2. */
+static void kill_531(void **state)
+{
+    (void)state;
+    scenario(KILL, (timing){5, 3, 1}, 10);
+}
+
 /* 1,000 elections on one client (one HTTP/2 connection) when the replica
  * it is on hangs: none lost. */
 static void many_on_one_connection(void **state)
@@ -483,6 +501,8 @@ int main(void)
         cmocka_unit_test_teardown(hang_531, kill_cli),
         cmocka_unit_test_teardown(kill_15102, kill_cli),
         cmocka_unit_test_teardown(lb_restart_15102, kill_cli),
+        cmocka_unit_test_teardown(kill_531, kill_cli),
+        cmocka_unit_test_teardown(lb_restart_531, kill_cli),
         cmocka_unit_test(many_on_one_connection),
     };
     const char *only = getenv("K8SLEASE_TEST_FILTER");
