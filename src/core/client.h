@@ -20,10 +20,11 @@ struct k8slease_client {
     kl__restconfig *cfg;
     kl__log log;
     kl__loop *loop;
-    kl__informer *informer;    /* Kubernetes: shared Lease watches (loop thread) */
-    kl__etcd_conn *etcd;       /* etcd: endpoints and authentication */
-    k8slease_elector *retired; /* kl__elector_retire: freed once over (loop thread) */
-    int *retired_drained;      /* kl__elector_wait_retired's flag, set once none is left */
+    kl__informer *informer;     /* Kubernetes: shared Lease watches (loop thread) */
+    kl__informer *pod_informer; /* Kubernetes: shared Pod watches (loop thread) */
+    kl__etcd_conn *etcd;        /* etcd: endpoints and authentication */
+    k8slease_elector *retired;  /* kl__elector_retire: freed once over (loop thread) */
+    int *retired_drained;       /* kl__elector_wait_retired's flag, set once none is left */
 };
 
 /* Ask the loop to stop an election without waiting (release < 0: as the

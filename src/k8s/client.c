@@ -1,6 +1,6 @@
 /* The Kubernetes side of a client (kl__k8s_backend): the kubeconfig chain,
- * the shared Lease watches (k8s/informer.c), and the one-shot calls of the
- * public API (holder, release, pod labels). */
+ * the shared Lease and Pod watches (k8s/informer.c), and the one-shot calls
+ * of the public API (holder, release, pod labels). */
 #include "k8s/client.h"
 
 #include <stddef.h>
@@ -22,7 +22,8 @@
 
 #define DEFAULT_SYNC_TIMEOUT_MS 10000
 
-/* Kubernetes: the kubeconfig chain; the loop; the shared watches. */
+/* Kubernetes: the kubeconfig chain; the loop; the shared watches (the Pod
+ * informer sends nothing until something follows a Pod: crash failover). */
 static int client_init(k8slease_client *c, const k8slease_client_options *opts)
 {
     int err;
@@ -44,23 +45,29 @@ static int client_init(k8slease_client *c, const k8slease_client_options *opts)
                        c->cfg->source, c->cfg->server);
     if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
         return err;
-    return kl__informer_new(&c->informer, c->loop, &c->log);
+    if ((err = kl__informer_new(&c->informer, c->loop, &c->log)) < 0)
+        return err;
+    return kl__informer_new_pods(&c->pod_informer, c->loop, &c->log);
 }
 
-static void shutdown_informer(void *arg)
+static void shutdown_informers(void *arg)
 {
-    kl__informer_shutdown(arg);
+    k8slease_client *c = arg;
+
+    kl__informer_shutdown(c->informer);
+    kl__informer_shutdown(c->pod_informer);
 }
 
 static void client_shutdown(k8slease_client *c)
 {
-    if (c->informer)
-        kl__loop_call(c->loop, shutdown_informer, c->informer);
+    if (c->informer || c->pod_informer)
+        kl__loop_call(c->loop, shutdown_informers, c);
 }
 
 static void client_free(k8slease_client *c)
 {
     kl__informer_free(c->informer);
+    kl__informer_free(c->pod_informer);
 }
 
 static const char *client_ns(const k8slease_client *client, const char *ns)

@@ -1,12 +1,12 @@
-/* Shared Lease watches: the rules are in k8s/informer.h; this file adds the
- * reasons behind the less obvious choices.
+/* Shared Lease and Pod watches: the rules are in k8s/informer.h; this file
+ * adds the reasons behind the less obvious choices.
  *
  * Life of what it keeps (loop thread only):
  *  - kl__sub: one per subscriber, freed once stopped and no callback is
  *    running (inf->busy counts the informer's own frames on the stack, so a
  *    subscriber may stop itself or others from its callback);
- *  - entry: one per followed Lease ("ns/name", in a hash table), attached to
- *    the stream that serves it, gone with its last subscriber;
+ *  - entry: one per followed object ("ns/name", in a hash table), attached
+ *    to the stream that serves it, gone with its last subscriber;
  *  - stream: per Lease or per namespace, gone with its last entry;
  *  - nsinfo: per namespace, counts its entries to pick the kind of stream. */
 #include "k8s/informer.h"
@@ -30,6 +30,18 @@
 #define MIN_CLEAN_NS  (1 * KL_NS_PER_S)
 #define TABLE_INITIAL 64
 #define KEY_MAX       320 /* namespace (63) + '/' + name (253) + NUL */
+/* Retries of a Pod stream answered 403: 1 s, 2 s, 4 s, ... up to this. */
+#define FORBIDDEN_MAX_NS (30 * KL_NS_PER_S)
+
+/* The kind of object an informer follows. */
+typedef struct kind {
+    const char *api;    /* the group version's path */
+    const char *plural; /* in paths */
+    const char *noun;   /* in messages */
+} kind;
+
+static const kind lease_kind = {"/apis/coordination.k8s.io/v1", "leases", "lease"};
+static const kind pod_kind = {"/api/v1", "pods", "pod"};
 
 typedef struct entry entry;
 typedef struct stream stream;
@@ -52,6 +64,7 @@ struct entry {
     nsinfo *nsi;
     kl__sub *subs;
     int healthy;      /* as last told to its subscribers */
+    int forbidden;    /* as last told to its subscribers */
     unsigned listed;  /* st->list_gen of the last list page that had it */
     const char *name; /* inside key */
     char key[];       /* "ns/name" */
@@ -59,9 +72,9 @@ struct entry {
 
 struct nsinfo {
     nsinfo *next;
-    size_t leases; /* entries in this namespace */
+    size_t leases; /* entries in this namespace (Leases or Pods) */
     stream *wide;  /* the namespace-wide stream, if any */
-    int no_wide;   /* its list was forbidden: one stream per Lease for good */
+    int no_wide;   /* its list was forbidden: one stream per object for good */
     char ns[];
 };
 
@@ -84,19 +97,24 @@ struct stream {
     char *cont;    /* continue token of the list in progress */
     char *list_rv; /* resourceVersion of the list in progress */
     unsigned list_gen;
-    int connected; /* list answered / watch established, and no failure since */
-    int healthy;   /* last health told to (most of) its entries */
-    int mixed;     /* some entry was told otherwise (it moved here) */
-    int relist;    /* the watch ended with an ERROR: list again */
-    int got_line;  /* the current watch delivered something */
-    int failures;  /* consecutive */
+    int connected;      /* list answered / watch established, and no failure since */
+    int healthy;        /* last health told to (most of) its entries */
+    int mixed;          /* some entry was told otherwise (it moved here) */
+    int relist;         /* the watch ended with an ERROR: list again */
+    int got_line;       /* the current watch delivered something */
+    int failures;       /* consecutive */
+    int forbidden;      /* consecutive 403 answers (Pods only) */
+    int told_forbidden; /* forbidden as last told to (most of) its entries */
     int64_t started, last_activity, last_bookmark;
     int64_t rp; /* smallest retry period of its subscribers */
 };
 
 struct kl__informer {
+    const kind *kind;
+    int pods; /* kind is pod_kind */
     kl__loop *loop;
     const kl__log *log;
+    int warned_forbidden; /* a 403 was logged as a warning: the next ones are debug */
     entry **table;
     size_t table_size, n_entries;
     nsinfo *namespaces;
@@ -105,6 +123,164 @@ struct kl__informer {
     int busy;
     int64_t bookmark_gap; /* shortest interval between two bookmarks, 0: none seen */
 };
+
+/* ------------------------------------------------------------------------ */
+/* Objects                                                                  */
+/* ------------------------------------------------------------------------ */
+
+/* A Lease or a Pod, decoded, with what the informer reads of both. */
+typedef struct object {
+    kl__lease *lease;
+    kl__pod *pod;
+    const char *name, *rv; /* borrowed from the one set; rv "" if absent */
+} object;
+
+static int object_from_json(const kl__informer *inf, json_t *j, object *o)
+{
+    int err;
+
+    memset(o, 0, sizeof(*o));
+    if (inf->pods) {
+        if ((err = kl__pod_from_json(&o->pod, j)) < 0)
+            return err;
+        o->name = o->pod->name;
+        o->rv = o->pod->rv;
+    } else {
+        if ((err = kl__lease_from_json(&o->lease, j)) < 0)
+            return err;
+        o->name = o->lease->name;
+        o->rv = o->lease->rv;
+    }
+    return 0;
+}
+
+static int object_parse(const kl__informer *inf, const char *body, size_t len, object *o)
+{
+    int err;
+
+    memset(o, 0, sizeof(*o));
+    if (inf->pods) {
+        if ((err = kl__pod_parse(&o->pod, body, len)) < 0)
+            return err;
+        o->name = o->pod->name;
+        o->rv = o->pod->rv;
+    } else {
+        if ((err = kl__lease_parse(&o->lease, body, len)) < 0)
+            return err;
+        o->name = o->lease->name;
+        o->rv = o->lease->rv;
+    }
+    return 0;
+}
+
+static void object_clear(object *o)
+{
+    kl__lease_free(o->lease);
+    kl__pod_free(o->pod);
+    memset(o, 0, sizeof(*o));
+}
+
+/* One line of a watch stream. Leases: k8s/codec.c's decoder; Pods: the
+ * same shape, with the object decoded as a Pod. */
+typedef struct event {
+    kl__watch_type type;
+    object obj;        /* ADDED, MODIFIED, DELETED */
+    char *bookmark_rv; /* BOOKMARK (owned) */
+    kl__status status; /* ERROR (owned) */
+} event;
+
+static void event_clear(event *ev)
+{
+    object_clear(&ev->obj);
+    kl__free(ev->bookmark_rv);
+    kl__status_clear(&ev->status);
+    memset(ev, 0, sizeof(*ev));
+}
+
+static const struct {
+    const char *name;
+    kl__watch_type type;
+} watch_types[] = {
+    {"ADDED", KL_WATCH_ADDED},       {"MODIFIED", KL_WATCH_MODIFIED}, {"DELETED", KL_WATCH_DELETED},
+    {"BOOKMARK", KL_WATCH_BOOKMARK}, {"ERROR", KL_WATCH_ERROR},
+};
+
+static int pod_event_decode(event *ev, json_t *root)
+{
+    const char *type = json_string_value(json_object_get(root, "type"));
+    json_t *obj = json_object_get(root, "object");
+    const char *rv;
+    size_t i;
+    int err;
+
+    if (!type)
+        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: type missing or not a string");
+    for (i = 0; i < KL_ARRAY_LEN(watch_types); i++)
+        if (strcmp(type, watch_types[i].name) == 0)
+            break;
+    if (i == KL_ARRAY_LEN(watch_types))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: unknown type \"%.64s\"", type);
+    ev->type = watch_types[i].type;
+    if (!json_is_object(obj))
+        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: %s: object missing or not an object",
+                             type);
+    switch (ev->type) {
+    case KL_WATCH_BOOKMARK:
+        /* A bookmark carries only metadata.resourceVersion, no name. */
+        rv =
+            json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
+        if (!rv)
+            return kl__error_set(K8SLEASE_EPROTOCOL,
+                                 "watch event: BOOKMARK: object.metadata.resourceVersion missing");
+        if (!(ev->bookmark_rv = kl__strdup(rv)))
+            return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return 0;
+    case KL_WATCH_ERROR:
+        return kl__status_from_json(&ev->status, obj);
+    default:
+        if ((err = kl__pod_from_json(&ev->obj.pod, obj)) < 0)
+            return kl__error_wrap(err, "watch event: %s", type);
+        ev->obj.name = ev->obj.pod->name;
+        ev->obj.rv = ev->obj.pod->rv;
+        return 0;
+    }
+}
+
+static int event_parse(const kl__informer *inf, const char *line, size_t len, event *ev)
+{
+    kl__watch_event lev;
+    json_error_t jerr;
+    json_t *root;
+    int err;
+
+    memset(ev, 0, sizeof(*ev));
+    if (!inf->pods) {
+        if ((err = kl__watch_event_parse(&lev, line, len)) < 0)
+            return err;
+        /* The Lease event's parts move over as they are. */
+        ev->type = lev.type;
+        ev->obj.lease = lev.lease;
+        if (lev.lease) {
+            ev->obj.name = lev.lease->name;
+            ev->obj.rv = lev.lease->rv;
+        }
+        ev->bookmark_rv = lev.bookmark_rv;
+        ev->status = lev.status;
+        return 0;
+    }
+    memset(&jerr, 0, sizeof(jerr));
+    if (!(root = json_loadb(line, len, JSON_DECODE_ANY, &jerr))) {
+        if (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])
+            return kl__error_set(K8SLEASE_ENOMEM, "watch event: out of memory");
+        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: not valid JSON: %s", jerr.text);
+    }
+    err = json_is_object(root) ? pod_event_decode(ev, root)
+                               : kl__error_set(K8SLEASE_EPROTOCOL, "watch event: not an object");
+    json_decref(root);
+    if (err < 0)
+        event_clear(ev);
+    return err;
+}
 
 /* ------------------------------------------------------------------------ */
 /* resourceVersions                                                         */
@@ -157,6 +333,7 @@ static void sweep(kl__informer *inf);
 static void stream_free(stream *st);
 static void list(stream *st);
 static void watch(stream *st);
+static char *object_path(const stream *st, const char *name);
 
 static void enter(kl__informer *inf)
 {
@@ -227,16 +404,16 @@ static void emit(entry *en, const kl__sub_event *ev)
             s->cb(ev, s->arg);
 }
 
-static void emit_lease(entry *en, const kl__lease *lease, const char *rv)
+static void emit_object(entry *en, const object *o)
 {
-    kl__sub_event ev = {KL_SUB_LEASE, lease, rv ? rv : "", 0};
+    kl__sub_event ev = {KL_SUB_OBJECT, o->lease, o->pod, o->rv, 0, 0};
 
     emit(en, &ev);
 }
 
 static void emit_absent(entry *en, const char *rv)
 {
-    kl__sub_event ev = {KL_SUB_ABSENT, NULL, rv ? rv : "", 0};
+    kl__sub_event ev = {KL_SUB_ABSENT, NULL, NULL, rv ? rv : "", 0, 0};
 
     emit(en, &ev);
 }
@@ -253,7 +430,7 @@ static void attach(entry *en, stream *st)
         st->entries->prev = en;
     st->entries = en;
     /* Told on the loop soon, not from inside kl__sub_start. */
-    if (en->healthy != st->healthy) {
+    if (en->healthy != st->healthy || en->forbidden != st->told_forbidden) {
         st->mixed = 1;
         kl__timer_arm(loop, &st->health, kl__loop_now(loop));
     }
@@ -344,11 +521,16 @@ static void sweep(kl__informer *inf)
 /* Health                                                                   */
 /* ------------------------------------------------------------------------ */
 
+static int64_t connect_timeout_ms(const stream *st);
+
+/* Pods: the probes keep a quiet stream healthy (on_probe), so W covers a
+ * probe sent at 2 * RP and answered within its timeout. */
 static int64_t window(const stream *st)
 {
     int64_t w = 3 * st->rp, b = 2 * st->inf->bookmark_gap;
 
-    return w > b ? w : b;
+    w = w > b ? w : b;
+    return st->inf->pods ? w + connect_timeout_ms(st) * KL_NS_PER_MS : w;
 }
 
 static int64_t restart_after(const stream *st)
@@ -377,19 +559,24 @@ static int64_t connect_timeout_ms(const stream *st)
     return ms > 1000 ? ms : 1000;
 }
 
-static void set_health(stream *st, int healthy)
+/* forbidden is only ever set on Pod streams (st->forbidden). */
+static void set_health(stream *st, int healthy, int forbidden)
 {
-    kl__sub_event ev = {KL_SUB_HEALTH, NULL, NULL, healthy};
+    kl__sub_event ev = {KL_SUB_HEALTH, NULL, NULL, NULL, healthy, forbidden};
 
-    if (healthy != st->healthy)
+    if (healthy != st->healthy || forbidden != st->told_forbidden)
         kl__log_printf(st->inf->log, K8SLEASE_LOG_DEBUG, "%s: %s", st->what,
-                       healthy ? "healthy" : "not healthy");
+                       healthy     ? "healthy"
+                       : forbidden ? "not healthy (forbidden)"
+                                   : "not healthy");
     st->healthy = healthy;
+    st->told_forbidden = forbidden;
     st->mixed = 0;
     for (entry *en = st->entries; en; en = en->next) {
-        if (en->healthy == healthy)
+        if (en->healthy == healthy && en->forbidden == forbidden)
             continue;
         en->healthy = healthy;
+        en->forbidden = forbidden;
         emit(en, &ev);
     }
 }
@@ -424,9 +611,10 @@ static void update_health(stream *st)
 {
     int64_t now = kl__loop_now(st->inf->loop);
     int healthy = st->connected && !st->behind && now - st->last_activity < window(st);
+    int forbidden = !healthy && st->forbidden > 0;
 
-    if (healthy != st->healthy || st->mixed)
-        set_health(st, healthy);
+    if (healthy != st->healthy || forbidden != st->told_forbidden || st->mixed)
+        set_health(st, healthy, forbidden);
     arm_health(st);
 }
 
@@ -464,7 +652,7 @@ static void on_probe(const kl__http_result *res, void *arg)
 {
     stream *st = arg;
     kl__informer *inf = st->inf;
-    kl__lease *lease = NULL;
+    object o = {0};
     uint64_t seen, streamed;
 
     enter(inf);
@@ -475,15 +663,20 @@ static void on_probe(const kl__http_result *res, void *arg)
          * it if it was there (it then resumes on a new one). */
         kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", st->what, res->errmsg);
     } else if (res->status == 200 && st->req && !st->behind &&
-               kl__lease_parse(&lease, res->body, res->body_len) == 0 &&
-               rv_parse(lease->rv, &seen) && rv_parse(st->rv, &streamed) && seen > streamed) {
-        /* The Lease changed: the stream must say so soon (its event may
-         * just be on the way), or it is on a connection that answers
-         * nothing (on_health). */
-        st->expect_rv = seen;
-        st->expect_by = st->last_probe + st->rp;
+               object_parse(inf, res->body, res->body_len, &o) == 0 && rv_parse(o.rv, &seen) &&
+               rv_parse(st->rv, &streamed)) {
+        if (seen > streamed) {
+            /* The object changed: the stream must say so soon (its event
+             * may just be on the way), or it is on a connection that
+             * answers nothing (on_health). */
+            st->expect_rv = seen;
+            st->expect_by = st->last_probe + st->rp;
+        } else if (inf->pods) {
+            /* Nothing missed: a quiet Pod stream is a healthy one. */
+            activity(st);
+        }
     }
-    kl__lease_free(lease);
+    object_clear(&o);
     arm_health(st);
     leave(inf);
 }
@@ -501,9 +694,10 @@ static void check_expected(stream *st, int64_t now)
         return;
     if (st->req && (!rv_parse(st->rv, &streamed) || streamed < st->expect_rv)) {
         kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN,
-                       "%s: silent while its lease changed (resourceVersion %llu, it showed %s); "
+                       "%s: silent while its %s changed (resourceVersion %llu, it showed %s); "
                        "resuming it",
-                       st->what, (unsigned long long)st->expect_rv, st->rv ? st->rv : "none");
+                       st->what, st->inf->kind->noun, (unsigned long long)st->expect_rv,
+                       st->rv ? st->rv : "none");
         st->behind = 1;
         st->expect_rv = 0;
         restart(st);
@@ -512,7 +706,7 @@ static void check_expected(stream *st, int64_t now)
     st->expect_rv = 0;
 }
 
-/* Ask the server for one of the stream's Leases: over HTTP/2 on the
+/* Ask the server for one of the stream's objects: over HTTP/2 on the
  * connection the next requests take (the stream's own while there is one
  * connection). */
 static void probe(stream *st)
@@ -522,8 +716,7 @@ static void probe(stream *st)
 
     if (!st->entries)
         return;
-    path = kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s", st->nsi->ns,
-                       st->entries->name);
+    path = object_path(st, st->entries->name);
     if (!path)
         return; /* out of memory: the health rules still hold */
     req.method = "GET";
@@ -578,8 +771,14 @@ static void on_retry(kl__timer *t, void *arg)
 static void retry_later(stream *st)
 {
     kl__loop *loop = st->inf->loop;
+    int64_t delay = st->failures > 1 ? RETRY_NS : 0;
 
-    kl__timer_arm(loop, &st->retry, kl__loop_now(loop) + (st->failures > 1 ? RETRY_NS : 0));
+    /* Permissions are not granted by asking again: back off. */
+    if (st->forbidden > 0)
+        delay = st->forbidden > 5 ? FORBIDDEN_MAX_NS : RETRY_NS << (st->forbidden - 1);
+    if (delay > FORBIDDEN_MAX_NS)
+        delay = FORBIDDEN_MAX_NS;
+    kl__timer_arm(loop, &st->retry, kl__loop_now(loop) + delay);
 }
 
 /* The list or watch failed: the subscribers hear it now (they poll while it
@@ -612,9 +811,10 @@ static stream *stream_new(kl__informer *inf, nsinfo *nsi, const char *name)
     kl__timer_init(&st->retry, on_retry, st);
     kl__timer_init(&st->health, on_health, st);
     if (name)
-        snprintf(st->what, sizeof(st->what), "watch of lease %s/%s", nsi->ns, name);
+        snprintf(st->what, sizeof(st->what), "watch of %s %s/%s", inf->kind->noun, nsi->ns, name);
     else
-        snprintf(st->what, sizeof(st->what), "watch of the leases in namespace %s", nsi->ns);
+        snprintf(st->what, sizeof(st->what), "watch of the %s in namespace %s", inf->kind->plural,
+                 nsi->ns);
     st->next = inf->streams;
     if (inf->streams)
         inf->streams->prev = st;
@@ -649,13 +849,14 @@ static void stream_free(stream *st)
 /* "...?fieldSelector=metadata.name%3DNAME&" or "...?" */
 static char *collection_path(const stream *st)
 {
+    const kind *k = st->inf->kind;
     char *sel = NULL, *esc = NULL, *path;
 
     if (!st->name)
-        return kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases?", st->nsi->ns);
+        return kl__sprintf("%s/namespaces/%s/%s?", k->api, st->nsi->ns, k->plural);
     if ((sel = kl__sprintf("metadata.name=%s", st->name)) && (esc = kl__url_escape(sel)))
-        path = kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases?fieldSelector=%s&",
-                           st->nsi->ns, esc);
+        path = kl__sprintf("%s/namespaces/%s/%s?fieldSelector=%s&", k->api, st->nsi->ns, k->plural,
+                           esc);
     else
         path = NULL;
     kl__free(esc);
@@ -677,12 +878,62 @@ static entry *find_entry(const stream *st, const char *name)
 
 static void on_list(const kl__http_result *res, void *arg);
 
+/* A Pod stream answered 403 (the client may not get, list or watch pods):
+ * counted, for the backoff (retry_later) and the subscribers (forbidden in
+ * their health events); logged as a warning once per informer until Pods
+ * are answered again (permitted), at debug level after that. Returns 1
+ * when it took the answer (a Pod stream's 403): the caller logs nothing. */
+static int note_forbidden(stream *st, long status)
+{
+    kl__informer *inf = st->inf;
+
+    if (!inf->pods || status != 403)
+        return 0;
+    st->forbidden++;
+    kl__log_printf(inf->log, inf->warned_forbidden ? K8SLEASE_LOG_DEBUG : K8SLEASE_LOG_WARN,
+                   "%s; the client may not read pods (RBAC: get and watch on pods): retrying, "
+                   "up to %d s apart (crash failover waits for lease expiry meanwhile)",
+                   kl__error_get(), (int)(FORBIDDEN_MAX_NS / KL_NS_PER_S));
+    inf->warned_forbidden = 1;
+    return 1;
+}
+
+/* A list or watch was answered: a 403 later is news again. */
+static void permitted(stream *st)
+{
+    st->forbidden = 0;
+    st->inf->warned_forbidden = 0;
+}
+
+/* A Pod's own stream reads its Pod with a GET instead of a list: the
+ * same state and resourceVersion for one object, and RBAC's get and watch
+ * on pods are enough (what a follower needs for crash failover: no list of
+ * the namespace's Pods). */
+static int get_mode(const stream *st)
+{
+    return st->inf->pods && st->name;
+}
+
+/* "/api/v1/namespaces/NS/pods/NAME": the object of a stream of one. */
+static char *object_path(const stream *st, const char *name)
+{
+    char *esc = kl__url_escape(name), *path = NULL;
+
+    if (esc)
+        path = kl__sprintf("%s/namespaces/%s/%s/%s", st->inf->kind->api, st->nsi->ns,
+                           st->inf->kind->plural, esc);
+    kl__free(esc);
+    return path;
+}
+
 static void list(stream *st)
 {
     kl__http_opts req = {0};
-    char *base = collection_path(st), *esc = NULL, *path = NULL;
+    char *base = get_mode(st) ? NULL : collection_path(st), *esc = NULL, *path = NULL;
 
-    if (base && st->cont && (esc = kl__url_escape(st->cont)))
+    if (get_mode(st))
+        path = object_path(st, st->name);
+    else if (base && st->cont && (esc = kl__url_escape(st->cont)))
         path = kl__sprintf("%slimit=%d&continue=%s", base, LIST_PAGE, esc);
     else if (base && !st->cont)
         path = kl__sprintf("%slimit=%d", base, LIST_PAGE);
@@ -702,8 +953,8 @@ static void list(stream *st)
     }
 }
 
-/* The namespace-wide list was forbidden (RBAC may allow single Leases by
- * resourceNames only): give every Lease its own stream again, for good. An
+/* The namespace-wide list was forbidden (RBAC may allow single objects by
+ * resourceNames only): give every object its own stream again, for good. An
  * entry left over for lack of memory stays on this stream, which tries again. */
 static void go_narrow(stream *wide)
 {
@@ -711,7 +962,8 @@ static void go_narrow(stream *wide)
 
     wide->nsi->no_wide = 1;
     kl__log_printf(wide->inf->log, K8SLEASE_LOG_WARN,
-                   "%s: forbidden; watching each lease on its own instead", wide->what);
+                   "%s: forbidden; watching each %s on its own instead", wide->what,
+                   wide->inf->kind->noun);
     for (en = wide->entries; en; en = next) {
         stream *st = stream_new(wide->inf, wide->nsi, en->name);
 
@@ -724,8 +976,8 @@ static void go_narrow(stream *wide)
     }
 }
 
-/* One page of a list: its items are the current state of the Leases they
- * name; after the last page, a followed Lease the list did not have is
+/* One page of a list: its items are the current state of the objects they
+ * name; after the last page, a followed object the list did not have is
  * absent. */
 static int list_page(stream *st, const char *body, size_t len)
 {
@@ -759,19 +1011,19 @@ static int list_page(stream *st, const char *body, size_t len)
     }
     json_array_foreach(items, i, item)
     {
-        kl__lease *lease = NULL;
+        object o;
         entry *en;
 
-        /* One bad Lease of the namespace must not blind us to the others. */
-        if (kl__lease_from_json(&lease, item) < 0) {
+        /* One bad object of the namespace must not blind us to the others. */
+        if (object_from_json(st->inf, item, &o) < 0) {
             kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: %s", st->what, kl__error_get());
             continue;
         }
-        if ((en = find_entry(st, lease->name))) {
+        if ((en = find_entry(st, o.name))) {
             en->listed = st->list_gen;
-            emit_lease(en, lease, lease->rv);
+            emit_object(en, &o);
         }
-        kl__lease_free(lease);
+        object_clear(&o);
     }
     set_rv(&st->cont, cont);
     if (st->cont)
@@ -785,6 +1037,35 @@ out:
     return err;
 }
 
+/* The answer to get_mode's GET: the Pod as it is, or its absence (404);
+ * the watch then starts from the Pod's resourceVersion, or, without one,
+ * at the most recent state (a Pod created meanwhile comes as ADDED). */
+static int get_answer(stream *st, const kl__http_result *res)
+{
+    object o;
+    int err;
+
+    if (res->status == 404) {
+        if (st->entries)
+            emit_absent(st->entries, "");
+        set_rv(&st->rv, NULL);
+        return 0;
+    }
+    if (res->status != 200)
+        return kl__http_status_error(res->status, res->body, res->body_len, st->what);
+    if ((err = object_parse(st->inf, res->body, res->body_len, &o)) < 0)
+        return kl__error_wrap(err, "%s", st->what);
+    if (strcmp(o.name, st->name) != 0) {
+        err = kl__error_set(K8SLEASE_EPROTOCOL, "%s: the answer is pod %s", st->what, o.name);
+    } else {
+        if (st->entries)
+            emit_object(st->entries, &o);
+        set_rv(&st->rv, o.rv);
+    }
+    object_clear(&o);
+    return err;
+}
+
 static void on_list(const kl__http_result *res, void *arg)
 {
     stream *st = arg;
@@ -794,16 +1075,22 @@ static void on_list(const kl__http_result *res, void *arg)
     enter(inf);
     st->req = NULL;
     if (res->err)
-        err = kl__error_set(res->err, "%s: list: %s", st->what, res->errmsg);
+        err = kl__error_set(res->err, "%s: %s: %s", st->what, get_mode(st) ? "get" : "list",
+                            res->errmsg);
+    else if (get_mode(st))
+        err = get_answer(st, res);
     else if (res->status != 200)
         err = kl__http_status_error(res->status, res->body, res->body_len, st->what);
     else
         err = list_page(st, res->body, res->body_len);
     if (err < 0) {
-        kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; retrying", kl__error_get());
         set_rv(&st->cont, NULL); /* a continue token may have expired: start over */
-        if (res->status == 403 && !st->name)
+        if (res->status == 403 && !st->name) {
+            kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; retrying", kl__error_get());
             go_narrow(st);
+        } else if (!note_forbidden(st, res->status)) {
+            kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; retrying", kl__error_get());
+        }
         if (st->entries)
             fail(st);
         else
@@ -811,6 +1098,7 @@ static void on_list(const kl__http_result *res, void *arg)
     } else if (st->cont) {
         list(st);
     } else {
+        permitted(st);
         st->connected = 1;
         st->failures = 0;
         activity(st);
@@ -823,27 +1111,27 @@ static void on_list(const kl__http_result *res, void *arg)
 static int on_line(const char *line, size_t len, void *arg)
 {
     stream *st = arg;
-    kl__watch_event ev;
+    event ev;
     entry *en;
 
     st->got_line = 1;
-    if (kl__watch_event_parse(&ev, line, len) < 0) {
+    if (event_parse(st->inf, line, len, &ev) < 0) {
         kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: %s", st->what, kl__error_get());
         return K8SLEASE_EPROTOCOL;
     }
     switch (ev.type) {
     case KL_WATCH_ADDED:
     case KL_WATCH_MODIFIED:
-        set_rv(&st->rv, ev.lease->rv);
+        set_rv(&st->rv, ev.obj.rv);
         activity(st);
-        if ((en = find_entry(st, ev.lease->name)))
-            emit_lease(en, ev.lease, ev.lease->rv);
+        if ((en = find_entry(st, ev.obj.name)))
+            emit_object(en, &ev.obj);
         break;
     case KL_WATCH_DELETED:
-        set_rv(&st->rv, ev.lease->rv);
+        set_rv(&st->rv, ev.obj.rv);
         activity(st);
-        if ((en = find_entry(st, ev.lease->name)))
-            emit_absent(en, ev.lease->rv);
+        if ((en = find_entry(st, ev.obj.name)))
+            emit_absent(en, ev.obj.rv);
         break;
     case KL_WATCH_BOOKMARK: {
         int64_t now = kl__loop_now(st->inf->loop);
@@ -861,10 +1149,10 @@ static int on_line(const char *line, size_t len, void *arg)
         kl__log_printf(st->inf->log, K8SLEASE_LOG_INFO, "%s: server ended it: %d %s", st->what,
                        ev.status.code, ev.status.message);
         st->relist = 1;
-        kl__watch_event_clear(&ev);
+        event_clear(&ev);
         return K8SLEASE_EPROTOCOL;
     }
-    kl__watch_event_clear(&ev);
+    event_clear(&ev);
     return 0;
 }
 
@@ -886,6 +1174,7 @@ static void on_open(void *arg)
     kl__informer *inf = st->inf;
 
     enter(inf);
+    permitted(st);
     st->connected = 1;
     st->failures = 0;
     if (!st->behind) /* resumed for missing a change: healthy once it speaks */
@@ -921,7 +1210,9 @@ static void on_watch_end(const kl__http_result *res, void *arg)
             kl__error_set(K8SLEASE_EPROTOCOL, "ended at once");
         else
             kl__http_status_error(res->status, res->body, res->body_len, "watch");
-        kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s: %s; resuming", st->what, kl__error_get());
+        kl__error_wrap(0, "%s", st->what);
+        if (!note_forbidden(st, res->status))
+            kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; resuming", kl__error_get());
         if (res->status == 410)
             set_rv(&st->rv, NULL);
         fail(st);
@@ -934,10 +1225,12 @@ static void watch(stream *st)
     kl__http_opts req = {0};
     char *base = collection_path(st), *path = NULL;
 
+    /* Without a resourceVersion (a Pod's GET answered 404): from the most
+     * recent state. */
     if (base)
-        path = kl__sprintf("%swatch=1&allowWatchBookmarks=true&timeoutSeconds=%d&"
-                           "resourceVersion=%s",
-                           base, WATCH_TIMEOUT_S, st->rv);
+        path =
+            kl__sprintf("%swatch=1&allowWatchBookmarks=true&timeoutSeconds=%d%s%s", base,
+                        WATCH_TIMEOUT_S, st->rv ? "&resourceVersion=" : "", st->rv ? st->rv : "");
     kl__line_splitter_init(&st->lines, MAX_LINE);
     st->started = kl__loop_now(st->inf->loop);
     st->last_bookmark = 0;
@@ -981,8 +1274,8 @@ static stream *go_wide(kl__informer *inf, nsinfo *nsi)
         }
         stream_free(st);
     }
-    kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: more than %d leases followed", wide->what,
-                   KL_INFORMER_NS_THRESHOLD);
+    kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: more than %d %s followed", wide->what,
+                   KL_INFORMER_NS_THRESHOLD, inf->kind->plural);
     return wide;
 }
 
@@ -1100,7 +1393,12 @@ int kl__sub_healthy(const kl__sub *s)
     return s && !s->dead && s->en->healthy;
 }
 
-int kl__informer_new(kl__informer **out, kl__loop *loop, const kl__log *log)
+int kl__sub_forbidden(const kl__sub *s)
+{
+    return s && !s->dead && s->en->forbidden;
+}
+
+static int informer_new(kl__informer **out, const kind *k, kl__loop *loop, const kl__log *log)
 {
     kl__informer *inf = kl__calloc(1, sizeof(*inf));
 
@@ -1109,11 +1407,23 @@ int kl__informer_new(kl__informer **out, kl__loop *loop, const kl__log *log)
         kl__free(inf);
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     }
+    inf->kind = k;
+    inf->pods = k == &pod_kind;
     inf->table_size = TABLE_INITIAL;
     inf->loop = loop;
     inf->log = log;
     *out = inf;
     return 0;
+}
+
+int kl__informer_new(kl__informer **out, kl__loop *loop, const kl__log *log)
+{
+    return informer_new(out, &lease_kind, loop, log);
+}
+
+int kl__informer_new_pods(kl__informer **out, kl__loop *loop, const kl__log *log)
+{
+    return informer_new(out, &pod_kind, loop, log);
 }
 
 void kl__informer_shutdown(kl__informer *inf)

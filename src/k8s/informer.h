@@ -1,13 +1,17 @@
-/* Shared Lease watches, as client-go's shared informers: one stream per
- * Lease (or per namespace) per client, whatever number of electors and
- * holder watches of that client follow it.
+/* Shared Lease and Pod watches, as client-go's shared informers: one stream
+ * per Lease (or per namespace) per client, whatever number of electors and
+ * holder watches of that client follow it. An informer follows one kind of
+ * object, chosen when it is made: Leases (kl__informer_new, the client's
+ * informer) or Pods (kl__informer_new_pods, the client's pod_informer,
+ * for crash failover: issue 23). What is said below of Leases holds for
+ * Pods, with the differences under "Pods".
  *
  * A stream LISTs (fieldSelector metadata.name=NAME, or the whole namespace),
  * then WATCHes from the list's resourceVersion with bookmarks, resuming
  * after every end and re-listing when the history is gone (410). Each
- * subscriber gets the Lease as listed or changed (KL_SUB_LEASE), its absence
- * (deleted, or missing from a list: KL_SUB_ABSENT), and the stream's health
- * (KL_SUB_HEALTH).
+ * subscriber gets the Lease as listed or changed (KL_SUB_LEASE, another
+ * name of KL_SUB_OBJECT), its absence (deleted, or missing from a list:
+ * KL_SUB_ABSENT), and the stream's health (KL_SUB_HEALTH).
  *
  * Which stream: a Lease gets its own stream (fieldSelector on the name)
  * until a client follows more than KL_INFORMER_NS_THRESHOLD Leases of one
@@ -38,6 +42,24 @@
  * resumes, on a new connection. So a stream on a connection that answers
  * nothing is back within 3 * RP (+ a balancer's own detection).
  *
+ * Pods: /api/v1/namespaces/NS/pods. A Pod's own stream reads it with a GET
+ * of the Pod (404: absent) instead of a list, then WATCHes with
+ * fieldSelector metadata.name from its resourceVersion (from the most
+ * recent state after a 404), so RBAC's get and watch on pods are enough;
+ * the namespace-wide stream (above the same threshold) lists, and goes back
+ * to one stream per Pod if that is forbidden, as for Leases. Subscribers
+ * get KL_SUB_OBJECT with pod set. A Pod changes rarely, so silence is no
+ * sign of trouble there: a probe answered with the resourceVersion the
+ * stream has shown (nothing missed) counts as activity, and the window is W
+ * plus the probe's timeout. A change the stream did not deliver is still
+ * seen by the next probe (within 2 * RP) and the stream resumed, as for
+ * Leases. A read or watch answered 403 (no RBAC permission) tells the
+ * subscribers KL_SUB_HEALTH with healthy 0 and forbidden 1 (even when they
+ * were told "not healthy" already), is logged once as a warning (until a
+ * read or watch of Pods is answered again), and is retried after 1 s, 2 s,
+ * 4 s, ... up to 30 s apart. Lease informers keep their rules for 403 (a
+ * retry within a second, a warning each time; forbidden is never set).
+ *
  * Threads: everything on the loop thread. Callbacks run from the loop's
  * stream, timer and request callbacks, never from kl__sub_start/stop. */
 #ifndef KL_INFORMER_H
@@ -47,6 +69,7 @@
 
 #include "core/http.h"
 #include "k8s/codec.h"
+#include "k8s/pod.h"
 
 #define KL_INFORMER_NS_THRESHOLD 8
 
@@ -54,22 +77,29 @@ typedef struct kl__informer kl__informer;
 typedef struct kl__sub kl__sub;
 
 typedef enum kl__sub_event_type {
-    KL_SUB_LEASE,  /* the Lease as of rv (listed, added or modified) */
-    KL_SUB_ABSENT, /* no Lease as of rv (deleted, or not in a list) */
-    KL_SUB_HEALTH  /* the stream became healthy or not */
+    KL_SUB_OBJECT,               /* the object as of rv (listed, added or modified) */
+    KL_SUB_ABSENT,               /* no object as of rv (deleted, or not in a list) */
+    KL_SUB_HEALTH,               /* the stream became healthy or not, or forbidden */
+    KL_SUB_LEASE = KL_SUB_OBJECT /* the same, as the Lease call sites say it */
 } kl__sub_event_type;
 
 typedef struct kl__sub_event {
     kl__sub_event_type type;
-    const kl__lease *lease; /* KL_SUB_LEASE; borrowed for the call */
-    const char *rv;         /* KL_SUB_LEASE, KL_SUB_ABSENT: resourceVersion of that state */
+    const kl__lease *lease; /* KL_SUB_OBJECT of a Lease informer; borrowed for the call */
+    const kl__pod *pod;     /* KL_SUB_OBJECT of a Pod informer; borrowed for the call */
+    const char *rv;         /* KL_SUB_OBJECT, KL_SUB_ABSENT: resourceVersion of that state */
     int healthy;            /* KL_SUB_HEALTH */
+    int forbidden;          /* KL_SUB_HEALTH of a Pod informer: not healthy because the
+                               server answered 403 (no permission to read pods);
+                               retried with backoff */
 } kl__sub_event;
 
 typedef void (*kl__sub_cb)(const kl__sub_event *ev, void *arg);
 
-/* One per client. 0 or K8SLEASE_ENOMEM. Any thread (no I/O). */
+/* One per client and kind: Leases, Pods. 0 or K8SLEASE_ENOMEM. Any thread
+ * (no I/O: nothing is sent until a kl__sub_start). */
 int kl__informer_new(kl__informer **out, kl__loop *loop, const kl__log *log);
+int kl__informer_new_pods(kl__informer **out, kl__loop *loop, const kl__log *log);
 /* Stop every stream (loop thread, before the loop stops; the subscribers
  * should all be gone by then: those left get no more callbacks). */
 void kl__informer_shutdown(kl__informer *inf);
@@ -90,6 +120,10 @@ void kl__sub_stop(kl__sub *sub);
 void kl__sub_relist(kl__sub *sub);
 /* Health of the subscriber's stream, as last reported to it. */
 int kl__sub_healthy(const kl__sub *sub);
+/* 1 when the subscriber's stream was last answered 403 (Pod informers),
+ * as last reported to it: a subscriber that starts on such a stream is
+ * not told again. */
+int kl__sub_forbidden(const kl__sub *sub);
 
 /* resourceVersion order. Kubernetes calls resourceVersions opaque, but every
  * real server uses etcd revisions, decimal and increasing: when both parse
