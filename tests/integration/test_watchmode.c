@@ -2,8 +2,10 @@
  * on a release at once and on a crash exactly at the expiry, fall back to
  * polling when the watch stalls, resume and re-list; watches of one Lease in
  * one client share one stream; one client runs hundreds of elections on its
- * one thread. Tests that need fault injection or the server's statistics
- * skip on another API server.
+ * one thread; the client's Pod informer (k8s/informer.h, crash failover)
+ * follows a Pod's labels and status, keeps a quiet Pod stream healthy, and
+ * backs off when it may not list pods. Tests that need fault injection or
+ * the server's statistics skip on another API server.
  *
  * Bounds on speed are at least ten times what is expected: a handover on a
  * watch takes a few ms here (one event, one GET, one UPDATE), so "well under
@@ -28,6 +30,10 @@
 #include "procnet.h"
 #include "harness.h"
 #include "k8slease.h"
+#include "core/client.h"
+#include "core/loop.h"
+#include "k8s/informer.h"
+#include "k8s/pod.h"
 
 #define LD_MS   3000
 #define RD_MS   2000
@@ -704,6 +710,448 @@ static void namespace_watch_forbidden_goes_back(void **state)
     k8slease_client_free(c);
 }
 
+/* ---- the Pod informer (internal: k8s/informer.h) ---- */
+
+#define CID_A "containerd://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define CID_B "containerd://bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+
+/* What a Pod subscriber was told (written on the loop thread). */
+typedef struct pod_rec {
+    pthread_mutex_t mu;
+    int objects, absents, unhealthy, forbidden_events;
+    int healthy, forbidden; /* as last told */
+    char uid[64], app[64];  /* of the last state: metadata.uid, labels.app */
+    size_t ncontainers;
+    int main_running;
+    int ended_a, ended_b; /* kl__pod_container_ended("main", CID_A / CID_B) */
+    int wrong;            /* an event that broke the informer's promises */
+} pod_rec;
+
+static void on_pod_event(const kl__sub_event *ev, void *arg)
+{
+    pod_rec *r = arg;
+
+    pthread_mutex_lock(&r->mu);
+    switch (ev->type) {
+    case KL_SUB_OBJECT: {
+        const char *app = json_string_value(json_object_get(
+            json_object_get(json_object_get(ev->pod ? ev->pod->root : NULL, "metadata"), "labels"),
+            "app"));
+
+        if (!ev->pod || ev->lease || strcmp(ev->rv, ev->pod->rv) != 0) {
+            r->wrong++;
+            break;
+        }
+        r->objects++;
+        snprintf(r->uid, sizeof(r->uid), "%s", ev->pod->uid);
+        snprintf(r->app, sizeof(r->app), "%s", app ? app : "");
+        r->ncontainers = ev->pod->ncontainers;
+        r->main_running = ev->pod->ncontainers > 0 && ev->pod->containers[0].running;
+        r->ended_a = kl__pod_container_ended(ev->pod, ev->pod->uid, "main", CID_A);
+        r->ended_b = kl__pod_container_ended(ev->pod, ev->pod->uid, "main", CID_B);
+        break;
+    }
+    case KL_SUB_ABSENT:
+        r->absents++;
+        break;
+    case KL_SUB_HEALTH:
+        r->unhealthy += !ev->healthy && r->healthy;
+        r->forbidden_events += ev->forbidden;
+        r->healthy = ev->healthy;
+        r->forbidden = ev->forbidden;
+        break;
+    }
+    pthread_mutex_unlock(&r->mu);
+}
+
+/* kl__sub_start and kl__sub_stop belong to the loop thread. */
+typedef struct sub_call {
+    kl__informer *inf;
+    const char *ns, *name;
+    int64_t rp_ms;
+    pod_rec *rec;
+    kl__sub *sub;
+    int forbidden; /* kl__sub_forbidden right after the start */
+} sub_call;
+
+static void sub_start_on_loop(void *arg)
+{
+    sub_call *sc = arg;
+
+    sc->sub = kl__sub_start(sc->inf, sc->ns, sc->name, sc->rp_ms * 1000000, on_pod_event, sc->rec);
+    sc->forbidden = kl__sub_forbidden(sc->sub);
+}
+
+static void sub_stop_on_loop(void *arg)
+{
+    kl__sub_stop(arg);
+}
+
+static kl__sub *pod_sub_start(k8slease_client *cl, const char *ns, const char *name, int64_t rp_ms,
+                              pod_rec *r, int *forbidden)
+{
+    sub_call sc = {cl->pod_informer, ns, name, rp_ms, r, NULL, 0};
+
+    assert_non_null(cl->pod_informer);
+    assert_int_equal(kl__loop_call(cl->loop, sub_start_on_loop, &sc), 0);
+    assert_non_null(sc.sub);
+    if (forbidden)
+        *forbidden = sc.forbidden;
+    return sc.sub;
+}
+
+static void pod_sub_stop(k8slease_client *cl, kl__sub *sub)
+{
+    assert_int_equal(kl__loop_call(cl->loop, sub_stop_on_loop, sub), 0);
+}
+
+static void pod_rec_init(pod_rec *r)
+{
+    memset(r, 0, sizeof(*r));
+    pthread_mutex_init(&r->mu, NULL);
+}
+
+/* Wait (bounded) until cond holds of r; what says what was awaited. */
+#define WAIT_POD(r, ms, cond, what)                                                                \
+    do {                                                                                           \
+        int64_t deadline_ = e2e_mono_ms() + (ms);                                                  \
+        for (;;) {                                                                                 \
+            int ok_;                                                                               \
+            pthread_mutex_lock(&(r)->mu);                                                          \
+            ok_ = (cond);                                                                          \
+            pthread_mutex_unlock(&(r)->mu);                                                        \
+            if (ok_)                                                                               \
+                break;                                                                             \
+            if (e2e_mono_ms() > deadline_)                                                         \
+                fail_msg("pod subscriber: %s not within %d ms", what, (int)(ms));                  \
+            e2e_pause_ms(10);                                                                      \
+        }                                                                                          \
+    } while (0)
+
+static void create_pod(const char *ns, const char *name)
+{
+    char path[256], body[512];
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
+    snprintf(
+        body, sizeof(body),
+        "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\",\"labels\":{"
+        "\"app\":\"v1\"}},\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"busybox\"}]}}",
+        name);
+    assert_int_equal(e2e_create(path, body), 0);
+}
+
+/* PATCH (merge) of pods/NAME or, with subresource, pods/NAME/SUBRESOURCE. */
+static void patch_pod(const char *ns, const char *name, const char *subresource, const char *patch)
+{
+    char path[256], *resp = NULL;
+    long status = 0;
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s%s%s", ns, name,
+             subresource ? "/" : "", subresource ? subresource : "");
+    assert_int_equal(e2e_api("PATCH", path, patch, &status, &resp), 0);
+    if (status != 200)
+        fail_msg("PATCH %s: HTTP %ld %s", path, status, resp ? resp : "");
+    free(resp);
+}
+
+/* A Pod's subscriber sees it absent, then created, its label changed, the
+ * kubelet's status (written through pods/status, as a kubelet does) with
+ * the terminated instance, and its deletion; a second subscriber of that
+ * Pod in the client shares the stream. A Pod's own stream reads it with a
+ * GET, never a list (RBAC: get and watch are enough). */
+static void pod_subscription_follows_the_pod(void **state)
+{
+    pod_rec r, r2;
+    k8slease_client *c;
+    kl__sub *sub, *sub2;
+    const char *ns;
+    long open = 0, lists = 0;
+    char path[256];
+    long status = 0;
+
+    (void)state;
+    pod_rec_init(&r);
+    pod_rec_init(&r2);
+    assert_non_null(ns = e2e_namespace("wm-pod"));
+    c = new_client("wm-pod");
+    if (e2e_is_testserver()) {
+        wait_watches_open(0);
+        open = watches_open();
+        lists = verb_ok("list");
+    }
+    sub = pod_sub_start(c, ns, "p1", RP_MS, &r, NULL);
+    WAIT_POD(&r, WAIT_MS, r.absents == 1 && r.healthy, "no pod yet, on a healthy stream");
+    create_pod(ns, "p1");
+    WAIT_POD(&r, WAIT_MS, r.objects >= 1, "the pod created");
+    pthread_mutex_lock(&r.mu);
+    assert_true(r.uid[0] != '\0');
+    assert_string_equal(r.app, "v1");
+    assert_int_equal(r.ncontainers, 0);
+    pthread_mutex_unlock(&r.mu);
+
+    sub2 = pod_sub_start(c, ns, "p1", RP_MS, &r2, NULL);
+    if (e2e_is_testserver())
+        wait_watches_open(open + 1);
+
+    patch_pod(ns, "p1", NULL, "{\"metadata\":{\"labels\":{\"app\":\"v2\"}}}");
+    WAIT_POD(&r, WAIT_MS, strcmp(r.app, "v2") == 0, "label app=v2");
+    WAIT_POD(&r2, WAIT_MS, strcmp(r2.app, "v2") == 0, "label app=v2 (second subscriber)");
+
+    patch_pod(ns, "p1", "status",
+              "{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"main\","
+              "\"image\":\"busybox\",\"imageID\":\"\",\"ready\":true,\"restartCount\":1,"
+              "\"containerID\":\"" CID_B "\",\"state\":{\"running\":{\"startedAt\":"
+              "\"2024-05-01T10:00:05Z\"}},\"lastState\":{\"terminated\":{\"exitCode\":137,"
+              "\"startedAt\":\"2024-05-01T09:00:00Z\",\"finishedAt\":\"2024-05-01T10:00:04Z\","
+              "\"containerID\":\"" CID_A "\"}}}]}}");
+    WAIT_POD(&r, WAIT_MS, r.main_running && r.ended_a && !r.ended_b,
+             "status: B running, A terminated");
+    patch_pod(ns, "p1", "status",
+              "{\"status\":{\"containerStatuses\":[{\"name\":\"main\",\"image\":\"busybox\","
+              "\"imageID\":\"\",\"ready\":false,\"restartCount\":1,\"containerID\":\"" CID_B
+              "\",\"state\":{\"terminated\":{\"exitCode\":139,\"startedAt\":"
+              "\"2024-05-01T10:00:05Z\",\"finishedAt\":\"2024-05-01T10:30:00Z\",\"containerID\":"
+              "\"" CID_B "\"}},\"lastState\":{}}]}}");
+    WAIT_POD(&r, WAIT_MS, !r.main_running && r.ended_b, "status: B terminated");
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/p1", ns);
+    assert_int_equal(e2e_api("DELETE", path, NULL, &status, NULL), 0);
+    assert_true(status == 200 || status == 202);
+    WAIT_POD(&r, WAIT_MS, r.absents >= 1, "the deletion");
+    WAIT_POD(&r2, WAIT_MS, r2.absents >= 1, "the deletion (second subscriber)");
+    pthread_mutex_lock(&r.mu);
+    assert_int_equal(r.wrong, 0);
+    assert_int_equal(r.unhealthy, 0);
+    pthread_mutex_unlock(&r.mu);
+    if (e2e_is_testserver())
+        assert_int_equal(verb_ok("list"), lists);
+    pod_sub_stop(c, sub);
+    pod_sub_stop(c, sub2);
+    k8slease_client_free(c);
+}
+
+/* A Pod changes rarely: a stream of a Pod nothing changes stays healthy on
+ * its probes (GETs of the Pod every 2 RP that show nothing it missed), where
+ * a Lease stream that quiet is told unhealthy after 3 RP. On the test server
+ * the stream is frozen (no bookmarks either, which would keep it healthy
+ * anyway); then a change it does not deliver is seen by the next probe: the
+ * stream is resumed and told unhealthy until it delivers again. */
+static void quiet_pod_stream_stays_healthy(void **state)
+{
+    enum { RP = 200 };
+    pod_rec r;
+    k8slease_client *c;
+    kl__sub *sub;
+    const char *ns;
+    char json[256];
+    long gets = 0;
+
+    (void)state;
+    pod_rec_init(&r);
+    assert_non_null(ns = e2e_namespace("wm-podq"));
+    create_pod(ns, "quiet");
+    c = new_client("wm-podq");
+    sub = pod_sub_start(c, ns, "quiet", RP, &r, NULL);
+    WAIT_POD(&r, WAIT_MS, r.objects >= 1 && r.healthy, "the pod, on a healthy stream");
+    if (e2e_is_testserver()) {
+        snprintf(json, sizeof(json),
+                 "{\"kind\":\"freeze_watch\",\"match\":{\"path_prefix\":"
+                 "\"/api/v1/namespaces/%s/pods\",\"user_agent\":\"wm-podq\"}}",
+                 ns);
+        e2e_add_fault(json);
+        gets = verb_ok("get");
+    }
+    e2e_pause_ms(20 * RP);
+    pthread_mutex_lock(&r.mu);
+    assert_int_equal(r.unhealthy, 0);
+    assert_true(r.healthy);
+    assert_int_equal(r.objects, 1);
+    pthread_mutex_unlock(&r.mu);
+    if (!e2e_is_testserver()) {
+        pod_sub_stop(c, sub);
+        k8slease_client_free(c);
+        return;
+    }
+    /* Probes: one per 2 RP, give or take. */
+    assert_true(verb_ok("get") - gets >= 5);
+    patch_pod(ns, "quiet", NULL, "{\"metadata\":{\"labels\":{\"app\":\"v2\"}}}");
+    WAIT_POD(&r, 3000, r.unhealthy == 1, "unhealthy after a change the frozen stream missed");
+    pthread_mutex_lock(&r.mu);
+    assert_string_equal(r.app, "v1");
+    pthread_mutex_unlock(&r.mu);
+    delete_faults();
+    WAIT_POD(&r, WAIT_MS, r.healthy && strcmp(r.app, "v2") == 0, "the change, once thawed");
+    pod_sub_stop(c, sub);
+    k8slease_client_free(c);
+}
+
+/* Above KL_INFORMER_NS_THRESHOLD Pods of one namespace, one namespace-wide
+ * stream (a list, then a watch) serves them all, each subscriber its own
+ * Pod's states. */
+static void many_pods_one_stream(void **state)
+{
+    enum { N = KL_INFORMER_NS_THRESHOLD + 1 };
+    static pod_rec r[N];
+    kl__sub *sub[N];
+    k8slease_client *c;
+    const char *ns;
+    long open = 0;
+
+    (void)state;
+    assert_non_null(ns = e2e_namespace("wm-pods"));
+    c = new_client("wm-pods");
+    if (e2e_is_testserver()) {
+        wait_watches_open(0);
+        open = watches_open();
+    }
+    for (int k = 0; k < N; k++) {
+        char name[32];
+
+        snprintf(name, sizeof(name), "pod-%d", k);
+        create_pod(ns, name);
+        pod_rec_init(&r[k]);
+        sub[k] = pod_sub_start(c, ns, name, RP_MS, &r[k], NULL);
+    }
+    for (int k = 0; k < N; k++)
+        WAIT_POD(&r[k], WAIT_MS, r[k].objects >= 1 && r[k].healthy, "each pod, healthy");
+    if (e2e_is_testserver())
+        wait_watches_open(open + 1);
+    patch_pod(ns, "pod-5", NULL, "{\"metadata\":{\"labels\":{\"app\":\"v2\"}}}");
+    WAIT_POD(&r[5], WAIT_MS, strcmp(r[5].app, "v2") == 0, "pod-5's label");
+    for (int k = 0; k < N; k++) {
+        pthread_mutex_lock(&r[k].mu);
+        assert_string_equal(r[k].app, k == 5 ? "v2" : "v1");
+        assert_int_equal(r[k].wrong, 0);
+        pthread_mutex_unlock(&r[k].mu);
+        pod_sub_stop(c, sub[k]);
+    }
+    k8slease_client_free(c);
+}
+
+static struct {
+    pthread_mutex_t mu;
+    int warnings; /* about pods forbidden */
+} pod_log = {PTHREAD_MUTEX_INITIALIZER, 0};
+
+static void count_pod_warnings(k8slease_log_level level, const char *msg, void *ud)
+{
+    (void)ud;
+    if (level == K8SLEASE_LOG_WARN && strstr(msg, "may not read pods")) {
+        pthread_mutex_lock(&pod_log.mu);
+        pod_log.warnings++;
+        pthread_mutex_unlock(&pod_log.mu);
+    }
+    e2e_log_to_stderr(level, msg, ud);
+}
+
+/* Reads of the Pod (its stream's GET; a list for a namespace-wide one)
+ * answered 403. */
+static long reads_forbidden(void)
+{
+    json_t *root = server_stats();
+    json_t *by_verb = json_object_get(json_object_get(root, "requests"), "by_verb");
+    long n = (long)json_integer_value(json_object_get(json_object_get(by_verb, "get"), "403")) +
+             (long)json_integer_value(json_object_get(json_object_get(by_verb, "list"), "403"));
+
+    json_decref(root);
+    return n;
+}
+
+/* A client that may not read pods: the subscriber hears "not healthy,
+ * forbidden" (and one that starts later finds it said), the informer warns
+ * once and retries 1 s, 2 s, 4 s ... apart; once allowed, the subscriber
+ * gets the Pod and a healthy stream. The test server answers 403 by a
+ * fault; a real server has envtest-user, allowed nothing until a Role
+ * lets it get and watch pods (not list them: a follower's RBAC). */
+static void pod_list_forbidden_backs_off(void **state)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+    pod_rec r, r2;
+    kl__sub *sub, *sub2;
+    const char *ns;
+    char json[512], path[256];
+    long before = 0;
+    int64_t t0;
+    int forbidden = 0;
+
+    (void)state;
+    pod_rec_init(&r);
+    pod_rec_init(&r2);
+    o.kubeconfig = getenv("KUBECONFIG");
+    if (!e2e_is_testserver() && !(o.kubeconfig = e2e_envtest_file("kubeconfig-user"))) {
+        print_message("skipped: no envtest.sh kubeconfig-user (run under envtest.sh)\n");
+        skip();
+    }
+    assert_non_null(ns = e2e_namespace("wm-podf"));
+    create_pod(ns, "p1");
+    if (e2e_is_testserver()) {
+        snprintf(json, sizeof(json),
+                 "{\"kind\":\"error\",\"status\":403,\"match\":{\"path_prefix\":"
+                 "\"/api/v1/namespaces/%s/pods\",\"user_agent\":\"wm-podf\"}}",
+                 ns);
+        e2e_add_fault(json);
+        before = reads_forbidden();
+    }
+    o.user_agent = "wm-podf";
+    o.log_cb = count_pod_warnings;
+    o.log_level = K8SLEASE_LOG_WARN;
+    if (k8slease_client_new(&c, &o) != 0)
+        fail_msg("client_new: %s", k8slease_error_last());
+    t0 = e2e_mono_ms();
+    sub = pod_sub_start(c, ns, "p1", RP_MS, &r, NULL);
+    WAIT_POD(&r, 5000, r.forbidden_events == 1 && r.forbidden && !r.healthy, "health: forbidden");
+    sub2 = pod_sub_start(c, ns, "p1", RP_MS, &r2, &forbidden);
+    assert_true(forbidden);
+    /* 0, 1, 3, 7 s: 4 lists by 7.5 s (a retry each second would be 8). */
+    e2e_pause_ms((int)(t0 + 7500 - e2e_mono_ms()));
+    if (e2e_is_testserver()) {
+        long n = reads_forbidden() - before;
+
+        if (n < 3 || n > 4)
+            fail_msg("%ld reads answered 403 within 7.5 s, expected 4 (1, 2, 4 s apart)", n);
+    }
+    pthread_mutex_lock(&pod_log.mu);
+    assert_int_equal(pod_log.warnings, 1);
+    pthread_mutex_unlock(&pod_log.mu);
+    pthread_mutex_lock(&r.mu);
+    assert_int_equal(r.forbidden_events, 1); /* told once, not at every retry */
+    assert_int_equal(r.objects, 0);
+    pthread_mutex_unlock(&r.mu);
+
+    if (e2e_is_testserver()) {
+        delete_faults();
+    } else {
+        snprintf(path, sizeof(path), "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/roles", ns);
+        assert_int_equal(
+            e2e_create(path, "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":\"Role\","
+                             "\"metadata\":{\"name\":\"wm-podf\"},\"rules\":[{\"apiGroups\":[\"\"],"
+                             "\"resources\":[\"pods\"],\"verbs\":[\"get\",\"watch\"]}]}"),
+            0);
+        snprintf(path, sizeof(path),
+                 "/apis/rbac.authorization.k8s.io/v1/namespaces/%s/rolebindings", ns);
+        assert_int_equal(
+            e2e_create(path,
+                       "{\"apiVersion\":\"rbac.authorization.k8s.io/v1\",\"kind\":"
+                       "\"RoleBinding\",\"metadata\":{\"name\":\"wm-podf\"},\"roleRef\":{"
+                       "\"apiGroup\":\"rbac.authorization.k8s.io\",\"kind\":\"Role\",\"name\":"
+                       "\"wm-podf\"},\"subjects\":[{\"kind\":\"User\",\"apiGroup\":"
+                       "\"rbac.authorization.k8s.io\",\"name\":\"envtest-user\"}]}"),
+            0);
+    }
+    /* The next retry is at most 8 s away (at 15 s). */
+    WAIT_POD(&r, 15000, r.objects >= 1 && r.healthy && !r.forbidden, "the pod once allowed");
+    WAIT_POD(&r2, 5000, r2.objects >= 1 && r2.healthy && !r2.forbidden,
+             "the pod once allowed (second subscriber)");
+    pthread_mutex_lock(&pod_log.mu);
+    assert_int_equal(pod_log.warnings, 1);
+    pthread_mutex_unlock(&pod_log.mu);
+    pod_sub_stop(c, sub);
+    pod_sub_stop(c, sub2);
+    k8slease_client_free(c);
+}
+
 /* Threads of this process (/proc/self/task). */
 static int threads(void)
 {
@@ -887,6 +1335,10 @@ int main(void)
         cmocka_unit_test(gone_resume_relists),
         cmocka_unit_test(holder_watch_shares_the_stream),
         cmocka_unit_test(namespace_watch_forbidden_goes_back),
+        cmocka_unit_test(pod_subscription_follows_the_pod),
+        cmocka_unit_test(quiet_pod_stream_stays_healthy),
+        cmocka_unit_test(many_pods_one_stream),
+        cmocka_unit_test(pod_list_forbidden_backs_off),
         cmocka_unit_test(many_elections_one_thread),
         cmocka_unit_test(many_elections_over_http11),
     };
