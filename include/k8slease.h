@@ -191,9 +191,10 @@ typedef void (*k8slease_elector_stopped_cb)(void *user_data);
 typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epoch,
                                                void *user_data);
 
-/** Current version of k8slease_elector_options. Version 1 (without the
- *  coordinated fields) is still accepted. */
-#define K8SLEASE_ELECTOR_OPTIONS_VERSION 2
+/** Current version of k8slease_elector_options. Versions 1 (without the
+ *  coordinated fields) and 2 (without the crash failover fields) are still
+ *  accepted. */
+#define K8SLEASE_ELECTOR_OPTIONS_VERSION 3
 
 /** The one strategy kube-apiserver's coordinated leader election controller
  *  implements: the candidate with the lowest emulation version leads (then
@@ -261,13 +262,36 @@ typedef struct k8slease_elector_options {
      *  NULL: K8SLEASE_STRATEGY_OLDEST_EMULATION_VERSION. Any other value
      *  must be "prefix/name" (a strategy some other controller applies). */
     const char *strategy;
+    /* Version 3: */
+    /** Kubernetes only, not with coordinated. 1: crash failover
+     *  (docs/semantics.md, "Crash failover"). As leader the elector reads
+     *  its own Pod and records in the Lease (annotation
+     *  k8slease.io/holder-container) the containerID of the container
+     *  instance this process runs in; as follower it watches the Pod such
+     *  a record names and, when the kubelet reports exactly that instance
+     *  terminated, takes the Lease at once (a new term: a greater epoch)
+     *  instead of waiting for it to expire. Without such a report (no
+     *  record, a Pod deleted, a node unreachable, no permission) the
+     *  Lease's expiry rules, as without the option. Needs get on its own
+     *  Pod, and get and watch on Pods in the holders' namespace
+     *  (docs/operations.md, "RBAC"). 0 (default): off. */
+    int crash_failover;
+    /** Crash failover: the namespace of the Pod this process runs in
+     *  (the Downward API's metadata.namespace); NULL: the Lease's. */
+    const char *pod_namespace;
+    /** Crash failover: the name of the Pod this process runs in (the
+     *  Downward API's metadata.name); required. */
+    const char *pod_name;
+    /** Crash failover: the name of the container this process runs in;
+     *  NULL: the Pod's only container (required when it has several). */
+    const char *container;
 } k8slease_elector_options;
 
 /** Initialiser of k8slease_elector_options with the defaults. */
 #define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
     {                                                                                              \
         K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL, 0, \
-            0, NULL, NULL, NULL                                                                    \
+            0, NULL, NULL, NULL, 0, NULL, NULL, NULL                                               \
     }
 
 /** Validate the options and start campaigning (asynchronously).

@@ -165,8 +165,10 @@ void kl__elector_report_error(k8slease_elector *e, const char *message)
     pthread_mutex_unlock(&e->mu);
 }
 
-/* The options of a version 1 caller end before the coordinated field. */
+/* The options of a version 1 caller end before the coordinated field, of a
+ * version 2 caller before crash_failover. */
 #define ELECTOR_OPTIONS_V1_SIZE offsetof(k8slease_elector_options, coordinated)
+#define ELECTOR_OPTIONS_V2_SIZE offsetof(k8slease_elector_options, crash_failover)
 
 static void start_on_loop(void *arg)
 {
@@ -195,6 +197,8 @@ int kl__elector_start_noted(k8slease_elector **out, k8slease_client *client,
     *out = NULL;
     if (opts->version == 1)
         memcpy(&o, opts, ELECTOR_OPTIONS_V1_SIZE); /* the rest keeps the defaults */
+    else if (opts->version == 2)
+        memcpy(&o, opts, ELECTOR_OPTIONS_V2_SIZE);
     else if (opts->version == K8SLEASE_ELECTOR_OPTIONS_VERSION)
         o = *opts;
     else

@@ -510,6 +510,11 @@ static int create(k8slease_elector **out, k8slease_client *client,
         return err;
     if (!opts->identity)
         return kl__error_set(K8SLEASE_EINVAL, "identity is NULL");
+    if (opts->crash_failover || opts->pod_namespace || opts->pod_name || opts->container)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "crash_failover, pod_namespace, pod_name and container are "
+                             "Kubernetes options (crash failover on the kubelet's report): not "
+                             "with etcd");
     if (opts->coordinated || opts->binary_version || opts->emulation_version || opts->strategy)
         return kl__error_set(K8SLEASE_EINVAL,
                              "coordinated, binary_version, emulation_version and strategy are "

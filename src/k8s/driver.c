@@ -25,6 +25,7 @@
 #include "k8s/candidate.h"
 #include "k8s/client.h"
 #include "core/clock.h"
+#include "k8s/crash.h"
 #include "k8s/election.h"
 #include "core/elector.h"
 #include "k8s/informer.h"
@@ -65,6 +66,8 @@ typedef struct k8s_elector {
     int done_waits;              /* the machine is DONE; report it when the candidate is gone */
     kl__elector_action deferred; /* a release request held until then */
     int have_deferred;
+
+    kl__crash *crash; /* crash failover, NULL when off */
 } k8s_elector;
 
 static void run(k8s_elector *e, const kl__elector_event *ev);
@@ -218,6 +221,9 @@ static void on_result(const kl__http_result *res, void *arg)
         (!lease->spec.holder || !lease->spec.holder[0]))
         kl__elector_report_released(&e->pub, lease->spec.transitions);
     run(e, &ev);
+    /* After the machine has the state: a report it leads to feeds it too. */
+    if (e->crash && ev.status == 0 && (newer || lease))
+        kl__crash_observe(e->crash, newer ? newer : lease);
     kl__lease_free(newer);
     kl__lease_free(lease);
 }
@@ -262,6 +268,18 @@ static void on_watch(const kl__sub_event *sev, void *arg)
     e->pub.stats.watch_events++;
     pthread_mutex_unlock(&e->pub.mu);
     run(e, &ev);
+    if (e->crash && sev->type == KL_SUB_LEASE)
+        kl__crash_observe(e->crash, sev->lease);
+}
+
+/* Crash failover: the kubelet reported the holder's container of that term
+ * terminated. */
+static void on_holder_ended(const char *holder, int64_t epoch, void *arg)
+{
+    kl__lease_spec spec = {holder, 0, 0, 0, epoch};
+    kl__elector_event ev = {.type = KL_EV_HOLDER_ENDED, .spec = &spec};
+
+    run(arg, &ev);
 }
 
 /* A request that could not even start is answered like a failed one, on a
@@ -280,14 +298,20 @@ static void on_failed(kl__timer *t, void *arg)
 static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
 {
     kl__lease *base = NULL;
-    char *body;
+    const char *want;
+    char *body = NULL;
+    int annotate;
 
     if (!e->base) {
         kl__error_set(K8SLEASE_ESTATE, "no Lease read yet to base an update on");
         return NULL;
     }
+    /* Crash failover: our record on the writes of our term, none on any
+     * other (a release, a record of the holder before us). */
+    want = e->crash ? kl__crash_value(e->crash, spec->holder, spec->transitions) : NULL;
+    annotate = e->crash && !kl__crash_text_has(e->base, want);
     /* Almost always: the text around a new spec, without a parse. */
-    switch (kl__lease_splice_update(e->base, strlen(e->base), spec, &body)) {
+    switch (annotate ? 1 : kl__lease_splice_update(e->base, strlen(e->base), spec, &body)) {
     case 0:
         return body;
     case 1:
@@ -297,8 +321,28 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
     }
     if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
         return NULL;
+    if (annotate && kl__crash_annotate(base->root, want) < 0) {
+        kl__lease_free(base);
+        return NULL;
+    }
     body = kl__lease_encode_update_in_place(base, spec);
     kl__lease_free(base);
+    return body;
+}
+
+/* Body of a CREATE: with our crash failover record when we have one. */
+static char *create_body(const k8s_elector *e, const kl__lease_spec *spec)
+{
+    const char *want = e->crash ? kl__crash_value(e->crash, spec->holder, spec->transitions) : NULL;
+    char *body = kl__lease_encode_create(e->ns, e->name, spec);
+    json_t *root;
+
+    if (!body || !want)
+        return body;
+    root = json_loads(body, 0, NULL);
+    kl__free(body);
+    body = root && kl__crash_annotate(root, want) == 0 ? kl__json_dump(root) : NULL;
+    json_decref(root);
     return body;
 }
 
@@ -331,7 +375,7 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
     case KL_ACT_CREATE:
         req.method = "POST";
         req.path = e->collection;
-        body = kl__lease_encode_create(e->ns, e->name, &a->spec);
+        body = create_body(e, &a->spec);
         e->req_kind = KL_REQ_CREATE;
         break;
     default:
@@ -369,6 +413,7 @@ static void detach_lease(k8s_elector *e)
     e->req = NULL;
     kl__sub_stop(e->sub);
     e->sub = NULL;
+    kl__crash_stop(e->crash);
 }
 
 static void detach(k8slease_elector *pub)
@@ -491,6 +536,8 @@ static void start(k8slease_elector *pub)
                        e->pub.what, kl__error_get());
     if (e->cand)
         kl__candidate_start(e->cand);
+    if (e->crash)
+        kl__crash_start(e->crash);
     run(e, &ev);
     if (kl__sub_healthy(e->sub)) {
         kl__sub_event healthy = {.type = KL_SUB_HEALTH, .healthy = 1};
@@ -517,6 +564,7 @@ static void destroy(k8slease_elector *pub)
     if (!e)
         return;
     kl__candidate_free(e->cand);
+    kl__crash_free(e->crash);
     kl__free(e->base);
     kl__free(e->ns);
     kl__free(e->name);
@@ -587,6 +635,42 @@ static int new_candidate(k8s_elector *e, const char *ns, const k8slease_elector_
     return kl__candidate_new(&e->cand, e->pub.client, &cc, on_candidate_fatal, e);
 }
 
+static int check_crash(const k8slease_elector_options *opts)
+{
+    if (!opts->crash_failover) {
+        if (opts->pod_namespace || opts->pod_name || opts->container)
+            return kl__error_set(K8SLEASE_EINVAL, "pod_namespace, pod_name and container are for "
+                                                  "crash failover: set crash_failover to 1");
+        return 0;
+    }
+    if (opts->coordinated)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "crash_failover is not for coordinated election (the apiserver's "
+                             "controller picks the holder)");
+    if (!opts->pod_name)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "crash_failover needs pod_name: the Pod this process runs in (the "
+                             "Downward API's metadata.name)");
+    return 0;
+}
+
+static int new_crash(k8s_elector *e, const char *ns, const k8slease_elector_options *opts,
+                     int64_t rp_ms)
+{
+    kl__crash_config cc = {0};
+
+    cc.pod_ns = opts->pod_namespace ? opts->pod_namespace : ns;
+    cc.pod = opts->pod_name;
+    cc.container = opts->container;
+    cc.identity = opts->identity;
+    cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
+    cc.request_timeout_ms = e->request_timeout_ms;
+    cc.what = e->pub.what;
+    cc.ended = on_holder_ended;
+    cc.arg = e;
+    return kl__crash_new(&e->crash, e->pub.client, &cc);
+}
+
 static int create(k8slease_elector **out, k8slease_client *client,
                   const k8slease_elector_options *opts)
 {
@@ -615,7 +699,7 @@ static int create(k8slease_elector **out, k8slease_client *client,
                              (long long)ld, (long long)rd, (long long)rp);
     if (ld > INT64_MAX / KL_NS_PER_MS)
         return kl__error_set(K8SLEASE_EINVAL, "lease_duration %lld ms is too large", (long long)ld);
-    if ((err = check_coordinated(opts)) < 0)
+    if ((err = check_coordinated(opts)) < 0 || (err = check_crash(opts)) < 0)
         return err;
 
     if (!(e = kl__calloc(1, sizeof(*e))))
@@ -647,6 +731,8 @@ static int create(k8slease_elector **out, k8slease_client *client,
     if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
         goto out;
     if (opts->coordinated && (err = new_candidate(e, ns, opts, rp)) < 0)
+        goto out;
+    if (opts->crash_failover && (err = new_crash(e, ns, opts, rp)) < 0)
         goto out;
     kl__timer_init(&e->timer, on_timer, e);
     kl__timer_init(&e->failed, on_failed, e);
