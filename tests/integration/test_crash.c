@@ -1,0 +1,481 @@
+#define _GNU_SOURCE /* strptime, timegm */
+/* Crash failover on the kubelet's report (issue 23; docs/semantics.md,
+ * "Crash failover"), with the test as the kubelet: it creates the Pods the
+ * candidates run in and writes their container statuses through the
+ * pods/status subresource, as a kubelet does. There is no kubelet under
+ * envtest (nor in the test server): nothing else touches a Pod's status.
+ *
+ * A "crash" is an elector stopped without release (its renewals stop, the
+ * Lease stays as it was), then the kubelet's report written. The follower
+ * must lead within a small fraction of the lease duration after a report
+ * that is evidence, and only by expiry (at least lease_duration -
+ * retry_period after the crash) after one that is not.
+ *
+ * Runs on k8slease-testserver and, under tests/integration/envtest.sh, on
+ * a real kube-apiserver (label envtest). */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include <jansson.h>
+
+#include "e2e.h"
+#include "k8slease.h"
+
+#define WAIT_MS 30000
+#define ID_A    "containerd://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+#define ID_A2   "containerd://a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2a2"
+#define ID_B    "containerd://bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+#define ID_X    "containerd://0000000000000000000000000000000000000000000000000000000000000000"
+
+typedef struct timing {
+    int ld, rd, rp; /* ms */
+} timing;
+
+static const timing t15102 = {15000, 10000, 2000};
+static const timing t531 = {5000, 3000, 1000};
+
+static k8slease_client *client;
+static const char *ns;
+
+static int64_t wall_s(void)
+{
+    return (int64_t)time(NULL);
+}
+
+/* "2026-12-02T07:00:00Z" for wall second s. */
+static const char *rfc3339(int64_t s, char *buf, size_t len)
+{
+    time_t t = (time_t)s;
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+static void create_pod(const char *name)
+{
+    char path[256], body[512];
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
+    snprintf(body, sizeof(body),
+             "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\"},"
+             "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"registry.k8s.io/pause\"}]}}",
+             name);
+    if (e2e_create(path, body) != 0)
+        fail_msg("cannot create pod %s/%s", ns, name);
+}
+
+static void delete_pod(const char *name)
+{
+    char path[256];
+    long status = 0;
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s?gracePeriodSeconds=0", ns, name);
+    if (e2e_api("DELETE", path, NULL, &status, NULL) != 0 || (status != 200 && status != 202))
+        fail_msg("cannot delete pod %s/%s: HTTP %ld", ns, name, status);
+}
+
+/* The kubelet's write: container "main" with this state (and lastState). */
+static void pod_status(const char *pod, const char *container_id, const char *state,
+                       const char *last_state)
+{
+    char path[256], body[2048];
+    long status = 0;
+    char *answer = NULL;
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/status", ns, pod);
+    snprintf(body, sizeof(body),
+             "{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"main\","
+             "\"containerID\":\"%s\",\"ready\":true,\"restartCount\":%d,\"image\":\"pause\","
+             "\"imageID\":\"pause\",\"state\":%s,\"lastState\":%s}]}}",
+             container_id, last_state ? 1 : 0, state, last_state ? last_state : "{}");
+    if (e2e_api("PATCH", path, body, &status, &answer) != 0 || status != 200)
+        fail_msg("kubelet write of pod %s/%s: HTTP %ld: %s", ns, pod, status, answer ? answer : "");
+    free(answer);
+}
+
+static void running(const char *pod, const char *container_id)
+{
+    char state[128], at[32];
+
+    snprintf(state, sizeof(state), "{\"running\":{\"startedAt\":\"%s\"}}",
+             rfc3339(wall_s() - 60, at, sizeof(at)));
+    pod_status(pod, container_id, state, NULL);
+}
+
+/* state.terminated of that instance, finished at wall second `finished`. */
+static void terminated(const char *pod, const char *container_id, int64_t finished)
+{
+    char state[512], started[32], at[32];
+
+    snprintf(state, sizeof(state),
+             "{\"terminated\":{\"exitCode\":139,\"reason\":\"Error\",\"startedAt\":\"%s\","
+             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
+             rfc3339(finished - 60, started, sizeof(started)), rfc3339(finished, at, sizeof(at)),
+             container_id);
+    pod_status(pod, container_id, state, NULL);
+}
+
+static k8slease_elector *start(const char *lease, const char *id, const char *pod, timing t,
+                               int crash)
+{
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector *e = NULL;
+
+    o.ns = ns;
+    o.name = lease;
+    o.identity = id;
+    o.lease_duration_ms = t.ld;
+    o.renew_deadline_ms = t.rd;
+    o.retry_period_ms = t.rp;
+    o.release_on_cancel = 0; /* a crash writes nothing */
+    o.crash_failover = crash;
+    o.pod_name = crash ? pod : NULL;
+    if (k8slease_elector_start(&e, client, &o) != 0)
+        fail_msg("elector_start(%s): %s", id, k8slease_error_last());
+    return e;
+}
+
+/* The crash failover record in the Lease (the annotation's JSON), or NULL. */
+static json_t *lease_record(const char *lease, int64_t *transitions)
+{
+    char path[256], *body = NULL;
+    long status = 0;
+    json_t *root, *v, *rec = NULL;
+
+    snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s", ns, lease);
+    if (e2e_api("GET", path, NULL, &status, &body) != 0 || status != 200)
+        fail_msg("GET lease %s: HTTP %ld", lease, status);
+    root = json_loads(body, 0, NULL);
+    free(body);
+    assert_non_null(root);
+    if (transitions)
+        *transitions =
+            json_integer_value(json_object_get(json_object_get(root, "spec"), "leaseTransitions"));
+    v = json_object_get(json_object_get(json_object_get(root, "metadata"), "annotations"),
+                        "k8slease.io/holder-container");
+    if (json_is_string(v))
+        rec = json_loads(json_string_value(v), 0, NULL);
+    json_decref(root);
+    return rec;
+}
+
+/* Wait until the Lease carries a record of holder's term naming
+ * container_id; returns its verifiedAt (wall second). */
+static int64_t wait_record(const char *lease, const char *holder, const char *container_id)
+{
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(50)) {
+        int64_t transitions = -1;
+        json_t *rec = lease_record(lease, &transitions);
+
+        if (rec) {
+            const char *h = json_string_value(json_object_get(rec, "holder"));
+            const char *id = json_string_value(json_object_get(rec, "containerID"));
+            const char *at = json_string_value(json_object_get(rec, "verifiedAt"));
+            int64_t epoch = json_integer_value(json_object_get(rec, "epoch"));
+
+            if (h && id && at && strcmp(h, holder) == 0 && strcmp(id, container_id) == 0 &&
+                epoch == transitions) {
+                struct tm tm = {0};
+                int64_t s;
+
+                assert_non_null(strptime(at, "%Y-%m-%dT%H:%M:%SZ", &tm));
+                s = (int64_t)timegm(&tm);
+                assert_string_equal(json_string_value(json_object_get(rec, "container")), "main");
+                json_decref(rec);
+                return s;
+            }
+            json_decref(rec);
+        }
+        if (e2e_mono_ms() > deadline)
+            fail_msg("lease %s: no crash failover record of %s naming %s within %d ms", lease,
+                     holder, container_id, WAIT_MS);
+    }
+}
+
+/* A report must finish in a later second than verifiedAt to be evidence:
+ * wait (bounded) for the clock to pass it. */
+static int64_t second_after(int64_t verified_s)
+{
+    while (wall_s() <= verified_s)
+        e2e_pause_ms(20);
+    return wall_s();
+}
+
+static void elected(k8slease_elector *e, const char *who, int64_t *epoch)
+{
+    if (k8slease_elector_wait_elected(e, WAIT_MS, epoch) != 0)
+        fail_msg("%s not elected within %d ms: %s", who, WAIT_MS, k8slease_error_last());
+}
+
+/* Two candidates on their Pods; a leads, b follows; a's record is in the
+ * Lease. Returns a's epoch and the record's verifiedAt. */
+static void two(const char *lease, timing t, k8slease_elector **a, k8slease_elector **b,
+                int64_t *epoch_a, int64_t *verified_s)
+{
+    char pa[80], pb[80];
+
+    snprintf(pa, sizeof(pa), "%s-a", lease);
+    snprintf(pb, sizeof(pb), "%s-b", lease);
+    create_pod(pa);
+    create_pod(pb);
+    running(pa, ID_A);
+    running(pb, ID_B);
+    *a = start(lease, "a", pa, t, 1);
+    elected(*a, "a", epoch_a);
+    *verified_s = wait_record(lease, "a", ID_A);
+    *b = start(lease, "b", pb, t, 1);
+    assert_int_equal(k8slease_elector_wait_elected(*b, 500, NULL), K8SLEASE_ETIMEOUT);
+}
+
+/* The follower's election after a's crash at crash_ms: its time from the
+ * crash, and the epoch. */
+static int64_t b_elected_after(k8slease_elector *b, int64_t crash_ms, int64_t epoch_a)
+{
+    int64_t eb = -1;
+
+    elected(b, "b", &eb);
+    assert_true(eb > epoch_a);
+    return e2e_mono_ms() - crash_ms;
+}
+
+/* a leads, then crashes; the kubelet reports exactly a's instance
+ * terminated: b takes over at once, with a greater epoch. */
+static void takeover(timing t, const char *lease)
+{
+    k8slease_elector *a, *b;
+    int64_t ea, verified_s, crash_ms, took;
+
+    two(lease, t, &a, &b, &ea, &verified_s);
+    second_after(verified_s);
+    crash_ms = e2e_mono_ms();
+    k8slease_elector_free(a); /* no release: the Lease stays a's */
+    {
+        char pa[80];
+
+        snprintf(pa, sizeof(pa), "%s-a", lease);
+        terminated(pa, ID_A, wall_s());
+    }
+    took = b_elected_after(b, crash_ms, ea);
+    print_message("%d/%d/%d: b led %lld ms after a's crash was reported (lease duration %d ms)\n",
+                  t.ld / 1000, t.rd / 1000, t.rp / 1000, (long long)took, t.ld);
+    /* By expiry it would take at least ld - rp; the report takes a few ms
+     * (a watch event and a write). */
+    if (took >= t.ld - t.rp)
+        fail_msg("b led %lld ms after the report: by expiry, not by the report", (long long)took);
+    k8slease_elector_free(b);
+}
+
+static void takeover_15102(void **state)
+{
+    (void)state;
+    takeover(t15102, "crash-15102");
+}
+
+static void takeover_531(void **state)
+{
+    (void)state;
+    takeover(t531, "crash-531");
+}
+
+/* The container restarted in place: a new instance runs, the old one is in
+ * lastState.terminated. That is the end of a's process too. */
+static void restart_in_place(void **state)
+{
+    k8slease_elector *a, *b;
+    int64_t ea, verified_s, crash_ms, took, now_s;
+    char state_json[256], last[512], at[32], started[32];
+
+    (void)state;
+    two("crash-restart", t15102, &a, &b, &ea, &verified_s);
+    now_s = second_after(verified_s);
+    crash_ms = e2e_mono_ms();
+    k8slease_elector_free(a);
+    snprintf(state_json, sizeof(state_json), "{\"running\":{\"startedAt\":\"%s\"}}",
+             rfc3339(now_s, at, sizeof(at)));
+    snprintf(last, sizeof(last),
+             "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"startedAt\":\"%s\","
+             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
+             rfc3339(now_s - 60, started, sizeof(started)), rfc3339(now_s, at, sizeof(at)), ID_A);
+    pod_status("crash-restart-a", ID_A2, state_json, last);
+    took = b_elected_after(b, crash_ms, ea);
+    print_message("restart in place: b led %lld ms after the report\n", (long long)took);
+    if (took >= t15102.ld - t15102.rp)
+        fail_msg("b led %lld ms after the report: by expiry", (long long)took);
+    k8slease_elector_free(b);
+}
+
+/* Reports that are no evidence: b leads only by expiry. */
+enum nonevidence { OTHER_ID, WAITING, DELETED, NOT_AFTER_VERIFIED, OTHER_UID };
+
+static const char *const nonevidence_name[] = {
+    "a terminated instance with another containerID", "waiting", "the pod deleted",
+    "finished in the second of verifiedAt", "a new pod of the same name (another UID)"};
+
+static void no_takeover(enum nonevidence what)
+{
+    k8slease_elector *a, *b;
+    int64_t ea, verified_s, crash_ms, took;
+    char lease[48], pa[80];
+
+    snprintf(lease, sizeof(lease), "crash-no-%d", (int)what);
+    snprintf(pa, sizeof(pa), "%s-a", lease);
+    two(lease, t531, &a, &b, &ea, &verified_s);
+    if (what != NOT_AFTER_VERIFIED)
+        second_after(verified_s);
+    crash_ms = e2e_mono_ms();
+    k8slease_elector_free(a);
+    switch (what) {
+    case OTHER_ID:
+        terminated(pa, ID_X, wall_s());
+        break;
+    case WAITING:
+        pod_status(pa, ID_A, "{\"waiting\":{\"reason\":\"CrashLoopBackOff\"}}", NULL);
+        break;
+    case DELETED:
+        delete_pod(pa);
+        break;
+    case NOT_AFTER_VERIFIED:
+        terminated(pa, ID_A, verified_s);
+        break;
+    case OTHER_UID:
+        delete_pod(pa);
+        create_pod(pa);
+        terminated(pa, ID_A, wall_s());
+        break;
+    }
+    took = b_elected_after(b, crash_ms, ea);
+    print_message("%s: b led %lld ms after a's crash (by expiry: lease duration %d ms)\n",
+                  nonevidence_name[what], (long long)took, t531.ld);
+    if (took < t531.ld - t531.rp)
+        fail_msg("%s: b led %lld ms after a's crash, before the Lease could expire",
+                 nonevidence_name[what], (long long)took);
+    k8slease_elector_free(b);
+}
+
+static void no_takeover_other_id(void **state)
+{
+    (void)state;
+    no_takeover(OTHER_ID);
+}
+
+static void no_takeover_waiting(void **state)
+{
+    (void)state;
+    no_takeover(WAITING);
+}
+
+static void no_takeover_deleted(void **state)
+{
+    (void)state;
+    no_takeover(DELETED);
+}
+
+static void no_takeover_not_after_verified(void **state)
+{
+    (void)state;
+    no_takeover(NOT_AFTER_VERIFIED);
+}
+
+static void no_takeover_other_uid(void **state)
+{
+    (void)state;
+    no_takeover(OTHER_UID);
+}
+
+/* A leader without the option writes no record; a follower with it waits
+ * for expiry. A leader with it on a Pod that does not exist writes none
+ * either (and says why). */
+static void no_record(void **state)
+{
+    k8slease_elector *a, *b;
+    int64_t ea, crash_ms, took;
+
+    (void)state;
+    create_pod("crash-norec-b");
+    running("crash-norec-b", ID_B);
+    a = start("crash-norec", "a", NULL, t531, 0);
+    elected(a, "a", &ea);
+    b = start("crash-norec", "b", "crash-norec-b", t531, 1);
+    assert_int_equal(k8slease_elector_wait_elected(b, 500, NULL), K8SLEASE_ETIMEOUT);
+    assert_null(lease_record("crash-norec", NULL));
+    crash_ms = e2e_mono_ms();
+    k8slease_elector_free(a);
+    took = b_elected_after(b, crash_ms, ea);
+    assert_true(took >= t531.ld - t531.rp);
+    /* b leads on its Pod: its record is there now. */
+    wait_record("crash-norec", "b", ID_B);
+    k8slease_elector_free(b);
+}
+
+/* Bad options are refused, naming the option. */
+static void bad_options(void **state)
+{
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector *e = NULL;
+
+    (void)state;
+    o.name = "crash-bad";
+    o.identity = "x";
+    o.crash_failover = 1;
+    assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "pod_name"));
+    o.pod_name = "Not_A_Name";
+    assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "Not_A_Name"));
+    o.pod_name = "p";
+    o.container = "Bad Container";
+    assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "Bad Container"));
+    o.container = NULL;
+    o.crash_failover = 0;
+    assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "crash_failover"));
+    assert_null(e);
+}
+
+static int setup(void **state)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+
+    (void)state;
+    if (e2e_setup(NULL) != 0)
+        return -1;
+    o.log_cb = e2e_log_to_stderr;
+    o.log_level = K8SLEASE_LOG_WARN;
+    if (k8slease_client_new(&client, &o) != 0)
+        return -1;
+    ns = e2e_namespace("crash");
+    return ns ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    return e2e_teardown(client);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bad_options),           cmocka_unit_test(takeover_15102),
+        cmocka_unit_test(takeover_531),          cmocka_unit_test(restart_in_place),
+        cmocka_unit_test(no_takeover_other_id),  cmocka_unit_test(no_takeover_waiting),
+        cmocka_unit_test(no_takeover_deleted),   cmocka_unit_test(no_takeover_not_after_verified),
+        cmocka_unit_test(no_takeover_other_uid), cmocka_unit_test(no_record),
+    };
+    const char *only = getenv("K8SLEASE_TEST_FILTER");
+
+    if (only && only[0])
+        cmocka_set_test_filter(only);
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
