@@ -116,6 +116,14 @@ typedef struct cli_ref {
 
 /* Parse the current flag's value; what is "lease" or "pod". 0 or CLI_USAGE. */
 int cli_ref_value(const cli_parser *p, const char *what, cli_ref *ref);
+/* The Pod this process runs in, for flag (e.g. "--crash-failover"), from
+ * the Downward API's variables: name $POD_NAME (required), namespace
+ * $POD_NAMESPACE (ref->ns "" when unset: the caller's default). An empty
+ * variable counts as unset. 0 or CLI_USAGE (message printed, naming the
+ * flag and the variable). */
+int cli_pod_env(const cli_parser *p, const char *flag, cli_ref *ref);
+/* Whether s is an RFC 1123 label (a namespace's or a container's name). */
+int cli_is_dns_label(const char *s);
 /* Parse value, given with --lease, once every flag is parsed (the rules
  * depend on --backend): a Kubernetes [NS/]NAME, or an etcd election name.
  * 0 or CLI_USAGE (message printed). */

@@ -238,6 +238,8 @@ static int is_dns_subdomain(const char *s)
 
 static const char rule_namespace[] =
     "namespace must be a lowercase RFC 1123 label (a-z, 0-9 and '-', at most 63 characters)";
+static const char rule_subdomain[] =
+    "a lowercase RFC 1123 subdomain (a-z, 0-9, '-' and '.', at most 253 characters)";
 
 /* A common flag o; CLI_OK to go on, or CLI_STOP with p->exit_code set. */
 static int common_flag(cli_parser *p, const cli_opt *o)
@@ -536,12 +538,35 @@ int cli_ref_value(const cli_parser *p, const char *what, cli_ref *ref)
         ref->ns[n] = '\0';
     }
     if (!is_dns_subdomain(name))
-        return cli_flag_error(p,
-                              "%s name must be a lowercase RFC 1123 subdomain (a-z, 0-9, '-' "
-                              "and '.', at most 253 characters)",
-                              what);
+        return cli_flag_error(p, "%s name must be %s", what, rule_subdomain);
     snprintf(ref->name, sizeof(ref->name), "%s", name);
     return 0;
+}
+
+int cli_pod_env(const cli_parser *p, const char *flag, cli_ref *ref)
+{
+    const char *name = getenv("POD_NAME"), *ns = getenv("POD_NAMESPACE");
+
+    memset(ref, 0, sizeof(*ref));
+    if (!name || !name[0])
+        return cli_usage_error(p,
+                               "%s needs $POD_NAME (the Pod this process runs in: set it from "
+                               "the Downward API, metadata.name)",
+                               flag);
+    if (!is_dns_subdomain(name))
+        return cli_usage_error(p, "%s: $POD_NAME \"%.80s\": pod name must be %s", flag, name,
+                               rule_subdomain);
+    if (ns && ns[0] && !is_dns_label(ns, strlen(ns)))
+        return cli_usage_error(p, "%s: $POD_NAMESPACE \"%.80s\": %s", flag, ns, rule_namespace);
+    snprintf(ref->name, sizeof(ref->name), "%s", name);
+    if (ns)
+        snprintf(ref->ns, sizeof(ref->ns), "%s", ns);
+    return 0;
+}
+
+int cli_is_dns_label(const char *s)
+{
+    return is_dns_label(s, strlen(s));
 }
 
 int cli_lease_value(cli_parser *p, const char *value, cli_ref *ref)

@@ -47,6 +47,13 @@ static const char usage[] =
     "  --label KEY=VALUE      that label (default role=leader)\n"
     "  --http HOST:PORT       serve /healthz, /leader, / and /metrics on HOST:PORT\n"
     "                         (numeric IPv4 or [IPv6]; port 0: any free port)\n"
+    "  --crash-failover       take the Lease at once when the kubelet reports its\n"
+    "                         holder's container terminated (a crash), not at its\n"
+    "                         expiry; this process's Pod is $POD_NAME in\n"
+    "                         $POD_NAMESPACE (default: the Lease's namespace), set\n"
+    "                         from the Downward API (see k8slease(1))\n"
+    "  --container NAME       with --crash-failover: the container this process runs\n"
+    "                         in (default: the Pod's only one)\n"
     "  --coordinated          coordinated leader election (KEP-4355): publish a\n"
     "                         LeaseCandidate; kube-apiserver's controller picks the\n"
     "                         leader, the oldest emulation version first; the\n"
@@ -65,7 +72,8 @@ static const char usage[] =
     "  [--etcd-password-file FILE]: campaign in an etcd election instead, as\n"
     "                         `etcdctl elect NAME ID` (see k8slease --help);\n"
     "                         --lease-duration is the etcd lease TTL (whole\n"
-    "                         seconds); no --label-pod, no --coordinated\n"
+    "                         seconds); no --label-pod, --coordinated or\n"
+    "                         --crash-failover\n"
     "\n"
     "D is a duration: 500ms, 15s, 1m30s, 1.5s. SIGTERM, SIGINT or SIGHUP stop CMD,\n"
     "release the Lease and exit 0; a second one kills CMD at once.\n"
@@ -91,7 +99,9 @@ enum {
     OPT_COORDINATED,
     OPT_BINARY_VERSION,
     OPT_EMULATION_VERSION,
-    OPT_STRATEGY
+    OPT_STRATEGY,
+    OPT_CRASH_FAILOVER,
+    OPT_CONTAINER
 };
 
 static const cli_opt opts[] = {
@@ -112,6 +122,8 @@ static const cli_opt opts[] = {
     {"--binary-version", OPT_BINARY_VERSION, 1},
     {"--emulation-version", OPT_EMULATION_VERSION, 1},
     {"--strategy", OPT_STRATEGY, 1},
+    {"--crash-failover", OPT_CRASH_FAILOVER, 0},
+    {"--container", OPT_CONTAINER, 1},
     {NULL, 0, 0},
 };
 
@@ -141,7 +153,12 @@ typedef struct elect_config {
     int coordinated;
     const char *binary_version, *emulation_version, *strategy;
     const char *coordinated_flag; /* the first of the three given, or NULL */
-    char **cmd;                   /* NULL-terminated, or NULL: report events only */
+    /* --crash-failover: our Pod from $POD_NAME/$POD_NAMESPACE (ns "": the
+     * Lease's), and --container (NULL: the Pod's only one). */
+    int crash_failover;
+    cli_ref crash_pod;
+    const char *container;
+    char **cmd; /* NULL-terminated, or NULL: report events only */
 } elect_config;
 
 typedef struct elect {
@@ -280,6 +297,15 @@ static int parse_flags(cli_parser *p, elect_config *c)
         case OPT_COORDINATED:
             c->coordinated = 1;
             break;
+        case OPT_CRASH_FAILOVER:
+            c->crash_failover = 1;
+            break;
+        case OPT_CONTAINER:
+            if (!cli_is_dns_label(p->value))
+                rc = cli_flag_error(p, "container name must be a lowercase RFC 1123 label (a-z, "
+                                       "0-9 and '-', at most 63 characters)");
+            c->container = p->value;
+            break;
         case OPT_BINARY_VERSION:
         case OPT_EMULATION_VERSION:
         case OPT_STRATEGY:
@@ -308,6 +334,8 @@ static int parse_flags(cli_parser *p, elect_config *c)
         return cli_usage_error(p, "--lease is required (see %s --help)", p->cmd);
     if (c->have_label && !c->have_label_pod)
         return cli_usage_error(p, "--label needs --label-pod");
+    if (c->container && !c->crash_failover)
+        return cli_usage_error(p, "--container needs --crash-failover");
     if (c->coordinated_flag && !c->coordinated)
         return cli_usage_error(p, "%s needs --coordinated (it is a LeaseCandidate's field)",
                                c->coordinated_flag);
@@ -321,6 +349,14 @@ static int parse_flags(cli_parser *p, elect_config *c)
     if (c->coordinated && p->common.backend == K8SLEASE_BACKEND_ETCD)
         return cli_usage_error(p, "--coordinated: Kubernetes only (LeaseCandidates), not with "
                                   "--backend etcd");
+    if (c->crash_failover && p->common.backend == K8SLEASE_BACKEND_ETCD)
+        return cli_usage_error(p, "--crash-failover: Kubernetes only (the kubelet's report on a "
+                                  "Pod), not with --backend etcd");
+    if (c->crash_failover && c->coordinated)
+        return cli_usage_error(p, "--crash-failover: not with --coordinated (kube-apiserver's "
+                                  "controller picks the holder)");
+    if (c->crash_failover && (rc = cli_pod_env(p, "--crash-failover", &c->crash_pod)) != 0)
+        return rc;
     if ((rc = cli_lease_value(p, c->lease_value, &c->lease)) != 0)
         return rc;
     return check_timings(p, c);
@@ -379,6 +415,12 @@ static int start_term(elect *el)
     o.binary_version = el->cfg.binary_version;
     o.emulation_version = el->cfg.emulation_version;
     o.strategy = el->cfg.strategy;
+    if (el->cfg.crash_failover) {
+        o.crash_failover = 1;
+        o.pod_namespace = el->cfg.crash_pod.ns[0] ? el->cfg.crash_pod.ns : NULL;
+        o.pod_name = el->cfg.crash_pod.name;
+        o.container = el->cfg.container;
+    }
     if ((err = k8slease_elector_start(&el->e, el->client, &o)) != 0) {
         cli_error("%s", k8slease_error_last());
         return err == K8SLEASE_EINVAL ? CLI_USAGE : CLI_ERROR;
@@ -627,6 +669,14 @@ static int setup(elect *el, const cli_parser *p)
     el->view.coordinated = c->coordinated;
     cli_info("%s %s, identity %s, server %s%s", cli_lease_noun(el->common), el->lease, el->identity,
              k8slease_client_server(el->client), c->coordinated ? ", coordinated" : "");
+    if (c->crash_failover) {
+        /* The Pod's namespace defaults to the Lease's. */
+        const char *ns = c->crash_pod.ns[0] ? c->crash_pod.ns : cli_ref_ns(&c->lease, el->common);
+
+        cli_info("crash failover: pod %s/%s, container %s",
+                 ns ? ns : k8slease_client_namespace(el->client), c->crash_pod.name,
+                 c->container ? c->container : "(the pod's only one)");
+    }
     if (c->have_http && cli_sidecar_start(&el->http, &c->http_addr, c->http_len, &el->view) != 0)
         return -1;
     pod_ns = cli_ref_ns(&c->label_pod, el->common);
