@@ -13,7 +13,7 @@ set -u
 : "${K8SLEASE:?path of k8slease}"
 : "${K8SLEASE_TESTSERVER:?path of k8slease-testserver}"
 : "${CLI_JSON:?path of cli_json}"
-unset KUBECONFIG KUBERNETES_SERVICE_HOST POD_NAME
+unset KUBECONFIG KUBERNETES_SERVICE_HOST POD_NAME POD_NAMESPACE
 unset ETCDCTL_ENDPOINTS ETCDCTL_CACERT ETCDCTL_CERT ETCDCTL_KEY K8SLEASE_ETCD_PASSWORD
 T=$(mktemp -d "${TMPDIR:-/tmp}/k8slease-cli.XXXXXX") || exit 1
 export T K8SLEASE CLI_JSON
@@ -162,6 +162,9 @@ test_usage() {
         has "$T/last.out" "--backend"
         has "$T/last.out" "--etcd-endpoints"
     done
+    expect 0 "$K8SLEASE" elect --help
+    has "$T/last.out" "--crash-failover"
+    has "$T/last.out" "--container NAME"
     expect 0 "$K8SLEASE" --version
     has "$T/last.out" "k8slease 0."
     expect 0 "$K8SLEASE" watch --version
@@ -206,6 +209,24 @@ test_usage() {
     bad "k8slease elect: --coordinated needs --binary-version V" elect --lease x --coordinated
     bad "--binary-version : must not be empty" elect --lease x --coordinated --binary-version=
     bad "--coordinated takes no value" elect --lease x --coordinated=1 --binary-version 1.36.0
+    # --crash-failover: our Pod from $POD_NAME/$POD_NAMESPACE (the Downward API).
+    bad "k8slease elect: --crash-failover needs \$POD_NAME (the Pod this process runs in: set it from the Downward API, metadata.name)" \
+        elect --lease x --crash-failover
+    POD_NAME='' bad "k8slease elect: --crash-failover needs \$POD_NAME" elect --lease x \
+        --crash-failover
+    bad "k8slease elect: --container needs --crash-failover" elect --lease x --container main
+    POD_NAME=p bad "k8slease elect: --container needs --crash-failover" elect --lease x \
+        --container main
+    POD_NAME=p bad "k8slease elect: --crash-failover: not with --coordinated (kube-apiserver's controller picks the holder)" \
+        elect --lease x --identity i --crash-failover --coordinated --binary-version 1.36.0
+    POD_NAME=P bad "k8slease elect: --crash-failover: \$POD_NAME \"P\": pod name must be a lowercase RFC 1123 subdomain" \
+        elect --lease x --crash-failover
+    POD_NAME=p POD_NAMESPACE=A_B bad "k8slease elect: --crash-failover: \$POD_NAMESPACE \"A_B\": namespace must be a lowercase RFC 1123 label" \
+        elect --lease x --crash-failover
+    POD_NAME=p bad "k8slease elect: --container Main: container name must be a lowercase RFC 1123 label" \
+        elect --lease x --crash-failover --container Main
+    POD_NAME=p bad "--container needs a value" elect --lease x --crash-failover --container
+    POD_NAME=p bad "--crash-failover takes no value" elect --lease x --crash-failover=1
     bad "--log-level chatty: must be error, warn, info or debug" holder --lease x \
         --log-level chatty
     bad "unknown flag --frob" release --lease x --frob
@@ -790,6 +811,89 @@ test_coordinated() {
     finished c 10 0
 }
 
+# ---- crash failover ------------------------------------------------------------
+
+# kubectl against the test server ($KUBECONFIG), with a discovery cache of
+# our own.
+kc() { KUBECACHEDIR=$T/kcache kubectl --request-timeout=10s "$@"; }
+
+# rfc3339 EPOCH_SECONDS: "2026-12-02T07:00:00Z" (GNU date).
+rfc3339() { date -u -d "@$1" +%Y-%m-%dT%H:%M:%SZ; }
+
+# kubelet POD CONTAINER_ID STATE: write container main's status as the
+# kubelet does (pods/status); STATE is a containerStatuses[].state object.
+kubelet() {
+    kc patch pod "$1" --subresource=status --type=merge -p "{\"status\":{\"containerStatuses\":[
+        {\"name\":\"main\",\"containerID\":\"$2\",\"ready\":true,\"restartCount\":0,
+         \"image\":\"x\",\"imageID\":\"x\",\"state\":$3}]}}" >"$T/kubelet.out" 2>&1 ||
+        fail "kubectl patch pod $1 --subresource=status: $(cat "$T/kubelet.out")"
+}
+
+# record_of LEASE KEY...: fields of the Lease's crash failover record (the
+# annotation k8slease.io/holder-container, JSON).
+record_of() {
+    _lease=$1
+    shift
+    kc get lease "$_lease" -o jsonpath='{.metadata.annotations.k8slease\.io/holder-container}' |
+        "$CLI_JSON" "$@" | tr '\n' ' '
+}
+record_is() { [ "$(record_of "$1" containerID)" = "$2 " ]; }
+
+# elect --crash-failover: the Pod from $POD_NAME (namespace: the Lease's, or
+# $POD_NAMESPACE). The leader records its container instance in the Lease;
+# once the kubelet reports exactly that instance terminated, a follower
+# with the option takes over at once. Long leases: a takeover within 10 s
+# of the report is no expiry (30 s).
+test_crash_failover() {
+    command -v kubectl >/dev/null || { echo "skip: no kubectl"; exit 77; }
+    start_server
+    started=$(rfc3339 $(($(date +%s) - 10)))
+    for p in pa pb; do
+        api POST /api/v1/namespaces/default/pods "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",
+            \"metadata\":{\"name\":\"$p\"},\"spec\":{\"containers\":[{\"name\":\"main\",
+            \"image\":\"x\"}]}}" >"$T/pod.out" || fail "cannot create pod $p"
+        "$CLI_JSON" metadata.uid <"$T/pod.out" >/dev/null || fail "pod $p: $(cat "$T/pod.out")"
+    done
+    cid_a=containerd://$(printf pa | sha256sum | cut -c1-64)
+    cid_b=containerd://$(printf pb | sha256sum | cut -c1-64)
+    kubelet pa "$cid_a" "{\"running\":{\"startedAt\":\"$started\"}}"
+    kubelet pb "$cid_b" "{\"running\":{\"startedAt\":\"$started\"}}"
+    uid_a=$(api GET /api/v1/namespaces/default/pods/pa | "$CLI_JSON" metadata.uid)
+
+    # shellcheck disable=SC2086
+    run a env POD_NAME=pa "$K8SLEASE" elect --lease cf --identity alice $LONG --crash-failover \
+        --log-level info
+    wait_until 10 "alice elected" has_line "$T/a.out" "elected epoch=0"
+    has "$T/a.err" "crash failover: pod default/pa, container (the pod's only one)"
+    wait_until 10 "the lease records alice's container ($cid_a)" record_is cf "$cid_a"
+    same "$(record_of cf holder epoch podNamespace pod podUID container)" \
+        "alice 0 default pa $uid_a main " "alice's record"
+    has "$T/a.err" "this process runs in container main ($cid_a) of pod default/pa"
+    verified=$(record_of cf verifiedAt)
+
+    # shellcheck disable=SC2086
+    run b env POD_NAME=pb POD_NAMESPACE=default "$K8SLEASE" elect --lease cf --identity bob \
+        $LONG --crash-failover --container main --log-level info
+    wait_until 10 "bob sees alice" has_line "$T/b.out" "leader=alice epoch=0"
+    has "$T/b.err" "crash failover: pod default/pb, container main"
+
+    # alice crashes; her container's end is reported in a later second than
+    # her record's verifiedAt (only such a report is evidence).
+    sig KILL a
+    finished a 10
+    v=$(date -u -d "$verified" +%s) || fail "verifiedAt \"$verified\": not a time"
+    now=$(date +%s)
+    [ "$now" -gt "$v" ] || now=$((v + 1))
+    kubelet pa "$cid_a" "{\"terminated\":{\"exitCode\":137,\"reason\":\"Error\",
+        \"startedAt\":\"$started\",\"finishedAt\":\"$(rfc3339 "$now")\",\"containerID\":\"$cid_a\"}}"
+    wait_until 10 "bob takes over on the kubelet's report" has_line "$T/b.out" "elected epoch=1"
+    has "$T/b.err" "the kubelet reported container main ($cid_a) of pod default/pa terminated"
+    wait_until 10 "the lease records bob's container ($cid_b)" record_is cf "$cid_b"
+    same "$(record_of cf holder epoch pod container)" "bob 1 pb main " "bob's record"
+    sig TERM b
+    finished b 10 0
+}
+
 # ---- etcd ---------------------------------------------------------------------
 
 # 1 when the library has its etcd driver (while it is being written, every
@@ -828,6 +932,12 @@ test_etcd_flags() {
     # shellcheck disable=SC2086
     bad "k8slease elect: --coordinated: Kubernetes only (LeaseCandidates), not with --backend etcd" \
         elect $EP --lease x --identity i --coordinated --binary-version 1.36.0
+    # shellcheck disable=SC2086
+    bad "k8slease elect: --crash-failover: Kubernetes only (the kubelet's report on a Pod), not with --backend etcd" \
+        elect $EP --lease x --identity i --crash-failover
+    # shellcheck disable=SC2086
+    POD_NAME=p bad "k8slease elect: --crash-failover: Kubernetes only" elect $EP --lease x \
+        --crash-failover --container main
     # shellcheck disable=SC2086
     bad "--kubeconfig: Kubernetes only, not with --backend etcd" holder $EP --lease x \
         --kubeconfig "$T/kc"
@@ -1084,12 +1194,12 @@ test_etcd() {
 }
 
 case "${1:-}" in
-usage | holder | release | elect_events | elect_cmd | elect_signals | watch | label | sidecar | demo | coordinated | etcd_flags | etcd)
+usage | holder | release | elect_events | elect_cmd | elect_signals | watch | label | sidecar | demo | coordinated | crash_failover | etcd_flags | etcd)
     "test_$1"
     echo "ok: cli_$1"
     ;;
 *)
-    echo "usage: cli_test.sh usage|holder|release|elect_events|elect_cmd|elect_signals|watch|label|sidecar|demo|coordinated|etcd_flags|etcd" >&2
+    echo "usage: cli_test.sh usage|holder|release|elect_events|elect_cmd|elect_signals|watch|label|sidecar|demo|coordinated|crash_failover|etcd_flags|etcd" >&2
     exit 2
     ;;
 esac
