@@ -196,6 +196,22 @@ struct elector_options {
     std::optional<std::string> emulation_version;
     /** Coordinated: nullopt: "OldestEmulationVersion". */
     std::optional<std::string> strategy;
+    /** Kubernetes, not with coordinated: crash failover (docs/semantics.md,
+     *  "Crash failover"). As leader, record in the Lease the container
+     *  instance this process runs in (read from its own Pod); as follower,
+     *  take the Lease at once when the kubelet reports the holder's
+     *  recorded instance terminated, instead of at its expiry. Needs
+     *  pod_name. */
+    bool crash_failover = false;
+    /** Crash failover: namespace of this process's Pod (the Downward API's
+     *  metadata.namespace); nullopt: the Lease's namespace. */
+    std::optional<std::string> pod_namespace;
+    /** Crash failover: name of this process's Pod (the Downward API's
+     *  metadata.name); required. */
+    std::optional<std::string> pod_name;
+    /** Crash failover: the container this process runs in; nullopt: the
+     *  Pod's only container (required when it has several). */
+    std::optional<std::string> container;
 };
 
 /** An elector's counters: the C struct k8slease_elector_stats (all its
@@ -528,6 +544,10 @@ class elector
         o.binary_version = detail::c_str(opts.binary_version);
         o.emulation_version = detail::c_str(opts.emulation_version);
         o.strategy = detail::c_str(opts.strategy);
+        o.crash_failover = opts.crash_failover ? 1 : 0;
+        o.pod_namespace = detail::c_str(opts.pod_namespace);
+        o.pod_name = detail::c_str(opts.pod_name);
+        o.container = detail::c_str(opts.container);
         if (opts.on_started_leading)
             o.on_started_leading = &impl::started;
         if (opts.on_stopped_leading)

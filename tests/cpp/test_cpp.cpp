@@ -666,6 +666,55 @@ void pod_label_sets_and_removes()
         "bad key!"));
 }
 
+/* Crash failover: the options reach the C layer (its messages name them);
+ * with pod_name the elector leads and records its container instance (the
+ * Pod's status as the kubelet writes it) in the Lease's annotation. */
+void crash_failover_records_the_container()
+{
+    const std::string cid =
+        "containerd://0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+    k8slease::client c = make_client();
+    k8slease::elector_options o = fast("cpp-crash", "a:1");
+    o.crash_failover = true;
+    CHECK(contains(EXPECT_ERROR(errc::invalid_argument, k8slease::elector e(c, o)),
+                   "crash_failover needs pod_name"));
+    o.pod_name = "cpp-crash-pod";
+    o.pod_namespace = "Bad_NS";
+    CHECK(contains(EXPECT_ERROR(errc::invalid_argument, k8slease::elector e(c, o)), "Bad_NS"));
+    o.pod_namespace = "default";
+    o.container = "Bad_Name";
+    CHECK(contains(EXPECT_ERROR(errc::invalid_argument, k8slease::elector e(c, o)), "Bad_Name"));
+    o.container = "main";
+
+    ts_call("POST", "/api/v1/namespaces/default/pods",
+            "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"cpp-crash-pod\"},"
+            "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"x\"}]}}",
+            201);
+    // The kubelet's report: main running since before this process started.
+    std::string status =
+        "{\"status\":{\"containerStatuses\":[{\"name\":\"main\",\"containerID\":\"" + cid +
+        "\",\"ready\":true,\"restartCount\":0,\"image\":\"x\",\"imageID\":\"x\","
+        "\"state\":{\"running\":{\"startedAt\":\"2020-01-01T00:00:00Z\"}}}]}}";
+    long code = 0;
+    CHECK(ts_request(server, "PATCH", "/api/v1/namespaces/default/pods/cpp-crash-pod/status",
+                     "application/merge-patch+json", status.c_str(), &code, nullptr) == 0);
+    CHECK(code == 200);
+
+    k8slease::elector e(c, o);
+    CHECK(e.wait_elected(10s).has_value());
+    // Recorded on a renewal once the elector has read its Pod: poll the
+    // Lease every 50 ms, for at most 10 s.
+    const std::string lease = "/apis/coordination.k8s.io/v1/namespaces/default/leases/cpp-crash";
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (!contains(ts_call("GET", lease, nullptr, 200), "k8slease.io/holder-container")) {
+        if (std::chrono::steady_clock::now() > until)
+            throw failure("no k8slease.io/holder-container annotation within 10 s: " +
+                          ts_call("GET", lease, nullptr, 200));
+        std::this_thread::sleep_for(50ms);
+    }
+    CHECK(contains(ts_call("GET", lease, nullptr, 200), cid));
+}
+
 struct test_case {
     const char *name;
     void (*fn)();
@@ -690,6 +739,7 @@ const test_case tests[] = {
     {"coordinated_oldest_version_leads", coordinated_oldest_version_leads},
     {"watch_sees_the_holder", watch_sees_the_holder},
     {"pod_label_sets_and_removes", pod_label_sets_and_removes},
+    {"crash_failover_records_the_container", crash_failover_records_the_container},
 };
 
 } // namespace
