@@ -92,9 +92,10 @@ typedef enum k8slease_backend {
     K8SLEASE_BACKEND_ETCD = 1
 } k8slease_backend;
 
-/** Current version of k8slease_client_options. Version 1 (without the
- *  backend and etcd fields) is still accepted. */
-#define K8SLEASE_CLIENT_OPTIONS_VERSION 2
+/** Current version of k8slease_client_options. Versions 1 (without the
+ *  backend and etcd fields) and 2 (without crash_failover) are still
+ *  accepted. */
+#define K8SLEASE_CLIENT_OPTIONS_VERSION 3
 
 /** Options of k8slease_client_new(); initialise with K8SLEASE_CLIENT_OPTIONS_INIT. */
 typedef struct k8slease_client_options {
@@ -130,13 +131,23 @@ typedef struct k8slease_client_options {
      *  token it gives is renewed when etcd says it is invalid. NULL: none. */
     const char *etcd_username;
     const char *etcd_password; /**< etcd: password of etcd_username */
+    /* Version 3: */
+    /** Kubernetes: 1: k8slease_holder_get follows crash failover
+     *  (docs/semantics.md, "Crash failover"): when the Lease carries a
+     *  crash failover record of its current term, it also reads the Pod
+     *  the record names (one more GET, only then), and a holder whose
+     *  container instance the kubelet reported terminated is reported with
+     *  ended = 1 and expired = 1, as a holder whose Lease expired. A Pod it
+     *  cannot read is no evidence (ended 0). 0 (default): one GET of the
+     *  Lease, ended always 0. */
+    int crash_failover;
 } k8slease_client_options;
 
 /** Initialiser of k8slease_client_options with the defaults. */
 #define K8SLEASE_CLIENT_OPTIONS_INIT                                                               \
     {                                                                                              \
         K8SLEASE_CLIENT_OPTIONS_VERSION, NULL, NULL, NULL, NULL, K8SLEASE_LOG_INFO, NULL,          \
-            K8SLEASE_BACKEND_K8S, NULL, NULL, NULL, NULL, NULL, NULL                               \
+            K8SLEASE_BACKEND_K8S, NULL, NULL, NULL, NULL, NULL, NULL, 0                            \
     }
 
 /** Create a client: loads the configuration and starts the loop thread.
@@ -418,6 +429,10 @@ typedef struct k8slease_holder {
     /** spec.preferredHolder: the candidate coordinated leader election
      *  wants to lead next (the holder steps down for it); "" when absent. */
     char *preferred_holder;
+    /** Crash failover (k8slease_client_options.crash_failover): 1 when the
+     *  kubelet reported the container instance of the holder's current
+     *  term terminated (expired is 1 then too). */
+    int ended;
 } k8slease_holder;
 
 /** Read the Lease once (blocking, timeout_ms <= 0: 10 s).

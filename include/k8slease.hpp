@@ -159,6 +159,9 @@ struct client_options {
     std::optional<std::string> etcd_key_file;  /**< etcd: PEM key of etcd_cert_file */
     std::optional<std::string> etcd_username;  /**< etcd: user for etcd authentication */
     std::optional<std::string> etcd_password;  /**< etcd: password of etcd_username */
+    /** Kubernetes: holder reads follow crash failover records (the C
+     *  option's comment; docs/semantics.md, "Crash failover"). */
+    bool crash_failover = false;
 };
 
 /** Options of elector: the fields of k8slease_elector_options, durations as
@@ -238,6 +241,9 @@ struct holder {
     std::string resource_version; /**< metadata.resourceVersion */
     std::string strategy;         /**< spec.strategy (coordinated election); "" when none */
     std::string preferred_holder; /**< spec.preferredHolder (coordinated election); "" when none */
+    /** Crash failover (client_options::crash_failover): the kubelet reported
+     *  the holder's container instance terminated (expired is true too). */
+    bool ended{false};
 };
 
 /** Version of the library (not of this header), e.g. "0.1.0". */
@@ -374,6 +380,7 @@ class client
         o.etcd_key_file = detail::c_str(opts.etcd_key_file);
         o.etcd_username = detail::c_str(opts.etcd_username);
         o.etcd_password = detail::c_str(opts.etcd_password);
+        o.crash_failover = opts.crash_failover ? 1 : 0;
         detail::check(k8slease_client_new(&c_, &o), "k8slease_client_new");
     }
 
@@ -459,6 +466,7 @@ class client
         out.resource_version = h->resource_version ? h->resource_version : "";
         out.strategy = h->strategy ? h->strategy : "";
         out.preferred_holder = h->preferred_holder ? h->preferred_holder : "";
+        out.ended = h->ended != 0;
         return out;
     }
 

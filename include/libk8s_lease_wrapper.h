@@ -11,6 +11,15 @@
  *  - One process-wide client, created on first use from the in-cluster
  *    config, else $KUBECONFIG, else ~/.kube/config.
  *  - Elections and watches are keyed by "namespace/leaseName".
+ *  - Crash failover (docs/semantics.md, "Crash failover"), since the
+ *    signatures are fixed, from the environment: K8SLEASE_CRASH_FAILOVER=1
+ *    with POD_NAME (and POD_NAMESPACE, default the Lease's namespace;
+ *    K8SLEASE_CONTAINER, default the Pod's only container) from the
+ *    Downward API. An election then records its container instance in
+ *    the Lease and takes a Lease at once whose holder's container the
+ *    kubelet reported terminated; K8sLeaseGetHolder reports such a holder
+ *    as none, as an expired one, so a standby that polls it campaigns at
+ *    once. Any other value than 1 or 0 makes K8sLeaseRunElection fail.
  *
  * Thread-safe: every function may be called from any thread. The holder
  * callback runs on the library's loop thread and must not block: from it,
@@ -91,8 +100,10 @@ K8SLEASE_COMPAT_API extern int K8sLeaseWaitLost(char *ns, char *leaseName, char 
 K8SLEASE_COMPAT_API extern int K8sLeaseCancelElection(char *ns, char *leaseName, char **errMsg);
 
 /** Read the holder: *holderIdentity NULL when none or expired (renewTime +
- * leaseDurationSeconds in the past); *leaseTransitions always. Returns 1
- * when the Lease does not exist. */
+ * leaseDurationSeconds in the past), or, with K8SLEASE_CRASH_FAILOVER=1,
+ * when the kubelet reported the holder's container terminated (crash
+ * failover: see below); *leaseTransitions always. Returns 1 when the Lease
+ * does not exist. */
 K8SLEASE_COMPAT_API extern int K8sLeaseGetHolder(char *ns, char *leaseName, char **holderIdentity,
                                                  long long int *leaseTransitions, char **errMsg);
 

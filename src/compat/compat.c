@@ -568,6 +568,20 @@ static void register_at_exit(void)
     atexit(wait_releases_at_exit);
 }
 
+/* Crash failover through the seed ABI, whose signatures are fixed: from
+ * the environment (docs/semantics.md, "Crash failover"). 1, 0, or -1 with
+ * *errMsg set for another value. */
+static int crash_env(char **errMsg)
+{
+    const char *v = getenv("K8SLEASE_CRASH_FAILOVER");
+
+    if (!v || !v[0] || strcmp(v, "0") == 0)
+        return 0;
+    if (strcmp(v, "1") == 0)
+        return 1;
+    return fail(errMsg, "K8SLEASE_CRASH_FAILOVER=\"%.40s\": must be 1 (on) or 0 (off)", v);
+}
+
 static int ensure_client(char **errMsg)
 {
     static pthread_once_t at_exit_once = PTHREAD_ONCE_INIT;
@@ -580,6 +594,8 @@ static int ensure_client(char **errMsg)
         opts.log_cb = lg_native;
         opts.log_level = K8SLEASE_LOG_DEBUG; /* lg_native picks what to print */
     }
+    if ((opts.crash_failover = crash_env(errMsg)) < 0)
+        return -1;
     pthread_once(&at_exit_once, register_at_exit);
     pthread_mutex_lock(&g_mu);
     if (!g_client)
@@ -687,6 +703,19 @@ K8SLEASE_COMPAT_API int K8sLeaseRunElection(char *ns, char *leaseName, char *ide
     opts.renew_deadline_ms = (int64_t)renewDeadlineSec * 1000;
     opts.retry_period_ms = (int64_t)retryPeriodSec * 1000;
     opts.release_on_cancel = 1;
+    if ((opts.crash_failover = crash_env(errMsg)) < 0) {
+        rc = -1;
+        goto out;
+    }
+    if (opts.crash_failover) {
+        opts.pod_name = getenv("POD_NAME");
+        opts.pod_namespace = getenv("POD_NAMESPACE");
+        opts.container = getenv("K8SLEASE_CONTAINER");
+        if (opts.pod_namespace && !opts.pod_namespace[0])
+            opts.pod_namespace = NULL;
+        if (opts.container && !opts.container[0])
+            opts.container = NULL;
+    }
 
     pthread_mutex_lock(&g_mu);
     if ((old = find(g_elections, key))) {

@@ -12,6 +12,7 @@
 
 /* The options of a version 1 caller end before the backend field. */
 #define CLIENT_OPTIONS_V1_SIZE offsetof(k8slease_client_options, backend)
+#define CLIENT_OPTIONS_V2_SIZE offsetof(k8slease_client_options, crash_failover)
 
 K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts)
 {
@@ -24,6 +25,8 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
     *out = NULL;
     if (opts && opts->version == 1) {
         memcpy(&o, opts, CLIENT_OPTIONS_V1_SIZE); /* the rest keeps the defaults */
+    } else if (opts && opts->version == 2) {
+        memcpy(&o, opts, CLIENT_OPTIONS_V2_SIZE);
     } else if (opts && opts->version == K8SLEASE_CLIENT_OPTIONS_VERSION) {
         o = *opts;
     } else if (opts) {
@@ -42,11 +45,15 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
          o.etcd_username || o.etcd_password))
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_* options are set "
                                               "but backend is K8SLEASE_BACKEND_K8S");
+    if (o.backend == K8SLEASE_BACKEND_ETCD && o.crash_failover)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: crash_failover is "
+                                              "Kubernetes only (a Pod's container statuses)");
 
     c = kl__calloc(1, sizeof(*c));
     if (!c)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     c->backend = o.backend;
+    c->crash_failover = o.crash_failover != 0;
     c->log.cb = o.log_cb;
     c->log.user_data = o.log_user_data;
     c->log.level = o.log_level;

@@ -25,6 +25,7 @@ struct k8slease_client {
     kl__etcd_conn *etcd;        /* etcd: endpoints and authentication */
     k8slease_elector *retired;  /* kl__elector_retire: freed once over (loop thread) */
     int *retired_drained;       /* kl__elector_wait_retired's flag, set once none is left */
+    int crash_failover;         /* holder reads follow crash failover records */
 };
 
 /* Ask the loop to stop an election without waiting (release < 0: as the

@@ -14,6 +14,8 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/elector.h"
+#include "k8s/crash.h"
+#include "k8s/pod.h"
 #include "k8s/api.h"
 #include "k8s/codec.h"
 #include "k8s/informer.h"
@@ -103,6 +105,45 @@ out:
     return err;
 }
 
+/* Crash failover: whether the kubelet reported the container instance of
+ * the Lease's current term terminated (its record, then its Pod). A Pod
+ * that cannot be read is no evidence. */
+static int holder_ended(k8slease_client *client, const kl__lease *lease, int64_t timeout_ms)
+{
+    kl__crash_record r;
+    kl__http_opts req = {0};
+    kl__pod *pod = NULL;
+    char *path = NULL, *body = NULL;
+    size_t body_len = 0;
+    long status = 0;
+    int ended = 0;
+
+    if (kl__crash_record_of_lease(lease, &r) < 0)
+        return 0;
+    if (!lease->spec.holder || strcmp(r.holder, lease->spec.holder) != 0 ||
+        r.epoch != lease->spec.transitions)
+        goto out;
+    if (!(path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", r.pod_ns, r.pod)))
+        goto out;
+    req.method = "GET";
+    req.path = path;
+    req.timeout_ms = timeout_ms;
+    if (kl__http_sync(client->loop, &req, &status, &body, &body_len) < 0 || status != 200 ||
+        kl__pod_parse(&pod, body, body_len) < 0) {
+        kl__log_printf(&client->log, K8SLEASE_LOG_DEBUG,
+                       "lease %s/%s: crash failover: pod %s/%s not read (HTTP %ld): no evidence",
+                       lease->ns, lease->name, r.pod_ns, r.pod, status);
+        goto out;
+    }
+    ended = kl__crash_evidence(&r, pod);
+out:
+    kl__pod_free(pod);
+    kl__free(body);
+    kl__free(path);
+    kl__crash_record_clear(&r);
+    return ended;
+}
+
 static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,
                       k8slease_holder **out)
 {
@@ -143,6 +184,9 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
     /* As the seed: expired by renewTime + duration against our wall clock. */
     h->expired = h->identity[0] && h->renew_time_us &&
                  h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
+    if (client->crash_failover && h->identity[0] && !h->expired &&
+        holder_ended(client, lease, timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS))
+        h->ended = h->expired = 1;
     *out = h;
     h = NULL;
 out:

@@ -355,11 +355,19 @@ int kl__crash_new(kl__crash **out, k8slease_client *client, const kl__crash_conf
     int err;
 
     *out = NULL;
-    if ((err = kl__check_namespace(cfg->pod_ns)) < 0 ||
-        (err = kl__check_name("pod name", cfg->pod)) < 0)
+    /* Namespaces and container names are both RFC 1123 labels. */
+    if (kl__check_namespace(cfg->pod_ns) < 0)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "pod_namespace \"%.80s\": must be a lowercase RFC 1123 label (a-z, "
+                             "0-9, '-', at most 63 characters)",
+                             cfg->pod_ns);
+    if ((err = kl__check_name("pod_name", cfg->pod)) < 0)
         return err;
-    if (cfg->container && (err = kl__check_name("container name", cfg->container)) < 0)
-        return err;
+    if (cfg->container && kl__check_namespace(cfg->container) < 0)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "container \"%.80s\": must be a lowercase RFC 1123 label (a-z, 0-9, "
+                             "'-', at most 63 characters)",
+                             cfg->container);
     if (!(c = kl__calloc(1, sizeof(*c))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     c->client = client;

@@ -28,6 +28,7 @@
 
 #include "e2e.h"
 #include "k8slease.h"
+#include "libk8s_lease_wrapper.h"
 
 #define WAIT_MS 30000
 #define ID_A    "containerd://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -417,6 +418,96 @@ static void no_record(void **state)
     k8slease_elector_free(b);
 }
 
+/* The seed ABI as Mooncake's master supervisor drives it: a standby polls
+ * K8sLeaseGetHolder every 200 ms and calls K8sLeaseRunElection only when
+ * it says no holder. With K8SLEASE_CRASH_FAILOVER=1 a holder whose
+ * container the kubelet reported terminated is no holder, and the new
+ * election takes the Lease at once. */
+static void seed_abi_standby(void **state)
+{
+    k8slease_elector *a;
+    int64_t ea, verified_s, report_ms, none_ms = 0, took;
+    long long epoch = -1;
+    char *holder = NULL, *err = NULL;
+    char lease[] = "crash-seed";
+
+    (void)state;
+    create_pod("crash-seed-a");
+    create_pod("crash-seed-b");
+    running("crash-seed-a", ID_A);
+    running("crash-seed-b", ID_B);
+    a = start(lease, "a", "crash-seed-a", t15102, 1);
+    elected(a, "a", &ea);
+    verified_s = wait_record(lease, "a", ID_A);
+    setenv("K8SLEASE_CRASH_FAILOVER", "1", 1);
+    setenv("POD_NAME", "crash-seed-b", 1);
+    setenv("POD_NAMESPACE", ns, 1);
+    if (K8sLeaseGetHolder((char *)ns, lease, &holder, &epoch, &err) != 0)
+        fail_msg("K8sLeaseGetHolder: %s", err);
+    assert_non_null(holder);
+    assert_string_equal(holder, "a");
+    assert_int_equal(epoch, ea);
+    free(holder);
+    holder = NULL;
+
+    second_after(verified_s);
+    k8slease_elector_free(a);
+    terminated("crash-seed-a", ID_A, wall_s());
+    report_ms = e2e_mono_ms();
+    while (!none_ms) {
+        if (K8sLeaseGetHolder((char *)ns, lease, &holder, &epoch, &err) != 0)
+            fail_msg("K8sLeaseGetHolder: %s", err);
+        if (!holder)
+            none_ms = e2e_mono_ms();
+        free(holder);
+        holder = NULL;
+        if (!none_ms && e2e_mono_ms() - report_ms > WAIT_MS)
+            fail_msg("K8sLeaseGetHolder still names a %d ms after the report", WAIT_MS);
+        if (!none_ms)
+            e2e_pause_ms(200); /* the supervisor's poll period */
+    }
+    {
+        /* The native read: ended with the client option, not without. */
+        k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+        k8slease_client *crash_client = NULL;
+        k8slease_holder *h = NULL;
+
+        co.crash_failover = 1;
+        assert_int_equal(k8slease_client_new(&crash_client, &co), 0);
+        assert_int_equal(k8slease_holder_get(crash_client, ns, lease, 0, &h), 0);
+        assert_string_equal(h->identity, "a");
+        assert_int_equal(h->ended, 1);
+        assert_int_equal(h->expired, 1);
+        k8slease_holder_free(h);
+        assert_int_equal(k8slease_holder_get(client, ns, lease, 0, &h), 0);
+        assert_int_equal(h->ended, 0);
+        assert_int_equal(h->expired, 0);
+        k8slease_holder_free(h);
+        k8slease_client_free(crash_client);
+    }
+    if (K8sLeaseRunElection((char *)ns, lease, "b", 15, 10, 2, &err) != 0 ||
+        K8sLeaseWaitElected((char *)ns, lease, WAIT_MS / 1000, &epoch, &err) != 0)
+        fail_msg("seed ABI standby: %s", err);
+    took = e2e_mono_ms() - report_ms;
+    print_message("seed ABI standby: no holder %lld ms after the report, led %lld ms after it "
+                  "(epoch %lld after %lld)\n",
+                  (long long)(none_ms - report_ms), (long long)took, epoch, (long long)ea);
+    assert_true(epoch > ea);
+    if (took >= t15102.ld - t15102.rp)
+        fail_msg("the standby led %lld ms after the report: by expiry", (long long)took);
+    wait_record(lease, "b", ID_B);
+    if (K8sLeaseCancelElection((char *)ns, lease, &err) != 0 ||
+        K8sLeaseWaitLost((char *)ns, lease, &err) != 0)
+        fail_msg("seed ABI cancel: %s", err);
+
+    /* Anything but 1 or 0 is refused, naming the variable. */
+    setenv("K8SLEASE_CRASH_FAILOVER", "yes", 1);
+    assert_int_equal(K8sLeaseRunElection((char *)ns, lease, "b", 15, 10, 2, &err), -1);
+    assert_non_null(strstr(err, "K8SLEASE_CRASH_FAILOVER"));
+    free(err);
+    unsetenv("K8SLEASE_CRASH_FAILOVER");
+}
+
 /* Bad options are refused, naming the option. */
 static void bad_options(void **state)
 {
@@ -436,7 +527,14 @@ static void bad_options(void **state)
     o.container = "Bad Container";
     assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
     assert_non_null(strstr(k8slease_error_last(), "Bad Container"));
+    o.container = "main.sidecar"; /* a subdomain, not a label */
+    assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "container \"main.sidecar\""));
     o.container = NULL;
+    o.pod_namespace = "Bad_NS";
+    assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "pod_namespace \"Bad_NS\""));
+    o.pod_namespace = NULL;
     o.crash_failover = 0;
     assert_int_equal(k8slease_elector_start(&e, client, &o), K8SLEASE_EINVAL);
     assert_non_null(strstr(k8slease_error_last(), "crash_failover"));
@@ -466,13 +564,16 @@ static int teardown(void **state)
 
 int main(void)
 {
+#define T(f) cmocka_unit_test(f)
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(bad_options),           cmocka_unit_test(takeover_15102),
-        cmocka_unit_test(takeover_531),          cmocka_unit_test(restart_in_place),
-        cmocka_unit_test(no_takeover_other_id),  cmocka_unit_test(no_takeover_waiting),
-        cmocka_unit_test(no_takeover_deleted),   cmocka_unit_test(no_takeover_not_after_verified),
-        cmocka_unit_test(no_takeover_other_uid), cmocka_unit_test(no_record),
+        T(bad_options),           T(takeover_15102),
+        T(takeover_531),          T(restart_in_place),
+        T(no_takeover_other_id),  T(no_takeover_waiting),
+        T(no_takeover_deleted),   T(no_takeover_not_after_verified),
+        T(no_takeover_other_uid), T(no_record),
+        T(seed_abi_standby),
     };
+#undef T
     const char *only = getenv("K8SLEASE_TEST_FILTER");
 
     if (only && only[0])
