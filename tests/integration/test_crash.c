@@ -508,6 +508,85 @@ static void seed_abi_standby(void **state)
     unsetenv("K8SLEASE_CRASH_FAILOVER");
 }
 
+/* No permission to read its own Pod (403): one warning, no record, the
+ * term goes on; its crash would be found by expiry. Test server only (a
+ * fault answers 403 for that Pod). */
+static struct {
+    pthread_mutex_t mu;
+    int warnings;
+} logged = {PTHREAD_MUTEX_INITIALIZER, 0};
+
+static void count_warnings(k8slease_log_level level, const char *msg, void *ud)
+{
+    (void)ud;
+    if (level != K8SLEASE_LOG_WARN || !strstr(msg, "crash failover: get pod"))
+        return;
+    pthread_mutex_lock(&logged.mu);
+    logged.warnings++;
+    pthread_mutex_unlock(&logged.mu);
+    fprintf(stderr, "k8slease warn: %s\n", msg);
+}
+
+static int warnings(void)
+{
+    int n;
+
+    pthread_mutex_lock(&logged.mu);
+    n = logged.warnings;
+    pthread_mutex_unlock(&logged.mu);
+    return n;
+}
+
+static void own_pod_forbidden(void **state)
+{
+    k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+    k8slease_elector *e = NULL;
+    k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+    char fault[512];
+
+    (void)state;
+    e2e_need_testserver("needs a 403 for one Pod (a fault rule); on a real server RBAC is per "
+                        "namespace");
+    create_pod("crash-403-a");
+    running("crash-403-a", ID_A);
+    snprintf(fault, sizeof(fault),
+             "{\"kind\":\"error\",\"status\":403,\"match\":{\"verb\":\"get\","
+             "\"path_prefix\":\"/api/v1/namespaces/%s/pods/crash-403-a\"}}",
+             ns);
+    e2e_add_fault(fault);
+    co.log_cb = count_warnings;
+    co.log_level = K8SLEASE_LOG_WARN;
+    assert_int_equal(k8slease_client_new(&c, &co), 0);
+    o.ns = ns;
+    o.name = "crash-403";
+    o.identity = "a";
+    o.lease_duration_ms = t531.ld;
+    o.renew_deadline_ms = t531.rd;
+    o.retry_period_ms = t531.rp;
+    o.crash_failover = 1;
+    o.pod_name = "crash-403-a";
+    assert_int_equal(k8slease_elector_start(&e, c, &o), 0);
+    elected(e, "a", NULL);
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS; warnings() == 0; e2e_pause_ms(20))
+        if (e2e_mono_ms() > deadline)
+            fail_msg("no warning about the forbidden Pod within %d ms", WAIT_MS);
+    /* Three renewals later: still one warning, no record, still leader. */
+    for (int64_t deadline = e2e_mono_ms() + WAIT_MS;; e2e_pause_ms(50)) {
+        assert_int_equal(k8slease_elector_stats_get(e, &st), 0);
+        if (st.renewals >= 3)
+            break;
+        if (e2e_mono_ms() > deadline)
+            fail_msg("fewer than 3 renewals within %d ms", WAIT_MS);
+    }
+    assert_int_equal(warnings(), 1);
+    assert_null(lease_record("crash-403", NULL));
+    assert_true(k8slease_elector_is_leader(e));
+    k8slease_elector_free(e);
+    k8slease_client_free(c);
+}
+
 /* Bad options are refused, naming the option. */
 static void bad_options(void **state)
 {
@@ -571,7 +650,7 @@ int main(void)
         T(no_takeover_other_id),  T(no_takeover_waiting),
         T(no_takeover_deleted),   T(no_takeover_not_after_verified),
         T(no_takeover_other_uid), T(no_record),
-        T(seed_abi_standby),
+        T(seed_abi_standby),      T(own_pod_forbidden),
     };
 #undef T
     const char *only = getenv("K8SLEASE_TEST_FILTER");
