@@ -849,24 +849,28 @@ static const struct {
     {"BOOKMARK", KL_WATCH_BOOKMARK}, {"ERROR", KL_WATCH_ERROR},
 };
 
+int kl__watch_type_parse(const char *name, kl__watch_type *out)
+{
+    for (size_t i = 0; i < KL_ARRAY_LEN(watch_types); i++)
+        if (strcmp(name, watch_types[i].name) == 0) {
+            *out = watch_types[i].type;
+            return 0;
+        }
+    return -1;
+}
+
 static int decode_event(kl__watch_event *out, json_t *root)
 {
     const char *type, *rv;
     json_t *obj;
-    size_t i;
     int err;
 
     if ((err = opt_string(root, "type", "type", &type)) < 0)
         return err;
     if (!type)
         return kl__error_set(K8SLEASE_EPROTOCOL, "type missing");
-    for (i = 0; i < KL_ARRAY_LEN(watch_types); i++) {
-        if (strcmp(type, watch_types[i].name) == 0)
-            break;
-    }
-    if (i == KL_ARRAY_LEN(watch_types))
+    if (kl__watch_type_parse(type, &out->type) < 0)
         return kl__error_set(K8SLEASE_EPROTOCOL, "unknown type \"%.64s\"", type);
-    out->type = watch_types[i].type;
     obj = json_object_get(root, "object");
     if (!json_is_object(obj))
         return kl__error_set(K8SLEASE_EPROTOCOL, "%s: object missing or not an object", type);

@@ -108,6 +108,8 @@ typedef struct kl__watch_event {
     kl__status status; /* ERROR (owned) */
 } kl__watch_event;
 
+/* A watch event's "type" ("ADDED", ...): 0 with *out set, -1 if unknown. */
+int kl__watch_type_parse(const char *name, kl__watch_type *out);
 /* Decode one line of a watch stream. K8SLEASE_EPROTOCOL on anything else. */
 int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len);
 void kl__watch_event_clear(kl__watch_event *ev);

@@ -197,30 +197,17 @@ static void event_clear(event *ev)
     memset(ev, 0, sizeof(*ev));
 }
 
-static const struct {
-    const char *name;
-    kl__watch_type type;
-} watch_types[] = {
-    {"ADDED", KL_WATCH_ADDED},       {"MODIFIED", KL_WATCH_MODIFIED}, {"DELETED", KL_WATCH_DELETED},
-    {"BOOKMARK", KL_WATCH_BOOKMARK}, {"ERROR", KL_WATCH_ERROR},
-};
-
 static int pod_event_decode(event *ev, json_t *root)
 {
     const char *type = json_string_value(json_object_get(root, "type"));
     json_t *obj = json_object_get(root, "object");
     const char *rv;
-    size_t i;
     int err;
 
     if (!type)
         return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: type missing or not a string");
-    for (i = 0; i < KL_ARRAY_LEN(watch_types); i++)
-        if (strcmp(type, watch_types[i].name) == 0)
-            break;
-    if (i == KL_ARRAY_LEN(watch_types))
+    if (kl__watch_type_parse(type, &ev->type) < 0)
         return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: unknown type \"%.64s\"", type);
-    ev->type = watch_types[i].type;
     if (!json_is_object(obj))
         return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: %s: object missing or not an object",
                              type);
