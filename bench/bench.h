@@ -166,6 +166,14 @@ typedef struct srv_stats {
 int srv_open(bench_ctx *ctx, bench_target *t);
 void srv_close(bench_target *t);
 const char *srv_kubeconfig(const bench_ctx *ctx);
+/* The namespace the candidates' Leases are in ("default" unless the
+ * kubeconfig names one). */
+const char *srv_namespace(const bench_ctx *ctx);
+/* One API request to the current server with the kubeconfig's credentials
+ * (test server, envtest; a user's cluster: none, returns 0), a JSON body
+ * when json is not NULL (PATCH: a JSON merge patch). The HTTP status, 0 when
+ * there was no answer; the answer in *body (free it) when body is not NULL. */
+long srv_api(bench_ctx *ctx, const char *method, const char *path, const char *json, char **body);
 /* Does the current server count requests for us (test server, envtest)? */
 int srv_counts(const bench_ctx *ctx);
 
@@ -241,6 +249,9 @@ int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
               const char *etcd_endpoint, const bench_timing *t);
 /* Start one more candidate; its slot, or -1. */
 int pool_spawn(pool *p);
+/* The same with crash failover, in Pod `pod` of the Lease's namespace (its
+ * only container), or without when pod is NULL. */
+int pool_spawn_pod(pool *p, const char *pod);
 /* Send a one-character command ('r' release, 'j' join, 'w' report the next
  * renewal, 'q' quit). 0 or -1. */
 int pool_send(pool *p, int slot, char cmd);

@@ -10,7 +10,9 @@
  * EOF on stdin also quits; if the driver dies the kernel kills us.
  *
  * The server: --kubeconfig PATH (the test server), or --backend etcd
- * --etcd-endpoints URL (an etcd; --lease is then the election name). */
+ * --etcd-endpoints URL (an etcd; --lease is then the election name).
+ * --pod NAME turns crash failover on (benchmark 8): the candidate runs in
+ * that Pod of the Lease's namespace, in its only container. */
 #define _DEFAULT_SOURCE /* prctl() */
 #include <errno.h>
 #include <inttypes.h>
@@ -61,8 +63,33 @@ static void on_new_leader(const char *identity, int64_t epoch, void *ud)
     emit('L', bench_now_ns(), epoch, identity[0] ? identity : "-");
 }
 
+/* The library's log on stderr with the candidate's identity and
+ * CLOCK_MONOTONIC (the driver's clock too), when K8SLEASE_BENCH_LOG is
+ * warn, info or debug: to see what a candidate does. */
+static void log_line(k8slease_log_level level, const char *msg, void *ud)
+{
+    static const char *const names[] = {"error", "warn", "info", "debug"};
+
+    (void)ud;
+    fprintf(stderr, "cand-%d [%.3f]: %s: %s\n", self_id, (double)bench_now_ns() / NS_PER_S,
+            names[level], msg);
+}
+
+static int log_level(void)
+{
+    const char *v = getenv("K8SLEASE_BENCH_LOG");
+
+    if (!v)
+        return -1;
+    return !strcmp(v, "debug")  ? K8SLEASE_LOG_DEBUG
+           : !strcmp(v, "info") ? K8SLEASE_LOG_INFO
+           : !strcmp(v, "warn") ? K8SLEASE_LOG_WARN
+                                : -1;
+}
+
 typedef struct cand_args {
     const char *kubeconfig, *etcd_endpoints, *lease;
+    const char *pod; /* crash failover in this Pod; NULL: off */
     int etcd;
     int poll_only;
     bench_timing t;
@@ -79,6 +106,8 @@ static k8slease_elector *join(k8slease_client *client, const cand_args *a, const
     o.renew_deadline_ms = a->t.renew_deadline_ms;
     o.retry_period_ms = a->t.retry_period_ms;
     o.poll_only = a->etcd ? 0 : a->poll_only; /* Kubernetes only */
+    o.crash_failover = a->pod != NULL;
+    o.pod_name = a->pod;
     o.on_started_leading = on_started;
     o.on_stopped_leading = on_stopped;
     o.on_new_leader = on_new_leader;
@@ -117,6 +146,8 @@ int candidate_main(int argc, char **argv)
             a.lease = v;
         else if (!strcmp(k, "--id"))
             self_id = atoi(v);
+        else if (!strcmp(k, "--pod"))
+            a.pod = v;
         else if (!strcmp(k, "--poll-only"))
             a.poll_only = atoi(v);
         else if (!strcmp(k, "--timing"))
@@ -138,6 +169,10 @@ int candidate_main(int argc, char **argv)
         co.kubeconfig = a.kubeconfig;
     }
     co.user_agent = agent;
+    if (log_level() >= 0) {
+        co.log_cb = log_line;
+        co.log_level = (k8slease_log_level)log_level();
+    }
     if (k8slease_client_new(&client, &co) < 0) {
         emit('E', bench_now_ns(), 0, k8slease_error_last());
         return 1;

@@ -48,7 +48,12 @@ int pool_init(pool *p, const bench_ctx *ctx, const char *lease, int poll_only,
 
 int pool_spawn(pool *p)
 {
-    char id[16], poll_only[4], timing[64], *argv[16];
+    return pool_spawn_pod(p, NULL);
+}
+
+int pool_spawn_pod(pool *p, const char *pod)
+{
+    char id[16], poll_only[4], timing[64], *argv[18];
     int slot = -1, fds[2], n = 0;
     cand *c;
     pid_t pid;
@@ -82,6 +87,10 @@ int pool_spawn(pool *p)
     argv[n++] = poll_only;
     argv[n++] = "--timing";
     argv[n++] = timing;
+    if (pod) {
+        argv[n++] = "--pod";
+        argv[n++] = (char *)pod;
+    }
     argv[n] = NULL;
     fflush(stdout);
     fflush(stderr);

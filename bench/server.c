@@ -35,21 +35,39 @@ static size_t collect(char *data, size_t size, size_t n, void *ud)
     return size * n;
 }
 
-/* One request to the envtest server with its token; the HTTP status (0 when
- * there was no answer), the body in *body (caller frees). */
-static long real_request(const bench_target *t, const char *method, const char *path, char **body)
+/* The handle of srv_api's requests, kept so that they reuse one connection
+ * (a kubelet's writes do): a TLS handshake per write would be part of what
+ * benchmark 8 measures. */
+static CURL *api_handle;
+
+/* One request to the envtest server with its token, with a JSON request
+ * body when json is not NULL (PATCH: a JSON merge patch), on api_handle
+ * when keep; the HTTP status (0 when there was no answer), the body in
+ * *body (caller frees). */
+static long real_send(const bench_target *t, const char *method, const char *path, const char *json,
+                      int keep, char **body)
 {
-    CURL *c = curl_easy_init();
+    CURL *c = keep ? api_handle : curl_easy_init();
     struct curl_slist *h = NULL;
     char url[1024], auth[300];
     buf b = {0};
     long status = 0;
 
+    if (keep && !c)
+        c = api_handle = curl_easy_init();
     if (!c)
         return 0;
+    if (keep)
+        curl_easy_reset(c);
     snprintf(url, sizeof(url), "%s%s", t->url, path);
     snprintf(auth, sizeof(auth), "Authorization: Bearer %s", t->token);
     h = curl_slist_append(h, auth);
+    if (json) {
+        h = curl_slist_append(h, strcmp(method, "PATCH")
+                                     ? "Content-Type: application/json"
+                                     : "Content-Type: application/merge-patch+json");
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, json);
+    }
     curl_easy_setopt(c, CURLOPT_URL, url);
     curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, h);
@@ -61,12 +79,18 @@ static long real_request(const bench_target *t, const char *method, const char *
     if (curl_easy_perform(c) == CURLE_OK)
         curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
     curl_slist_free_all(h);
-    curl_easy_cleanup(c);
+    if (!keep)
+        curl_easy_cleanup(c);
     if (body)
         *body = b.p;
     else
         free(b.p);
     return status;
+}
+
+static long real_request(const bench_target *t, const char *method, const char *path, char **body)
+{
+    return real_send(t, method, path, NULL, 0, body);
 }
 
 /* The value of "key: value" at the first line holding key (envtest.sh's
@@ -328,6 +352,10 @@ int srv_open(bench_ctx *ctx, bench_target *t)
 
 void srv_close(bench_target *t)
 {
+    if (t->kind == TARGET_ENVTEST && api_handle) {
+        curl_easy_cleanup(api_handle);
+        api_handle = NULL;
+    }
     if (t->kind == TARGET_TESTSERVER && t->ts) {
         ts_stop(t->ts);
         t->ts = NULL;
@@ -337,6 +365,33 @@ void srv_close(bench_target *t)
 const char *srv_kubeconfig(const bench_ctx *ctx)
 {
     return ctx->tgt->kubeconfig;
+}
+
+const char *srv_namespace(const bench_ctx *ctx)
+{
+    return ctx->tgt->ns[0] ? ctx->tgt->ns : "default";
+}
+
+long srv_api(bench_ctx *ctx, const char *method, const char *path, const char *json, char **body)
+{
+    bench_target *t = ctx->tgt;
+    long status = 0;
+
+    if (body)
+        *body = NULL;
+    switch (t->kind) {
+    case TARGET_TESTSERVER:
+        if (ts_request(t->ts, method, path,
+                       json && !strcmp(method, "PATCH") ? "application/merge-patch+json" : NULL,
+                       json, &status, body) < 0)
+            return 0;
+        return status;
+    case TARGET_ENVTEST:
+        return real_send(t, method, path, json, 1, body);
+    case TARGET_CLUSTER:
+        break;
+    }
+    return 0;
 }
 
 int srv_counts(const bench_ctx *ctx)
