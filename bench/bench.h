@@ -3,9 +3,9 @@
  *
  * One program with three roles:
  *   k8slease-bench [--quick] ...          the driver: starts the test server,
- *                                         runs benchmarks 1-6, writes results
- *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3),
- *                                         on the test server or on etcd
+ *                                         runs benchmarks 1-8, writes results
+ *   k8slease-bench candidate ...          one election candidate (benchmarks 1-3
+ *                                         and 8), on the test server or on etcd
  *   k8slease-bench scale-worker ...       N elections in one client (4 and 6)
  *   k8slease-bench hung-worker ...        8 clients while a replica hangs (7),
  *                                         inside an HA envtest.sh of its own
@@ -64,6 +64,7 @@ enum {
     CELL_FOOTPRINT,
     CELL_HTTP,
     CELL_HUNG,
+    CELL_CRASH,
     CELL_COUNT
 };
 
@@ -281,6 +282,7 @@ void bench_scale(bench_ctx *ctx);        /* 4 */
 void bench_footprint(bench_ctx *ctx);    /* 5 */
 void bench_http(bench_ctx *ctx);         /* 6 */
 void bench_hung_replica(bench_ctx *ctx); /* 7 */
+void bench_crash_report(bench_ctx *ctx); /* 8 */
 
 /* Run argv (argv[0] searched in PATH), read its stdout until it exits or
  * timeout_ms passes (then SIGKILL); the last line starting with "RESULT "

@@ -19,8 +19,9 @@ static const struct {
     char id;
     void (*run)(bench_ctx *);
 } benchmarks[] = {
-    {'1', bench_handover},  {'2', bench_failover}, {'3', bench_api_load},     {'4', bench_scale},
-    {'5', bench_footprint}, {'6', bench_http},     {'7', bench_hung_replica},
+    {'1', bench_handover},     {'2', bench_failover},     {'3', bench_api_load},
+    {'4', bench_scale},        {'5', bench_footprint},    {'6', bench_http},
+    {'7', bench_hung_replica}, {'8', bench_crash_report},
 };
 
 static void usage(FILE *f)
@@ -29,7 +30,7 @@ static void usage(FILE *f)
                "                     [--envtest | --kubeconfig FILE]\n"
                "  --quick      fewer samples and shorter windows (under 2 minutes)\n"
                "  --out DIR    where the CSV files and summary go (default bench/results)\n"
-               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5,6,7)\n"
+               "  --only LIST  benchmarks to run, e.g. 1,3 (default 1,2,3,4,5,6,7,8)\n"
                "  --hang-s N   benchmark 7: how long replica 1 hangs (default 100, quick 20)\n"
                "  --envtest    then the same on the kube-apiserver of envtest.sh\n"
                "               ($K8SLEASE_TEST_KUBECONFIG): all of it, load read from /metrics\n"
@@ -193,7 +194,8 @@ static void print_readme_table(FILE *f, const bench_ctx *ctx)
                                                  "elections in one process, retry period 2 s",
                                                  "minimal program, one election",
                                                  "1,000 elections started at once, HTTP/2",
-                                                 "one of two replicas hung (7)"};
+                                                 "one of two replicas hung (7)",
+                                                 "crash failover on the kubelet's report (8)"};
     /* The real server's column first: it is the reference. */
     const bench_target *col[2] = {ctx->real.label[0] ? &ctx->real : &ctx->ts, &ctx->ts};
     int ncol = ctx->real.label[0] ? 2 : 1;
@@ -254,7 +256,7 @@ int main(int argc, char **argv)
         .fast = {2000, 1500, 500},
         .regular = {15000, 10000, 2000},
     };
-    const char *only = "1234567";
+    const char *only = "12345678";
     int64_t t0 = bench_now_ns();
     ssize_t n;
     int failed = 0;

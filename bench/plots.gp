@@ -1,6 +1,6 @@
 # Plots of k8slease-bench's CSV files: gnuplot -e "dir='bench/results'" bench/plots.gp
-# Draws handover.png, failover.png, api_load.png and scale.png in dir, for
-# each CSV file that exists.
+# Draws handover.png, failover.png, api_load.png, scale.png and
+# crash_report.png in dir, for each CSV file that exists.
 if (!exists("dir")) dir = "bench/results"
 
 set terminal pngcairo size 900,560 font "sans,10"
@@ -106,4 +106,36 @@ if (have("scale.csv")) {
              lw 2 pt 5 title "kube-apiserver", \
          30 dashtype 2 lc rgb "red" title "target < 30 us"
     unset multiplot
+}
+
+# 8: every trial's time from SIGKILL to the follower's election, one row
+# per server, timing and evidence (the kubelet's report 1 s after the kill,
+# or expiry).
+sel(m, t, e) = strcol(1) eq m && strcol(2) eq t && strcol(3) eq e
+if (have("crash_report.csv")) {
+    set output dir . "/crash_report.png"
+    set title "8. Crash failover: SIGKILL -> the follower's OnStartedLeading"
+    set xlabel "failover time (s, log scale)"
+    set ylabel ""
+    set logscale x
+    set xrange [0.5:30]
+    set yrange [0.5:8.5]
+    set ytics ("test server, 15/10/2, report 1 s after" 8, "test server, 15/10/2, expiry" 7, \
+               "test server, 5/3/1, report 1 s after" 6, "test server, 5/3/1, expiry" 5, \
+               "kube-apiserver, 15/10/2, report 1 s after" 4, "kube-apiserver, 15/10/2, expiry" 3, \
+               "kube-apiserver, 5/3/1, report 1 s after" 2, "kube-apiserver, 5/3/1, expiry" 1)
+    set key off
+    set arrow 1 from 1.5, graph 0 to 1.5, graph 1 nohead dashtype 2 lc rgb "red"
+    set label 1 "target p99 < 1.5 s with the report" at 1.5, graph 0.95 offset 0.5,0 tc rgb "red"
+    f = dir . "/crash_report.csv"
+    plot for [k = 1:8] f skip 1 using \
+        (sel(k <= 4 ? "apiserver-watch" : "watch", (k - 1) % 4 < 2 ? "5/3/1" : "15/10/2", \
+             k % 2 == 0 ? "report" : "expiry") ? $5/1000 : NaN):(k) with points pt 7 ps 1 lc k
+    unset logscale x
+    set xrange [*:*]
+    set yrange [*:*]
+    set ytics autofreq
+    set key top left
+    unset arrow 1
+    unset label 1
 }
