@@ -34,6 +34,13 @@ typedef struct ofault {
     int must_keep; /* losing that term is a violation */
 } ofault;
 
+typedef struct ocrash {
+    chaos_fault_kind kind;
+    int cand;
+    int64_t t_kill, t_report; /* t_report 0: no report */
+    int evidence;
+} ocrash;
+
 struct obs {
     obs_params p;
     int64_t begin, end;
@@ -42,6 +49,8 @@ struct obs {
     int nterms, capterms;
     ofault *faults;
     int nfaults, capfaults;
+    ocrash *crashes;
+    int ncrashes, capcrashes;
     int violations;
     int quiet;
 };
@@ -51,7 +60,7 @@ static const char *const fault_names[CF_NKINDS] = {
     "restart",      "latency",        "hang",           "5xx",
     "429",          "reset",          "freeze",         "etcd-stop",
     "etcd-kill",    "apiserver-stop", "apiserver-kill", "handover",
-    "replica-hang", "replica-kill",   "lb-restart"};
+    "replica-hang", "replica-kill",   "lb-restart",     "crash"};
 
 const char *chaos_fault_name(chaos_fault_kind k)
 {
@@ -73,6 +82,7 @@ void obs_free(obs *o)
         return;
     free(o->terms);
     free(o->faults);
+    free(o->crashes);
     free(o);
 }
 
@@ -277,6 +287,23 @@ void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int bl
     o->faults[o->nfaults++] = (ofault){kind, start, end < start ? start : end, blocking, -1, 0};
 }
 
+void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t t_report,
+               int evidence)
+{
+    if (o->ncrashes == o->capcrashes) {
+        int cap = o->capcrashes ? 2 * o->capcrashes : 32;
+        ocrash *n = realloc(o->crashes, (size_t)cap * sizeof(*n));
+
+        if (!n) {
+            obs_violation(o, t_kill, "observer: out of memory");
+            return;
+        }
+        o->crashes = n;
+        o->capcrashes = cap;
+    }
+    o->crashes[o->ncrashes++] = (ocrash){kind, cand, t_kill, t_report, t_report ? evidence : 0};
+}
+
 void obs_fault_term(obs *o, int term, int must_keep)
 {
     if (o->nfaults > 0 && term >= 0 && term < o->nterms) {
@@ -474,6 +501,130 @@ static void seed_report(const obs *o, FILE *out, obs_result *r, const oterm *s, 
     }
 }
 
+/* The value of rank p (percent, nearest rank) of n sorted values. */
+static int64_t rank(const int64_t *v, int n, int p)
+{
+    int k = (n * p + 99) / 100;
+
+    return n ? v[k > 0 ? k - 1 : 0] : 0;
+}
+
+/* Crash failover: for each crash, the next term after the kill (s sorted
+ * by start, n terms), one line each and the figures per fault kind. */
+static void crash_report(obs *o, FILE *out, obs_result *r, const oterm *s, int n)
+{
+    int64_t *after_kill = NULL, *after_report = NULL;
+
+    if (o->ncrashes == 0)
+        return;
+    after_kill = malloc(2 * (size_t)o->ncrashes * sizeof(*after_kill));
+    if (!after_kill) {
+        obs_violation(o, o->end, "observer: out of memory");
+        return;
+    }
+    after_report = after_kill + o->ncrashes;
+    for (int k = 0; k < CF_NKINDS; k++) {
+        obs_failover *f = &r->failover[k];
+        int na = 0, nr = 0;
+
+        for (int c = 0; c < o->ncrashes; c++) {
+            const ocrash *x = &o->crashes[c];
+            const oterm *next = NULL;
+            int64_t ld = o->p.timing.lease_duration_ms, rp = o->p.timing.retry_period_ms;
+            int64_t expiry, gross;
+            char what[240] = "", report[96] = "no report";
+
+            if (x->kind != (chaos_fault_kind)k)
+                continue;
+            if (o->p.lease_ms && x->cand >= 0 && x->cand < o->p.ncand)
+                ld = o->p.lease_ms[x->cand];
+            if (o->p.retry_ms && x->cand >= 0 && x->cand < o->p.ncand)
+                rp = o->p.retry_ms[x->cand];
+            /* The earliest the Lease could expire for anyone: its last
+             * renewal began at most a retry period before the kill (100 ms
+             * for scheduling). */
+            expiry = x->t_kill + (ld - rp - 100) * CHAOS_NS_PER_MS;
+            gross = x->t_kill + (ld - rp) * CHAOS_NS_PER_MS - o->p.allowance_ns;
+            f->count++;
+            f->reported += x->t_report != 0;
+            f->evidence += x->evidence;
+            for (int i = 0; i < n && !next; i++)
+                if (s[i].lead_lo >= x->t_kill)
+                    next = &s[i];
+            if (x->t_report)
+                snprintf(report, sizeof(report), "report +%.3f s (%.3f s after it%s)",
+                         rel(o, x->t_report), (double)(x->t_report - x->t_kill) / CHAOS_NS_PER_S,
+                         x->evidence ? ", evidence" : ", NOT evidence");
+            if (next && next->cand == x->cand) {
+                /* Restarted before anyone took over: its identity still
+                 * holds the Lease, which it takes back at once. Not a
+                 * failover to another candidate: not measured. */
+                f->self++;
+                snprintf(what, sizeof(what),
+                         "; next %s epoch %" PRId64 " +%.6f s: %.3f s after the kill, taken back "
+                         "by the restarted candidate itself (its identity holds the Lease)",
+                         cname(o, next->cand), next->epoch, rel(o, next->lead_hi),
+                         (double)(next->lead_hi - x->t_kill) / CHAOS_NS_PER_S);
+            } else if (next) {
+                int early = next->lead_lo < expiry;
+                int evident = x->evidence && x->t_report <= next->lead_lo;
+                int late = !(early && evident) && x->evidence && x->t_report < expiry;
+
+                f->measured++;
+                after_kill[na++] = next->lead_hi - x->t_kill;
+                f->early += early;
+                if (early && evident) {
+                    f->by_report++;
+                    after_report[nr++] = next->lead_hi - x->t_report;
+                }
+                f->late += late;
+                if (!evident && next->lead_lo < gross) {
+                    r->crash_errors++;
+                    if (out)
+                        fprintf(out,
+                                "VIOLATION: %s took the Lease at +%.6f s, %.3f s after %s was "
+                                "killed, before its Lease could expire (+%.3f s at the earliest) "
+                                "and without evidence of the crash (%s)\n",
+                                cname(o, next->cand), rel(o, next->lead_lo),
+                                (double)(next->lead_lo - x->t_kill) / CHAOS_NS_PER_S,
+                                cname(o, x->cand), rel(o, x->t_kill + (ld - rp) * CHAOS_NS_PER_MS),
+                                report);
+                }
+                snprintf(what, sizeof(what),
+                         "; next %s epoch %" PRId64 " +%.6f s: %.3f s after the kill, %s",
+                         cname(o, next->cand), next->epoch, rel(o, next->lead_hi),
+                         (double)(next->lead_hi - x->t_kill) / CHAOS_NS_PER_S,
+                         early && evident ? "on the report"
+                         : early          ? "before the Lease could expire"
+                         : late           ? "at expiry, NOT on the report that came before it"
+                                          : "at expiry");
+                if (early && evident)
+                    snprintf(what + strlen(what), sizeof(what) - strlen(what),
+                             " (%.3f ms after it)",
+                             (double)(next->lead_hi - x->t_report) / CHAOS_NS_PER_MS);
+            } else {
+                snprintf(what, sizeof(what), "; no term after it");
+            }
+            if (out)
+                fprintf(out, "%-9s %s killed +%.6f s, %s%s\n", chaos_fault_name(x->kind),
+                        cname(o, x->cand), rel(o, x->t_kill), report, what);
+        }
+        if (na) {
+            qsort(after_kill, (size_t)na, sizeof(*after_kill), cmp64);
+            f->p50_ns = rank(after_kill, na, 50);
+            f->p99_ns = rank(after_kill, na, 99);
+            f->max_ns = after_kill[na - 1];
+        }
+        if (nr) {
+            qsort(after_report, (size_t)nr, sizeof(*after_report), cmp64);
+            f->rep_p50_ns = rank(after_report, nr, 50);
+            f->rep_p99_ns = rank(after_report, nr, 99);
+            f->rep_max_ns = after_report[nr - 1];
+        }
+    }
+    free(after_kill);
+}
+
 int obs_check(obs *o, FILE *out, obs_result *r)
 {
     const chaos_timing *t = &o->p.timing;
@@ -578,6 +729,7 @@ int obs_check(obs *o, FILE *out, obs_result *r)
             gap(o, out, r, covered, stop, last, &lens, &nlens, 1);
     }
     seed_report(o, out, r, s, n);
+    crash_report(o, out, r, s, n);
     terms_lost(o, out, r);
     if (nlens > 0) {
         qsort(lens, (size_t)nlens, sizeof(*lens), cmp64);
@@ -585,7 +737,7 @@ int obs_check(obs *o, FILE *out, obs_result *r)
     }
     free(lens);
     free(s);
-    r->violations =
-        o->violations + r->overlaps + r->epoch_errors + r->recovery_errors + r->lost_errors;
+    r->violations = o->violations + r->overlaps + r->epoch_errors + r->recovery_errors +
+                    r->lost_errors + r->crash_errors;
     return r->violations;
 }

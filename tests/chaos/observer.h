@@ -14,7 +14,11 @@
  *    overlaps it. Gaps are measured conservatively for liveness: a term
  *    counts from its LEAD upper bound. The lease_duration is that of the
  *    candidate whose term the gap follows (a seed-ABI candidate's whole
- *    seconds may be longer).
+ *    seconds may be longer);
+ *  - crash failover (obs_crash): after a leader killed, the next term of
+ *    another candidate comes on the kubelet's report or at expiry, never
+ *    earlier than the Lease could expire without evidence; the figures per
+ *    fault kind (with the report, without).
  *
  * Seed-ABI terms (obs_seed_lead, obs_seed_lose) are the terms of a program
  * on libk8s_lease_wrapper.h as the program sees them: from the return of
@@ -54,6 +58,8 @@ typedef enum chaos_fault_kind {
     CF_REPLICA_HANG, /* one kube-apiserver replica frozen beyond renew_deadline, then thawed */
     CF_REPLICA_KILL, /* one replica killed and started again */
     CF_LB_RESTART,   /* the balancer (haproxy) killed and started again */
+    /* Crash failover (candidates on Pods, the driver as their kubelet): */
+    CF_CRASH, /* SIGKILL of the leader, the kubelet reports its container terminated 0-2 s later */
     CF_NKINDS
 } chaos_fault_kind;
 
@@ -72,6 +78,9 @@ typedef struct obs_params {
     /* A frozen seed-ABI leader's WaitLost must return within this after
      * SIGCONT (obs_seed_lose); 0: 1 s. */
     int64_t thaw_limit_ns;
+    /* Optional: ncand retry periods (ms), for the earliest expiry of a
+     * crashed leader's Lease (obs_crash); NULL: timing.retry_period_ms. */
+    const int64_t *retry_ms;
 } obs_params;
 
 obs *obs_new(const obs_params *p);
@@ -118,6 +127,23 @@ void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int bl
  * violation (an HA fault the timings and the balancer let a leader ride
  * out, docs/chaos.md); otherwise it is only counted. */
 void obs_fault_term(obs *o, int term, int must_keep);
+/* Crash failover: the leader cand was killed (SIGKILL) at t_kill by a
+ * fault of kind (CF_CRASH, CF_KILL). t_report: when the simulated kubelet
+ * began to write the report of its container instance terminated (0: no
+ * report, the kubelet silent as on a node that is down); evidence: that
+ * report is evidence for the leader's crash failover record in the Lease
+ * (the record names that instance and the report's finishedAt is in a
+ * later second than its verifiedAt). obs_check measures the failover: the
+ * next term's start after t_kill (its LEAD upper bound), from the kill and
+ * from the report, unless that term is cand's own (restarted before anyone
+ * took over, its identity still holds the Lease and takes it back). The
+ * killed leader's Lease cannot expire before t_kill + its lease duration -
+ * its retry period (its last renewal began at most a retry period before
+ * the kill); a next term that began before that, less the allowance,
+ * without evidence reported before it, is a takeover without evidence: a
+ * violation. */
+void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t t_report,
+               int evidence);
 /* A violation seen by the driver (printed at once to stderr and counted). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -127,6 +153,22 @@ void obs_violation(obs *o, int64_t t, const char *fmt, ...);
 void obs_end(obs *o, int64_t t);
 /* Silence obs_violation's immediate printing (tests). */
 void obs_quiet(obs *o, int quiet);
+
+/* Crash failover figures of one fault kind (obs_crash). */
+typedef struct obs_failover {
+    int count;     /* crashes */
+    int reported;  /* with the kubelet's report */
+    int evidence;  /* of which the report was evidence */
+    int self;      /* followed by a term of the same candidate, restarted: not measured */
+    int measured;  /* followed by a term of another candidate before the end */
+    int early;     /* that term began before the Lease could expire (t_kill + LD - RP - 100 ms) */
+    int by_report; /* early, and after a report that was evidence: the report made it */
+    int late;      /* evidence reported before that moment, but the next term only after it */
+    /* SIGKILL to the next term (its LEAD upper bound), over `measured`: */
+    int64_t p50_ns, p99_ns, max_ns;
+    /* The report to the next term, over `by_report`: */
+    int64_t rep_p50_ns, rep_p99_ns, rep_max_ns;
+} obs_failover;
 
 typedef struct obs_result {
     int terms;           /* LEAD lines (false -> true transitions of is_leader) */
@@ -165,6 +207,10 @@ typedef struct obs_result {
     int64_t seed_worst_cancel_ns; /* largest WaitLost return - K8sLeaseCancelElection */
     int64_t seed_worst_thaw_ns;   /* largest WaitLost return - SIGCONT */
     int seed_thaw_errors;         /* WaitLost later than thaw_limit after SIGCONT */
+    /* Crash failover, per fault kind (CF_CRASH: with the report, CF_KILL:
+     * without); only kinds given to obs_crash. */
+    obs_failover failover[CF_NKINDS];
+    int crash_errors; /* takeovers without evidence before the Lease could expire */
 } obs_result;
 
 /* Run every check, print the findings (one line each) to out (may be

@@ -2,7 +2,8 @@
  * test_observer.c - the chaos suite's checker on made-up records: it must
  * find every overlap, epoch regression and slow recovery, and nothing else;
  * and the same with seed-ABI terms (WaitElected to WaitLost), frozen ones
- * and their thaw limit included; and the terms lost per fault.
+ * and their thaw limit included; the terms lost per fault; and the crash
+ * failover figures and the takeover without evidence.
  */
 #define _DEFAULT_SOURCE /* open_memstream */
 #include <setjmp.h>
@@ -365,6 +366,67 @@ static void test_terms_lost(void **state)
     obs_free(o);
 }
 
+/* Crash failover (obs_crash): the next term after each kill, measured from
+ * the kill and from the kubelet's report; on the report only if it was
+ * evidence and came first; a takeover before the Lease could expire
+ * without evidence is a violation. Lease 2 s, retry 0.3 s: it expires 1.6 s
+ * after the kill at the earliest (100 ms for scheduling), 0.7 s with the
+ * allowance (the violation's margin). */
+static void test_crash_failover(void **state)
+{
+    obs *o = mk();
+    obs_result r;
+    const obs_failover *c, *k;
+
+    (void)state;
+    obs_lead(o, 0, 1, S(100.1), S(100.101));
+    obs_dead(o, 0, S(101.001)); /* crash at 101, reported at 101.5: taken 5 ms later */
+    obs_crash(o, CF_CRASH, 0, S(101), S(101.5), 1);
+    obs_lead(o, 1, 2, S(101.505), S(101.506));
+    obs_dead(o, 1, S(103.001)); /* a report that is no evidence: expiry */
+    obs_crash(o, CF_CRASH, 1, S(103), S(103.5), 0);
+    obs_lead(o, 2, 3, S(104.9), S(104.901));
+    obs_dead(o, 2, S(106.001)); /* no report: expiry */
+    obs_crash(o, CF_KILL, 2, S(106), 0, 0);
+    obs_lead(o, 0, 4, S(107.95), S(107.951));
+    obs_dead(o, 0, S(109.001)); /* evidence in time, but taken at expiry */
+    obs_crash(o, CF_CRASH, 0, S(109), S(109.2), 1);
+    obs_lead(o, 1, 5, S(110.9), S(110.901));
+    obs_dead(o, 1, S(112.001)); /* no report, taken after 0.3 s: a violation */
+    obs_crash(o, CF_KILL, 1, S(112), 0, 0);
+    obs_lead(o, 2, 6, S(112.3), S(112.301));
+    obs_dead(o, 2, S(113.001)); /* restarted at once, it takes its own Lease back: fine */
+    obs_crash(o, CF_KILL, 2, S(113), 0, 0);
+    obs_lead(o, 2, 7, S(113.4), S(113.401));
+    obs_end(o, S(114));
+    obs_dead(o, 2, S(114.5));
+    assert_int_equal(obs_check(o, NULL, &r), 1);
+    assert_int_equal(r.crash_errors, 1);
+    assert_int_equal(r.overlaps, 0);
+    assert_int_equal(r.recovery_errors, 0);
+    c = &r.failover[CF_CRASH];
+    assert_int_equal(c->count, 3);
+    assert_int_equal(c->reported, 3);
+    assert_int_equal(c->evidence, 2);
+    assert_int_equal(c->measured, 3);
+    assert_int_equal(c->by_report, 1);
+    assert_int_equal(c->late, 1);
+    assert_true(c->p50_ns >= S(1.9) && c->p50_ns <= S(1.902)); /* of 0.506, 1.901, 1.901 */
+    assert_true(c->max_ns >= S(1.9) && c->max_ns <= S(1.902));
+    assert_true(c->rep_p50_ns >= MS(5) && c->rep_p50_ns <= MS(7));
+    assert_true(c->rep_max_ns == c->rep_p50_ns);
+    k = &r.failover[CF_KILL];
+    assert_int_equal(k->count, 3);
+    assert_int_equal(k->self, 1);
+    assert_int_equal(k->reported, 0);
+    assert_int_equal(k->measured, 2);
+    assert_int_equal(k->early, 1);
+    assert_true(k->p50_ns >= S(0.3) && k->p50_ns <= S(0.302)); /* of 0.301, 1.951 */
+    assert_true(k->p99_ns >= S(1.95) && k->p99_ns <= S(1.952));
+    assert_int_equal(r.failover[CF_STOP].count, 0);
+    obs_free(o);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -381,6 +443,7 @@ int main(void)
         cmocka_unit_test(test_seed_frozen),
         cmocka_unit_test(test_seed_recovery_bound),
         cmocka_unit_test(test_terms_lost),
+        cmocka_unit_test(test_crash_failover),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
