@@ -3,10 +3,17 @@
  *
  *   k8slease-chaos-candidate --name cand-a --lease chaos --timing LD/RD/RP
  *       (--kubeconfig FILE | --etcd-endpoints URLS) [--sample-ms 1]
- *       [--seed-abi 1] [--naive 1]
+ *       [--seed-abi 1] [--naive 1] [--pod NAME --pod-namespace NS]
  *
  * (--seed-abi: the candidate is a program on the seed ABI; see "Seed-ABI
  * mode" at the end of this comment.)
+ *
+ * --pod: crash failover (docs/semantics.md, "Crash failover"): the process
+ * runs "in" Pod NS/NAME, container "main", whose status the driver writes
+ * as a kubelet would (running, with a containerID of this incarnation,
+ * before it starts us). Native: the elector options crash_failover,
+ * pod_namespace, pod_name; seed ABI: K8SLEASE_CRASH_FAILOVER=1, POD_NAME
+ * and POD_NAMESPACE in the environment, as the Downward API gives them.
  *
  * It campaigns for one Lease (or etcd election) in a loop: an elector runs
  * one term, so after every term (and after every election that ended
@@ -170,6 +177,7 @@ typedef struct seed {
 
 typedef struct cand {
     const char *name, *lease, *kubeconfig, *etcd_endpoints;
+    const char *pod, *pod_ns; /* --pod, --pod-namespace: crash failover on */
     chaos_timing t;
     int64_t sample_ms;
     int etcd;
@@ -422,6 +430,11 @@ static int campaign(cand *c)
     o.on_started_leading = on_started;
     o.on_stopped_leading = on_stopped;
     o.user_data = &t;
+    if (c->pod) {
+        o.crash_failover = 1;
+        o.pod_namespace = c->pod_ns;
+        o.pod_name = c->pod;
+    }
     c->campaign++;
     lead_lo = chaos_now_ns(); /* a new elector is not leader before it exists */
     emit(lead_lo, "CAMPAIGN", "%d", c->campaign);
@@ -682,6 +695,14 @@ static int seed_setup(cand *c)
     /* The seed ABI's client: in-cluster config, else $KUBECONFIG. */
     unsetenv("KUBERNETES_SERVICE_HOST");
     setenv("KUBECONFIG", c->kubeconfig, 1);
+    /* Crash failover: what the Downward API would give a Pod's program. */
+    if (c->pod) {
+        setenv("K8SLEASE_CRASH_FAILOVER", "1", 1);
+        setenv("POD_NAME", c->pod, 1);
+        setenv("POD_NAMESPACE", c->pod_ns, 1);
+    } else {
+        unsetenv("K8SLEASE_CRASH_FAILOVER");
+    }
     if (K8sLeaseInit(&err) < 0) {
         emit(chaos_now_ns(), "ERR", "K8sLeaseInit: %s", err ? err : "?");
         seed_free(&err);
@@ -703,7 +724,9 @@ static int usage(void)
     fprintf(stderr, "usage: k8slease-chaos-candidate --name NAME --lease NAME --timing LD/RD/RP "
                     "(--kubeconfig FILE | --etcd-endpoints URLS) [--sample-ms N]\n"
                     "         [--naive 1] [--seed-abi 1 (with --kubeconfig; timings in whole "
-                    "seconds)]\n");
+                    "seconds)]\n"
+                    "         [--pod NAME --pod-namespace NS (crash failover; with "
+                    "--kubeconfig)]\n");
     return 2;
 }
 
@@ -733,13 +756,18 @@ int main(int argc, char **argv)
             c.seed_abi = atoi(v);
         else if (!strcmp(k, "--sample-ms"))
             c.sample_ms = atoi(v);
+        else if (!strcmp(k, "--pod"))
+            c.pod = v;
+        else if (!strcmp(k, "--pod-namespace"))
+            c.pod_ns = v;
         else if (!strcmp(k, "--timing") && parse_timing(v, &c.t) == 0)
             continue;
         else
             return usage();
     }
     if (!c.name || !c.lease || !c.t.lease_duration_ms || c.sample_ms <= 0 ||
-        !c.kubeconfig == !c.etcd_endpoints || (c.seed_abi && !c.kubeconfig))
+        !c.kubeconfig == !c.etcd_endpoints || (c.seed_abi && !c.kubeconfig) ||
+        !c.pod != !c.pod_ns || (c.pod && !c.kubeconfig))
         return usage();
     self = c.name;
     c.etcd = c.etcd_endpoints != NULL;
