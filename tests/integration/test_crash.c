@@ -17,11 +17,17 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <setjmp.h>
+#include <inttypes.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include <jansson.h>
@@ -29,6 +35,7 @@
 #include "e2e.h"
 #include "k8slease.h"
 #include "libk8s_lease_wrapper.h"
+#include "testlib.h"
 
 #define WAIT_MS 30000
 #define ID_A    "containerd://aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
@@ -587,6 +594,115 @@ static void own_pod_forbidden(void **state)
     k8slease_client_free(c);
 }
 
+/* A renewal of the dead leader's term that lands after the crash (it was
+ * on its way) changes the record but not the term: the report still ends
+ * it. The test writes that renewal as the leader would have. */
+static void late_renewal(void **state)
+{
+    k8slease_elector *a, *b;
+    int64_t ea, verified_s, crash_ms, took;
+    char path[256], *body = NULL, stamp[40];
+    long status = 0;
+    json_t *root;
+    struct timespec ts;
+    struct tm tm;
+
+    (void)state;
+    two("crash-late", t15102, &a, &b, &ea, &verified_s);
+    second_after(verified_s);
+    crash_ms = e2e_mono_ms();
+    k8slease_elector_free(a);
+    /* The renewal on its way: renewTime now, everything else as it is. */
+    snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/crash-late",
+             ns);
+    assert_int_equal(e2e_api("GET", path, NULL, &status, &body), 0);
+    assert_int_equal(status, 200);
+    root = json_loads(body, 0, NULL);
+    free(body);
+    assert_non_null(root);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    strftime(stamp, 20, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(stamp + 19, sizeof(stamp) - 19, ".%06ldZ", ts.tv_nsec / 1000);
+    json_object_set_new(json_object_get(root, "spec"), "renewTime", json_string(stamp));
+    body = json_dumps(root, JSON_COMPACT);
+    json_decref(root);
+    assert_int_equal(e2e_api("PUT", path, body, &status, NULL), 0);
+    free(body);
+    assert_int_equal(status, 200);
+    terminated("crash-late-a", ID_A, wall_s());
+    took = b_elected_after(b, crash_ms, ea);
+    print_message("late renewal, then the report: b led %lld ms after the crash\n",
+                  (long long)took);
+    if (took >= t15102.ld - t15102.rp)
+        fail_msg("b led %lld ms after the crash: by expiry", (long long)took);
+    k8slease_elector_free(b);
+}
+
+/* The CLI as the leader, killed with SIGKILL (a real crash of a process),
+ * the kubelet's report 1 s later: a native follower takes over. */
+static pid_t cli_pid;
+
+static int kill_cli(void **state)
+{
+    (void)state;
+    if (cli_pid > 0) {
+        kill(cli_pid, SIGKILL);
+        waitpid(cli_pid, NULL, 0);
+    }
+    cli_pid = 0;
+    return 0;
+}
+
+static void cli_leader_killed(void **state)
+{
+    k8slease_elector *b;
+    int fds[2];
+    char line[256], lease_ref[128];
+    int64_t ea = -1, verified_s, kill_ms, took;
+
+    (void)state;
+    create_pod("crash-cli-a");
+    create_pod("crash-cli-b");
+    running("crash-cli-a", ID_A);
+    running("crash-cli-b", ID_B);
+    snprintf(lease_ref, sizeof(lease_ref), "%s/crash-cli", ns);
+    assert_int_equal(pipe(fds), 0);
+    cli_pid = fork();
+    assert_true(cli_pid >= 0);
+    if (cli_pid == 0) {
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        dup2(fds[1], 1);
+        close(fds[0]);
+        close(fds[1]);
+        setenv("POD_NAME", "crash-cli-a", 1);
+        setenv("POD_NAMESPACE", ns, 1);
+        execl(K8SLEASE_CLI_PATH, K8SLEASE_CLI_PATH, "elect", "--lease", lease_ref, "--identity",
+              "cli", "--crash-failover", (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    do {
+        if (kl_test_read_line(fds[0], line, sizeof(line), WAIT_MS) != 0)
+            fail_msg("k8slease elect --crash-failover: not elected within %d ms", WAIT_MS);
+    } while (sscanf(line, "elected epoch=%" SCNd64, &ea) != 1);
+    verified_s = wait_record("crash-cli", "cli", ID_A);
+    b = start("crash-cli", "b", "crash-cli-b", t15102, 1);
+    assert_int_equal(k8slease_elector_wait_elected(b, 500, NULL), K8SLEASE_ETIMEOUT);
+    second_after(verified_s);
+    kill_ms = e2e_mono_ms();
+    kill_cli(NULL);
+    close(fds[0]);
+    e2e_pause_ms(1000); /* the kubelet's delay: what is measured, not a synchronisation */
+    terminated("crash-cli-a", ID_A, wall_s());
+    took = b_elected_after(b, kill_ms, ea);
+    print_message("CLI leader SIGKILLed, reported 1 s later: b led %lld ms after the kill\n",
+                  (long long)took);
+    if (took >= t15102.ld - t15102.rp)
+        fail_msg("b led %lld ms after the kill: by expiry", (long long)took);
+    k8slease_elector_free(b);
+}
+
 /* Bad options are refused, naming the option. */
 static void bad_options(void **state)
 {
@@ -644,14 +760,24 @@ static int teardown(void **state)
 int main(void)
 {
 #define T(f) cmocka_unit_test(f)
+    /* clang-format off */
     const struct CMUnitTest tests[] = {
-        T(bad_options),           T(takeover_15102),
-        T(takeover_531),          T(restart_in_place),
-        T(no_takeover_other_id),  T(no_takeover_waiting),
-        T(no_takeover_deleted),   T(no_takeover_not_after_verified),
-        T(no_takeover_other_uid), T(no_record),
-        T(seed_abi_standby),      T(own_pod_forbidden),
+        T(bad_options),
+        T(takeover_15102),
+        T(takeover_531),
+        T(restart_in_place),
+        T(no_takeover_other_id),
+        T(no_takeover_waiting),
+        T(no_takeover_deleted),
+        T(no_takeover_not_after_verified),
+        T(no_takeover_other_uid),
+        T(no_record),
+        T(seed_abi_standby),
+        T(own_pod_forbidden),
+        T(late_renewal),
+        cmocka_unit_test_teardown(cli_leader_killed, kill_cli),
     };
+    /* clang-format on */
 #undef T
     const char *only = getenv("K8SLEASE_TEST_FILTER");
 
