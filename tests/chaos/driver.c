@@ -37,6 +37,18 @@
  * and take part in every check; a frozen one's WaitLost must return within
  * 1 s of SIGCONT.
  *
+ * With the Kubernetes backends the candidates run with crash failover
+ * (docs/semantics.md, "Crash failover"; --no-crash-failover: without):
+ * each runs "in" a Pod of its own, and the driver plays its kubelet
+ * (kubelet_*): it creates the Pod and writes the container's status
+ * (running, a containerID per incarnation, startedAt before the process
+ * starts) through pods/status before it starts the process. The crash
+ * fault SIGKILLs the leader and reports its instance terminated 0-2 s
+ * later (then restarts the container in place: a new containerID, the old
+ * one in lastState); the kill fault stays a crash nobody reports (a node
+ * down: the Pod is replaced by a new one). The observer measures the
+ * failover after each (obs_crash).
+ *
  * Everything is bounded: each wait has a deadline, the run a time cap, and
  * every child is killed on exit (atexit, signals; the candidates also have
  * PR_SET_PDEATHSIG). Exit status: 0 all invariants held, 1 a violation,
@@ -56,7 +68,11 @@
 #include <string.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
+
+#include <curl/curl.h>
+#include <jansson.h>
 
 #include "chaos.h"
 #include "harness.h"
@@ -81,6 +97,9 @@
 #define ANSWER_LIMIT_NS   (60 * CHAOS_NS_PER_S) /* a real server answers within seconds */
 #define PROBE_TIMEOUT_MS  1000                  /* one probe GET of the Lease */
 #define THAW_LIMIT_NS     CHAOS_NS_PER_S        /* seed ABI: WaitLost after SIGCONT (a few ms) */
+#define API_TIMEOUT_MS    10000                 /* one request of the simulated kubelet */
+#define REPORT_MAX_MS     2000                  /* the kubelet reports a crash within this */
+#define CRASH_ANNOTATION  "k8slease.io/holder-container"
 
 typedef struct proc {
     char name[16];
@@ -110,6 +129,18 @@ typedef struct proc {
     int64_t ending_since; /* candidate time of its first HB in state E, 0 none */
     int terms;
     int restarts;
+    int64_t epoch; /* of its last LEAD / ELECTED */
+    /* Crash failover: the Pod it runs in, as its kubelet knows it. */
+    int pods;          /* Pods made for it so far: its Pod is chaos-RUN-NAME-<pods> */
+    char pod[64];      /* name */
+    char pod_uid[64];  /* metadata.uid */
+    char cid[96];      /* containerID of the instance running now (or last) */
+    int64_t started_s; /* its startedAt (wall seconds) */
+    int64_t ended_s;   /* its finishedAt, once reported */
+    int instances;     /* instances of container "main" in this Pod */
+    char prev_cid[96]; /* the last terminated instance of this Pod ("" none) */
+    int64_t prev_start_s, prev_end_s;
+    int in_place; /* its next start: the kubelet restarts the container in place */
 } proc;
 
 typedef struct drv {
@@ -156,7 +187,17 @@ typedef struct drv {
     int deals;                    /* faults dealt from the deck */
     int handovers, handovers_won; /* to a seed-ABI candidate, and those it won */
     int64_t lease_ms[MAX_CAND];   /* per candidate, for the observer */
+    int64_t retry_ms[MAX_CAND];
     int64_t last_progress;
+    /* Crash failover (the driver as the candidates' kubelet): */
+    int crash;            /* on (Kubernetes backends, unless --no-crash-failover) */
+    unsigned run_id;      /* in Pod names and containerIDs: unique per run */
+    char ns[64];          /* the namespace of the Lease and the Pods */
+    char api_ca[1024];    /* envtest: the kubeconfig's certificate-authority */
+    char api_token[2048]; /* envtest: its token */
+    CURL *curl;           /* envtest: the kubelet's connection */
+    int records[3];       /* killed leaders: record of their instance read, none, unreadable */
+    int kubelet_errors;   /* failed writes of the kubelet */
 } drv;
 
 static drv *the_drv;
@@ -281,6 +322,283 @@ static void kill_children(void)
 }
 
 /* ------------------------------------------------------------------------ */
+/* The simulated kubelet (crash failover)                                   */
+/* ------------------------------------------------------------------------ */
+
+/* One request to the API server (not the test server's control API): on
+ * the test server with the harness, on a real one with the kubeconfig's
+ * CA and token. body: JSON (a merge patch for PATCH). 0 with *status (and
+ * *resp, malloc'ed, when not NULL), or -1 on a transport error. */
+static int api(drv *d, const char *method, const char *path, const char *body, long *status,
+               char **resp)
+{
+    struct curl_slist *h = NULL;
+    ts_buf out = {NULL, 0};
+    char url[1400], auth[2100];
+    CURLcode cc;
+
+    *status = 0;
+    if (resp)
+        *resp = NULL;
+    if (d->ts)
+        return ts_request(d->ts, method, path,
+                          body && !strcmp(method, "PATCH") ? "application/merge-patch+json" : NULL,
+                          body, status, resp);
+    if (!d->curl && !(d->curl = curl_easy_init()))
+        return -1;
+    curl_easy_reset(d->curl);
+    snprintf(url, sizeof(url), "%s%s", d->endpoint, path);
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", d->api_token);
+    h = curl_slist_append(h, auth);
+    h = curl_slist_append(h, "Accept: application/json");
+    if (body) {
+        h = curl_slist_append(h, strcmp(method, "PATCH")
+                                     ? "Content-Type: application/json"
+                                     : "Content-Type: application/merge-patch+json");
+        curl_easy_setopt(d->curl, CURLOPT_POSTFIELDS, body);
+    }
+    curl_easy_setopt(d->curl, CURLOPT_URL, url);
+    curl_easy_setopt(d->curl, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(d->curl, CURLOPT_CAINFO, d->api_ca);
+    curl_easy_setopt(d->curl, CURLOPT_HTTPHEADER, h);
+    curl_easy_setopt(d->curl, CURLOPT_USERAGENT, CHAOS_UA_PREFIX "kubelet");
+    curl_easy_setopt(d->curl, CURLOPT_TIMEOUT_MS, (long)API_TIMEOUT_MS);
+    curl_easy_setopt(d->curl, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(d->curl, CURLOPT_WRITEFUNCTION, ts_buf_write);
+    curl_easy_setopt(d->curl, CURLOPT_WRITEDATA, &out);
+    cc = curl_easy_perform(d->curl);
+    curl_slist_free_all(h);
+    memset(auth, 0, sizeof(auth));
+    if (cc != CURLE_OK) {
+        free(out.data);
+        return -1;
+    }
+    curl_easy_getinfo(d->curl, CURLINFO_RESPONSE_CODE, status);
+    if (resp)
+        *resp = out.data ? out.data : strdup("");
+    else
+        free(out.data);
+    return 0;
+}
+
+/* envtest: the CA file and token of the kubeconfig envtest.sh writes
+ * ("certificate-authority: FILE", "token: TOKEN"). 0 or -1. */
+static int api_setup(drv *d)
+{
+    FILE *f = fopen(d->kubeconfig, "r");
+    char line[2200];
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        char *v, *k = line + strspn(line, " \t");
+
+        line[strcspn(line, "\r\n")] = '\0';
+        if (!(v = strchr(k, ':')))
+            continue;
+        *v++ = '\0';
+        v += strspn(v, " \t");
+        if (!strcmp(k, "certificate-authority"))
+            snprintf(d->api_ca, sizeof(d->api_ca), "%s", v);
+        else if (!strcmp(k, "token"))
+            snprintf(d->api_token, sizeof(d->api_token), "%s", v);
+    }
+    fclose(f);
+    return d->api_ca[0] && d->api_token[0] ? 0 : -1;
+}
+
+/* "2026-12-02T07:00:00Z" for wall second s, as the kubelet writes times. */
+static const char *rfc3339(int64_t s, char *buf, size_t len)
+{
+    time_t t = (time_t)s;
+    struct tm tm;
+
+    gmtime_r(&t, &tm);
+    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    return buf;
+}
+
+/* A terminated instance's JSON ({"terminated":{...}}). */
+static void terminated_json(char *buf, size_t len, const char *cid, int64_t started_s,
+                            int64_t finished_s)
+{
+    char started[32], finished[32];
+
+    snprintf(buf, len,
+             "{\"terminated\":{\"exitCode\":137,\"reason\":\"Error\",\"startedAt\":\"%s\","
+             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
+             rfc3339(started_s, started, sizeof(started)),
+             rfc3339(finished_s, finished, sizeof(finished)), cid);
+}
+
+/* The kubelet's write of the status of container "main" of p's Pod. */
+static int kubelet_status(drv *d, proc *p, const char *state, const char *last_state)
+{
+    char path[256], body[2048], *resp = NULL;
+    long status = 0;
+    int rc;
+
+    snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/status", d->ns, p->pod);
+    snprintf(body, sizeof(body),
+             "{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"main\","
+             "\"containerID\":\"%s\",\"ready\":true,\"restartCount\":%d,\"image\":\"x\","
+             "\"imageID\":\"x\",\"state\":%s,\"lastState\":%s}]}}",
+             p->cid, p->instances - 1, state, last_state);
+    rc = api(d, "PATCH", path, body, &status, &resp);
+    if (rc < 0 || status != 200) {
+        d->kubelet_errors++;
+        obs_violation(d->o, chaos_now_ns(), "driver: kubelet: PATCH %s: %ld %.120s", path, status,
+                      resp ? resp : "no answer");
+        rc = -1;
+    }
+    free(resp);
+    return rc;
+}
+
+/* Before candidate i starts: its Pod (a new one, or its own again when the
+ * kubelet restarts the container in place) with a new instance of
+ * container "main" running, started (whole seconds) before the process. */
+static void kubelet_start(drv *d, int i)
+{
+    proc *p = &d->p[i];
+    char state[128], last[512] = "{}", at[32];
+    int64_t now_s = (int64_t)time(NULL);
+
+    if (!p->in_place || !p->pods) {
+        char path[128], body[512], *resp = NULL;
+        const char *uid;
+        long status = 0;
+        json_t *root;
+
+        p->pods++;
+        p->instances = 0;
+        p->prev_cid[0] = '\0';
+        {
+            char name[sizeof(p->pod)]; /* gcc: p->name and p->pod are fields of one object */
+
+            snprintf(name, sizeof(name), "chaos-%06x-%s-%d", d->run_id, p->name, p->pods);
+            memcpy(p->pod, name, sizeof(name));
+        }
+        snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", d->ns);
+        snprintf(body, sizeof(body),
+                 "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\"},"
+                 "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"x\"}]}}",
+                 p->pod);
+        if (api(d, "POST", path, body, &status, &resp) < 0 || status != 201) {
+            d->kubelet_errors++;
+            obs_violation(d->o, chaos_now_ns(), "driver: kubelet: cannot create pod %s: %ld %.120s",
+                          p->pod, status, resp ? resp : "no answer");
+            free(resp);
+            return;
+        }
+        root = json_loads(resp, 0, NULL);
+        uid = json_string_value(json_object_get(json_object_get(root, "metadata"), "uid"));
+        snprintf(p->pod_uid, sizeof(p->pod_uid), "%s", uid ? uid : "");
+        json_decref(root);
+        free(resp);
+    } else {
+        /* Restarted in place: the instance that ended is lastState. */
+        memcpy(p->prev_cid, p->cid, sizeof(p->prev_cid));
+        p->prev_start_s = p->started_s;
+        p->prev_end_s = p->ended_s;
+        terminated_json(last, sizeof(last), p->prev_cid, p->prev_start_s, p->prev_end_s);
+    }
+    p->in_place = 0;
+    p->instances++;
+    snprintf(p->cid, sizeof(p->cid), "containerd://%06x%04x%04x%04x%046d", d->run_id,
+             (unsigned)(p - d->p), (unsigned)p->pods, (unsigned)p->instances, 0);
+    p->started_s = now_s;
+    snprintf(state, sizeof(state), "{\"running\":{\"startedAt\":\"%s\"}}",
+             rfc3339(now_s, at, sizeof(at)));
+    kubelet_status(d, p, state, last);
+}
+
+/* The kubelet reports p's instance terminated at wall second finished_s;
+ * lastState keeps the instance before it, if any. 0 or -1. */
+static int kubelet_terminated(drv *d, proc *p, int64_t finished_s)
+{
+    char state[512], last[512] = "{}";
+
+    if (p->prev_cid[0])
+        terminated_json(last, sizeof(last), p->prev_cid, p->prev_start_s, p->prev_end_s);
+    terminated_json(state, sizeof(state), p->cid, p->started_s, finished_s);
+    p->ended_s = finished_s;
+    return kubelet_status(d, p, state, last);
+}
+
+/* The killed leader i's crash failover record in the Lease
+ * (docs/semantics.md): 1 when the record of its current term names its
+ * instance (*verified_s: its verifiedAt), 0 when there is none of this
+ * term (the leader had not written it yet), -1 when the Lease could not
+ * be read. A record of this term naming another Pod or instance is a
+ * violation: the kubelet knows which instance the leader runs in. */
+static int leader_record(drv *d, int i, int64_t *verified_s)
+{
+    proc *p = &d->p[i];
+    char path[256], *resp = NULL;
+    long status = 0;
+    json_t *root, *rec = NULL, *v;
+    const char *holder, *pod, *uid, *cid, *at;
+    struct tm tm;
+    int rc = -1;
+
+    snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/" LEASE_NAME,
+             d->ns);
+    if (api(d, "GET", path, NULL, &status, &resp) < 0 || status != 200) {
+        free(resp);
+        return -1;
+    }
+    root = json_loads(resp, 0, NULL);
+    free(resp);
+    v = json_object_get(json_object_get(json_object_get(root, "metadata"), "annotations"),
+                        CRASH_ANNOTATION);
+    if (json_is_string(v))
+        rec = json_loads(json_string_value(v), 0, NULL);
+    json_decref(root);
+    holder = json_string_value(json_object_get(rec, "holder"));
+    pod = json_string_value(json_object_get(rec, "pod"));
+    uid = json_string_value(json_object_get(rec, "podUID"));
+    cid = json_string_value(json_object_get(rec, "containerID"));
+    at = json_string_value(json_object_get(rec, "verifiedAt"));
+    memset(&tm, 0, sizeof(tm));
+    if (!holder || strcmp(holder, p->name) ||
+        json_integer_value(json_object_get(rec, "epoch")) != p->epoch) {
+        rc = 0; /* none, or a previous term's */
+    } else if (!pod || !uid || !cid || !at || !strptime(at, "%Y-%m-%dT%H:%M:%SZ", &tm)) {
+        obs_violation(d->o, chaos_now_ns(), "%s: its crash failover record is incomplete: %s",
+                      p->name, json_string_value(v));
+        rc = 0;
+    } else if (strcmp(pod, p->pod) || strcmp(uid, p->pod_uid) || strcmp(cid, p->cid)) {
+        obs_violation(d->o, chaos_now_ns(),
+                      "%s: its crash failover record (epoch %" PRId64 ") names pod %s (%s), "
+                      "instance %s; it runs in pod %s (%s), instance %s",
+                      p->name, p->epoch, pod, uid, cid, p->pod, p->pod_uid, p->cid);
+        rc = 0;
+    } else {
+        *verified_s = (int64_t)timegm(&tm);
+        rc = 1;
+    }
+    json_decref(rec);
+    return rc;
+}
+
+/* End of the run on a real server: the Pods go (the test server goes
+ * whole). Best effort. */
+static void kubelet_cleanup(drv *d)
+{
+    for (int i = 0; d->crash && !d->ts && i < d->ncand; i++)
+        for (int n = 1; n <= d->p[i].pods; n++) {
+            char path[256];
+            long status = 0;
+
+            snprintf(path, sizeof(path),
+                     "/api/v1/namespaces/%s/pods/chaos-%06x-%s-%d?gracePeriodSeconds=0", d->ns,
+                     d->run_id, d->p[i].name, n);
+            api(d, "DELETE", path, NULL, &status, NULL);
+        }
+}
+
+/* ------------------------------------------------------------------------ */
 /* Candidates                                                               */
 /* ------------------------------------------------------------------------ */
 
@@ -310,6 +628,14 @@ static int spawn(drv *d, int i)
     if (p->seed ? d->naive_seed : d->naive) {
         argv[n++] = "--naive";
         argv[n++] = "1";
+    }
+    if (d->crash) {
+        /* As its kubelet: its Pod and container instance first. */
+        kubelet_start(d, i);
+        argv[n++] = "--pod";
+        argv[n++] = p->pod;
+        argv[n++] = "--pod-namespace";
+        argv[n++] = d->ns;
     }
     argv[n] = NULL;
     if (pipe2(fds, O_CLOEXEC) < 0)
@@ -395,9 +721,11 @@ static void on_line(drv *d, int i, char *line)
     } else if (!strcmp(ev, "LEAD") && sscanf(line + off, "%" SCNd64 " %" SCNd64, &a, &b) == 2) {
         obs_lead(d->o, i, a, ns, b);
         p->terms++;
+        p->epoch = a;
     } else if (p->seed && !strcmp(ev, "ELECTED") && sscanf(line + off, "%" SCNd64, &a) == 1) {
         obs_seed_lead(d->o, i, a, ns);
         p->terms++;
+        p->epoch = a;
     } else if (p->seed && !strcmp(ev, "LOST") &&
                sscanf(line + off, "%" SCNd64 " %31s %" SCNd64, &a, word, &c) == 3) {
         int term = obs_open_term(d->o, i), frozen = term >= 0 && term == p->stop_term && p->t_cont;
@@ -824,19 +1152,87 @@ static int random_other(drv *d, int not )
     return n ? cand[rnd(d, 0, n - 1)] : -1;
 }
 
+/* Crash failover: before a crash, read the leader's record in the Lease
+ * (leader_record) and count what it was. */
+static int crash_record(drv *d, int l, int64_t *verified_s)
+{
+    int rec = leader_record(d, l, verified_s);
+
+    d->records[rec == 1 ? 0 : rec == 0 ? 1 : 2]++;
+    return rec;
+}
+
+/* SIGKILL the leader; restart it after 0-2 x lease_duration. With crash
+ * failover, a crash its kubelet never reports (a node down): the restart
+ * is its replacement, a new Pod, which comes after the Lease expired
+ * (lease_duration + retry_period + 0-1 x lease_duration): a restart before
+ * would take the Lease its identity still holds back at once, and the
+ * failover without a report, by expiry, would not show. */
 static void f_kill(drv *d, int l)
 {
     proc *p = &d->p[l];
-    int64_t t = chaos_now_ns(), delay = rnd(d, 0, 2 * d->t.lease_duration_ms);
+    int64_t t, delay = rnd(d, 0, 2 * d->t.lease_duration_ms), verified_s = 0;
 
+    if (d->crash) {
+        delay = p->t.lease_duration_ms + p->t.retry_period_ms + rnd(d, 0, d->t.lease_duration_ms);
+        crash_record(d, l, &verified_s);
+    }
+    t = chaos_now_ns();
     p->killed = 1;
     kill(p->pid, SIGKILL);
     if (!pump_until(d, p_reaped, l, t + EXIT_LIMIT_NS))
         obs_violation(d->o, chaos_now_ns(), "%s: not gone %.0f s after SIGKILL", p->name,
                       (double)EXIT_LIMIT_NS / CHAOS_NS_PER_S);
     p->restart_at = chaos_now_ns() + ms(delay);
+    p->in_place = 0;
     fault_done(d, CF_KILL, t, t, 0);
-    say(d, "fault kill: SIGKILL %s (leader), restart in %.3f s", p->name, (double)delay / 1000);
+    if (d->crash)
+        obs_crash(d->o, CF_KILL, l, t, 0, 0);
+    say(d, "fault kill: SIGKILL %s (leader), restart in %.3f s%s", p->name, (double)delay / 1000,
+        d->crash ? " in a new pod (no report: its node down)" : "");
+}
+
+/* Crash failover: SIGKILL the leader; its kubelet reports the container
+ * instance terminated (finishedAt: the second of the report) after 0-2 s,
+ * and restarts it in place 0-2 x lease_duration later (a new containerID,
+ * the old one in lastState). The report is evidence for the leader's
+ * record if the record names that instance and finishedAt is in a later
+ * second than its verifiedAt (docs/semantics.md). */
+static void f_crash(drv *d, int l)
+{
+    proc *p = &d->p[l];
+    int64_t t, t_report, verified_s = 0, finished_s;
+    int64_t delay = rnd(d, 0, REPORT_MAX_MS), restart = rnd(d, 0, 2 * d->t.lease_duration_ms);
+    int rec = crash_record(d, l, &verified_s), ok, evidence;
+
+    t = chaos_now_ns();
+    p->killed = 1;
+    kill(p->pid, SIGKILL);
+    if (!pump_until(d, p_reaped, l, t + EXIT_LIMIT_NS))
+        obs_violation(d->o, chaos_now_ns(), "%s: not gone %.0f s after SIGKILL", p->name,
+                      (double)EXIT_LIMIT_NS / CHAOS_NS_PER_S);
+    fault_done(d, CF_CRASH, t, t, 0);
+    say(d, "fault crash: SIGKILL %s (leader), its kubelet reports it in %.3f s", p->name,
+        (double)delay / 1000);
+    /* The kubelet's delay: a timed part of the fault. */
+    pump(d, t + ms(delay));
+    t_report = chaos_now_ns();
+    finished_s = (int64_t)time(NULL);
+    ok = kubelet_terminated(d, p, finished_s) == 0;
+    /* A Lease it could not read: evidence unknown, taken as evidence (the
+     * observer then flags no takeover as one without). */
+    evidence = ok && (rec == 1 ? finished_s > verified_s : rec < 0);
+    obs_crash(d->o, CF_CRASH, l, t, ok ? t_report : 0, evidence);
+    p->in_place = 1;
+    p->restart_at = chaos_now_ns() + ms(restart);
+    say(d, "  kubelet: %s (%s) terminated %.3f s after the kill: %s; restart in place in %.3f s",
+        p->pod, p->cid + strlen("containerd://"), (double)(t_report - t) / CHAOS_NS_PER_S,
+        !ok        ? "write failed"
+        : evidence ? "evidence"
+        : rec == 1 ? "finishedAt in the second of verifiedAt, not evidence"
+        : rec == 0 ? "no record of the term, not evidence"
+                   : "the Lease unreadable before the kill",
+        (double)restart / 1000);
 }
 
 static void f_stop(drv *d, int l)
@@ -1358,6 +1754,9 @@ static void inject(drv *d, chaos_fault_kind k)
     case CF_KILL:
         f_kill(d, l);
         break;
+    case CF_CRASH:
+        f_crash(d, l);
+        break;
     case CF_STOP:
         f_stop(d, l);
         break;
@@ -1470,6 +1869,8 @@ static int deck(drv *d, chaos_fault_kind *out)
                                             : (int)(sizeof(k8s) / sizeof(*k8s));
 
     memcpy(out, base, (size_t)n * sizeof(*out));
+    if (d->crash) /* the kill stays: a crash nobody reports */
+        out[n++] = CF_CRASH;
     if (d->long_mode)
         for (int i = 0; i < 8; i++)
             out[n++] = CF_RELEASE;
@@ -1494,13 +1895,15 @@ static int usage(void)
                     "         [--candidates 3..5] [--duration S] [--transitions N]\n"
                     "         [--timing LD/RD/RP] [--allowance-ms MS] [--time-cap S] [--log FILE]\n"
                     "         [--verbose] [--naive-candidates]\n"
-                    "         [--seed-abi-candidates N] [--naive-seed-abi]\n"
+                    "         [--seed-abi-candidates N] [--naive-seed-abi] [--no-crash-failover]\n"
                     "--quick: about 3 minutes of faults; --long: until 500 leader transitions.\n"
                     "--backend envtest: a real kube-apiserver, run under\n"
                     "  tests/integration/envtest.sh (KUBEBUILDER_ASSETS=DIR).\n"
                     "--seed-abi-candidates N: the first N candidates use the seed ABI\n"
                     "  (libk8s_lease_wrapper.h); default 1, 0 with --backend etcd (which it\n"
                     "  cannot use); at most --candidates - 2.\n"
+                    "--no-crash-failover: the candidates without crash failover, no crash\n"
+                    "  fault (Kubernetes backends; etcd has none).\n"
                     "See docs/chaos.md.\n");
     return 2;
 }
@@ -1510,7 +1913,7 @@ static int parse_args(drv *d, int argc, char **argv)
     int mode = 0;
     const char *backend = "k8s", *log = NULL;
     long long duration = -1, cap = -1;
-    int nseed = -1;
+    int nseed = -1, no_crash = 0;
 
     d->seed = (uint64_t)chaos_now_ns() ^ ((uint64_t)getpid() << 20);
     d->seed %= 1000000000;
@@ -1535,6 +1938,10 @@ static int parse_args(drv *d, int argc, char **argv)
         }
         if (!strcmp(a, "--naive-seed-abi")) {
             d->naive_seed = 1;
+            continue;
+        }
+        if (!strcmp(a, "--no-crash-failover")) {
+            no_crash = 1;
             continue;
         }
         if (!v)
@@ -1570,6 +1977,7 @@ static int parse_args(drv *d, int argc, char **argv)
     d->long_mode = mode == 'l';
     d->etcd = !strcmp(backend, "etcd");
     d->envtest = !strcmp(backend, "envtest");
+    d->crash = !d->etcd && !no_crash;
     if (!d->ncand)
         d->ncand = d->long_mode ? 5 : 4;
     if (d->ncand < 3 || d->ncand > MAX_CAND || d->target_transitions < 1 ||
@@ -1724,6 +2132,38 @@ static int setup_backend(drv *d)
     return 0;
 }
 
+/* Crash failover: the namespace of the Lease (the candidates' client's:
+ * the Pods go there too) and, on a real server, the kubelet's credentials.
+ * 0 or 2. */
+static int crash_setup(drv *d)
+{
+    k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+
+    if (!d->crash)
+        return 0;
+    co.kubeconfig = d->kubeconfig;
+    if (k8slease_client_new(&c, &co) < 0) {
+        fprintf(stderr, "k8slease-chaos: %s: %s\n", d->kubeconfig, k8slease_error_last());
+        return 2;
+    }
+    snprintf(d->ns, sizeof(d->ns), "%s", k8slease_client_namespace(c));
+    k8slease_client_free(c);
+    if (!d->ts && api_setup(d) < 0) {
+        fprintf(stderr,
+                "k8slease-chaos: %s: no certificate-authority and token for the simulated "
+                "kubelet (--no-crash-failover runs without)\n",
+                d->kubeconfig);
+        return 2;
+    }
+    d->run_id = (unsigned)((d->seed ^ ((uint64_t)getpid() << 8) ^ (uint64_t)time(NULL)) & 0xffffff);
+    printf("k8slease-chaos: crash failover on: each candidate in a Pod of namespace %s "
+           "(chaos-%06x-NAME-N), the driver as its kubelet; crash: the kubelet reports the "
+           "leader's container terminated 0-%.0f s after SIGKILL\n",
+           d->ns, d->run_id, (double)REPORT_MAX_MS / 1000);
+    return 0;
+}
+
 static int finished(drv *d, int64_t now)
 {
     if (now - d->t0 >= d->time_cap_ns)
@@ -1820,7 +2260,7 @@ static void report(drv *d, obs_result *r, int64_t end)
 
         if (!r->faults[k])
             continue;
-        if (k != CF_KILL && k != CF_STOP && k != CF_RELEASE)
+        if (k != CF_KILL && k != CF_STOP && k != CF_RELEASE && k != CF_CRASH)
             snprintf(lost, sizeof(lost), "-");
         if (r->led[k] || server_fault((chaos_fault_kind)k))
             snprintf(lost, sizeof(lost), "%d of %d", r->lost[k], r->led[k]);
@@ -1832,6 +2272,38 @@ static void report(drv *d, obs_result *r, int64_t end)
         printf("                   %-15s %5d  %-22s %.3f s\n",
                chaos_fault_name((chaos_fault_kind)k), r->faults[k], lost,
                (double)r->worst_by_kind[k] / CHAOS_NS_PER_S);
+    }
+    if (d->crash) {
+        static const chaos_fault_kind kinds[] = {CF_CRASH, CF_KILL};
+
+        printf("crash failover     killed leaders: %d had recorded their instance, %d not yet, %d "
+               "Lease unreadable; %d failed kubelet writes\n",
+               d->records[0], d->records[1], d->records[2], d->kubelet_errors);
+        for (size_t j = 0; j < sizeof(kinds) / sizeof(*kinds); j++) {
+            const obs_failover *f = &r->failover[kinds[j]];
+
+            if (!f->count)
+                continue;
+            if (kinds[j] == CF_CRASH)
+                printf("                   crash (with the report) %d: %d reported, %d evidence, "
+                       "%d taken on the report, %d reported in time but taken at expiry, %d "
+                       "taken back by the restarted candidate\n",
+                       f->count, f->reported, f->evidence, f->by_report, f->late, f->self);
+            else
+                printf("                   kill (without: the kubelet silent) %d: %d taken before "
+                       "the Lease could expire, %d taken back by the restarted candidate\n",
+                       f->count, f->early, f->self);
+            printf("                     next leader after SIGKILL p50 %.3f / p99 %.3f / max "
+                   "%.3f s (%d)",
+                   (double)f->p50_ns / CHAOS_NS_PER_S, (double)f->p99_ns / CHAOS_NS_PER_S,
+                   (double)f->max_ns / CHAOS_NS_PER_S, f->measured);
+            if (f->by_report)
+                printf("; after the report p50 %.1f / p99 %.1f / max %.1f ms (%d)",
+                       (double)f->rep_p50_ns / CHAOS_NS_PER_MS,
+                       (double)f->rep_p99_ns / CHAOS_NS_PER_MS,
+                       (double)f->rep_max_ns / CHAOS_NS_PER_MS, f->by_report);
+            printf("\n");
+        }
     }
     printf("frozen leaders     %d frozen beyond lease_duration, %d CONT checks, all woke up "
            "as not leader unless reported above",
@@ -1910,6 +2382,7 @@ int main(int argc, char **argv)
         d->p[i].seed = i < d->nseed;
         d->p[i].t = d->p[i].seed ? d->seed_t : d->t;
         d->lease_ms[i] = d->p[i].t.lease_duration_ms;
+        d->retry_ms[i] = d->p[i].t.retry_period_ms;
         d->names[i] = d->p[i].name;
     }
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -1925,7 +2398,8 @@ int main(int argc, char **argv)
     the_drv = d;
     atexit(kill_children);
 
-    op = (obs_params){d->t, d->allowance_ns, d->ncand, d->names, d->lease_ms, THAW_LIMIT_NS};
+    op = (obs_params){d->t,        d->allowance_ns, d->ncand,   d->names,
+                      d->lease_ms, THAW_LIMIT_NS,   d->retry_ms};
     if (!(d->o = obs_new(&op)))
         return 2;
     printf("k8slease-chaos: %s, backend %s, seed %" PRIu64 " (rerun: --seed %" PRIu64
@@ -1947,7 +2421,7 @@ int main(int argc, char **argv)
                 CHAOS_NS_PER_S,
             d->naive_seed ? " (the mutant: this run must fail)" : "");
     fflush(stdout);
-    if ((rc = setup_backend(d)) != 0) {
+    if ((rc = setup_backend(d)) != 0 || (rc = crash_setup(d)) != 0) {
         obs_free(d->o);
         return rc;
     }
@@ -2015,6 +2489,11 @@ int main(int argc, char **argv)
     end = chaos_now_ns();
     obs_end(d->o, end);
     shutdown_all(d);
+    kubelet_cleanup(d);
+    if (d->curl) {
+        curl_easy_cleanup(d->curl);
+        d->curl = NULL;
+    }
     if (d->ts) {
         int st = ts_stop(d->ts);
 
