@@ -554,7 +554,6 @@ static int leader_record(drv *d, int i, int64_t *verified_s)
                         CRASH_ANNOTATION);
     if (json_is_string(v))
         rec = json_loads(json_string_value(v), 0, NULL);
-    json_decref(root);
     holder = json_string_value(json_object_get(rec, "holder"));
     pod = json_string_value(json_object_get(rec, "pod"));
     uid = json_string_value(json_object_get(rec, "podUID"));
@@ -579,6 +578,7 @@ static int leader_record(drv *d, int i, int64_t *verified_s)
         rc = 1;
     }
     json_decref(rec);
+    json_decref(root); /* after v, its borrowed value */
     return rc;
 }
 
