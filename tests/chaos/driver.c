@@ -187,7 +187,7 @@ typedef struct drv {
     int deals;                    /* faults dealt from the deck */
     int handovers, handovers_won; /* to a seed-ABI candidate, and those it won */
     int64_t lease_ms[MAX_CAND];   /* per candidate, for the observer */
-    int64_t retry_ms[MAX_CAND];
+    int64_t renew_ms[MAX_CAND];
     int64_t last_progress;
     /* Crash failover (the driver as the candidates' kubelet): */
     int crash;            /* on (Kubernetes backends, unless --no-crash-failover) */
@@ -526,13 +526,35 @@ static int kubelet_terminated(drv *d, proc *p, int64_t finished_s)
     return kubelet_status(d, p, state, last);
 }
 
+/* A MicroTime ("2026-12-02T08:05:53.508569Z", fraction optional) in
+ * nanoseconds of the wall clock; 0 if it is not one. */
+static int64_t wall_ns_of(const char *s)
+{
+    struct tm tm;
+    const char *rest;
+    int64_t ns = 0, scale = CHAOS_NS_PER_S;
+
+    memset(&tm, 0, sizeof(tm));
+    if (!s || !(rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm)))
+        return 0;
+    if (*rest == '.')
+        for (rest++; *rest >= '0' && *rest <= '9'; rest++)
+            if (scale > 1)
+                ns += (*rest - '0') * (scale /= 10);
+    return *rest == 'Z' ? (int64_t)timegm(&tm) * CHAOS_NS_PER_S + ns : 0;
+}
+
 /* The killed leader i's crash failover record in the Lease
  * (docs/semantics.md): 1 when the record of its current term names its
  * instance (*verified_s: its verifiedAt), 0 when there is none of this
  * term (the leader had not written it yet), -1 when the Lease could not
  * be read. A record of this term naming another Pod or instance is a
- * violation: the kubelet knows which instance the leader runs in. */
-static int leader_record(drv *d, int i, int64_t *verified_s)
+ * violation: the kubelet knows which instance the leader runs in.
+ * *t_expiry: when i holds the Lease, the earliest it can expire for
+ * anyone, on the monotonic clock: its renewTime + leaseDurationSeconds
+ * (a follower counts from when it saw that renewal, after it began; a
+ * renewal after this read only makes it later); else 0. */
+static int leader_record(drv *d, int i, int64_t *verified_s, int64_t *t_expiry)
 {
     proc *p = &d->p[i];
     char path[256], *resp = NULL;
@@ -550,6 +572,19 @@ static int leader_record(drv *d, int i, int64_t *verified_s)
     }
     root = json_loads(resp, 0, NULL);
     free(resp);
+    {
+        json_t *spec = json_object_get(root, "spec");
+        const char *who = json_string_value(json_object_get(spec, "holderIdentity"));
+        int64_t renew = wall_ns_of(json_string_value(json_object_get(spec, "renewTime")));
+        int64_t lds = json_integer_value(json_object_get(spec, "leaseDurationSeconds"));
+        struct timespec wall;
+
+        clock_gettime(CLOCK_REALTIME, &wall);
+        *t_expiry = 0;
+        if (who && !strcmp(who, p->name) && renew && lds > 0)
+            *t_expiry = chaos_now_ns() + renew + lds * CHAOS_NS_PER_S -
+                        ((int64_t)wall.tv_sec * CHAOS_NS_PER_S + wall.tv_nsec);
+    }
     v = json_object_get(json_object_get(json_object_get(root, "metadata"), "annotations"),
                         CRASH_ANNOTATION);
     if (json_is_string(v))
@@ -1154,9 +1189,9 @@ static int random_other(drv *d, int not )
 
 /* Crash failover: before a crash, read the leader's record in the Lease
  * (leader_record) and count what it was. */
-static int crash_record(drv *d, int l, int64_t *verified_s)
+static int crash_record(drv *d, int l, int64_t *verified_s, int64_t *t_expiry)
 {
-    int rec = leader_record(d, l, verified_s);
+    int rec = leader_record(d, l, verified_s, t_expiry);
 
     d->records[rec == 1 ? 0 : rec == 0 ? 1 : 2]++;
     return rec;
@@ -1171,11 +1206,11 @@ static int crash_record(drv *d, int l, int64_t *verified_s)
 static void f_kill(drv *d, int l)
 {
     proc *p = &d->p[l];
-    int64_t t, delay = rnd(d, 0, 2 * d->t.lease_duration_ms), verified_s = 0;
+    int64_t t, delay = rnd(d, 0, 2 * d->t.lease_duration_ms), verified_s = 0, t_expiry = 0;
 
     if (d->crash) {
         delay = p->t.lease_duration_ms + p->t.retry_period_ms + rnd(d, 0, d->t.lease_duration_ms);
-        crash_record(d, l, &verified_s);
+        crash_record(d, l, &verified_s, &t_expiry);
     }
     t = chaos_now_ns();
     p->killed = 1;
@@ -1187,7 +1222,7 @@ static void f_kill(drv *d, int l)
     p->in_place = 0;
     fault_done(d, CF_KILL, t, t, 0);
     if (d->crash)
-        obs_crash(d->o, CF_KILL, l, t, 0, 0);
+        obs_crash(d->o, CF_KILL, l, t, t_expiry, 0, 0);
     say(d, "fault kill: SIGKILL %s (leader), restart in %.3f s%s", p->name, (double)delay / 1000,
         d->crash ? " in a new pod (no report: its node down)" : "");
 }
@@ -1201,9 +1236,9 @@ static void f_kill(drv *d, int l)
 static void f_crash(drv *d, int l)
 {
     proc *p = &d->p[l];
-    int64_t t, t_report, verified_s = 0, finished_s;
+    int64_t t, t_report, verified_s = 0, finished_s, t_expiry = 0;
     int64_t delay = rnd(d, 0, REPORT_MAX_MS), restart = rnd(d, 0, 2 * d->t.lease_duration_ms);
-    int rec = crash_record(d, l, &verified_s), ok, evidence;
+    int rec = crash_record(d, l, &verified_s, &t_expiry), ok, evidence;
 
     t = chaos_now_ns();
     p->killed = 1;
@@ -1222,7 +1257,7 @@ static void f_crash(drv *d, int l)
     /* A Lease it could not read: evidence unknown, taken as evidence (the
      * observer then flags no takeover as one without). */
     evidence = ok && (rec == 1 ? finished_s > verified_s : rec < 0);
-    obs_crash(d->o, CF_CRASH, l, t, ok ? t_report : 0, evidence);
+    obs_crash(d->o, CF_CRASH, l, t, t_expiry, ok ? t_report : 0, evidence);
     p->in_place = 1;
     p->restart_at = chaos_now_ns() + ms(restart);
     say(d, "  kubelet: %s (%s) terminated %.3f s after the kill: %s; restart in place in %.3f s",
@@ -2382,7 +2417,7 @@ int main(int argc, char **argv)
         d->p[i].seed = i < d->nseed;
         d->p[i].t = d->p[i].seed ? d->seed_t : d->t;
         d->lease_ms[i] = d->p[i].t.lease_duration_ms;
-        d->retry_ms[i] = d->p[i].t.retry_period_ms;
+        d->renew_ms[i] = d->p[i].t.renew_deadline_ms;
         d->names[i] = d->p[i].name;
     }
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
@@ -2399,7 +2434,7 @@ int main(int argc, char **argv)
     atexit(kill_children);
 
     op = (obs_params){d->t,        d->allowance_ns, d->ncand,   d->names,
-                      d->lease_ms, THAW_LIMIT_NS,   d->retry_ms};
+                      d->lease_ms, THAW_LIMIT_NS,   d->renew_ms};
     if (!(d->o = obs_new(&op)))
         return 2;
     printf("k8slease-chaos: %s, backend %s, seed %" PRIu64 " (rerun: --seed %" PRIu64

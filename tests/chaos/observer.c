@@ -37,7 +37,7 @@ typedef struct ofault {
 typedef struct ocrash {
     chaos_fault_kind kind;
     int cand;
-    int64_t t_kill, t_report; /* t_report 0: no report */
+    int64_t t_kill, t_expiry, t_report; /* t_expiry, t_report 0: unknown, none */
     int evidence;
 } ocrash;
 
@@ -287,8 +287,8 @@ void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int bl
     o->faults[o->nfaults++] = (ofault){kind, start, end < start ? start : end, blocking, -1, 0};
 }
 
-void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t t_report,
-               int evidence)
+void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t t_expiry,
+               int64_t t_report, int evidence)
 {
     if (o->ncrashes == o->capcrashes) {
         int cap = o->capcrashes ? 2 * o->capcrashes : 32;
@@ -301,7 +301,8 @@ void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t 
         o->crashes = n;
         o->capcrashes = cap;
     }
-    o->crashes[o->ncrashes++] = (ocrash){kind, cand, t_kill, t_report, t_report ? evidence : 0};
+    o->crashes[o->ncrashes++] =
+        (ocrash){kind, cand, t_kill, t_expiry, t_report, t_report ? evidence : 0};
 }
 
 void obs_fault_term(obs *o, int term, int must_keep)
@@ -530,21 +531,19 @@ static void crash_report(obs *o, FILE *out, obs_result *r, const oterm *s, int n
         for (int c = 0; c < o->ncrashes; c++) {
             const ocrash *x = &o->crashes[c];
             const oterm *next = NULL;
-            int64_t ld = o->p.timing.lease_duration_ms, rp = o->p.timing.retry_period_ms;
-            int64_t expiry, gross;
+            int64_t ld = o->p.timing.lease_duration_ms, rd = o->p.timing.renew_deadline_ms;
+            int64_t expiry;
             char what[240] = "", report[96] = "no report";
 
             if (x->kind != (chaos_fault_kind)k)
                 continue;
             if (o->p.lease_ms && x->cand >= 0 && x->cand < o->p.ncand)
                 ld = o->p.lease_ms[x->cand];
-            if (o->p.retry_ms && x->cand >= 0 && x->cand < o->p.ncand)
-                rp = o->p.retry_ms[x->cand];
-            /* The earliest the Lease could expire for anyone: its last
-             * renewal began at most a retry period before the kill (100 ms
-             * for scheduling). */
-            expiry = x->t_kill + (ld - rp - 100) * CHAOS_NS_PER_MS;
-            gross = x->t_kill + (ld - rp) * CHAOS_NS_PER_MS - o->p.allowance_ns;
+            if (o->p.renew_ms && x->cand >= 0 && x->cand < o->p.ncand)
+                rd = o->p.renew_ms[x->cand];
+            /* The earliest the Lease could expire for anyone. Unknown: a
+             * leader's last renewal is at most a renew deadline old. */
+            expiry = x->t_expiry ? x->t_expiry : x->t_kill + (ld - rd) * CHAOS_NS_PER_MS;
             f->count++;
             f->reported += x->t_report != 0;
             f->evidence += x->evidence;
@@ -578,7 +577,7 @@ static void crash_report(obs *o, FILE *out, obs_result *r, const oterm *s, int n
                     after_report[nr++] = next->lead_hi - x->t_report;
                 }
                 f->late += late;
-                if (!evident && next->lead_lo < gross) {
+                if (!evident && next->lead_lo < expiry - 100 * CHAOS_NS_PER_MS) {
                     r->crash_errors++;
                     if (out)
                         fprintf(out,
@@ -587,8 +586,7 @@ static void crash_report(obs *o, FILE *out, obs_result *r, const oterm *s, int n
                                 "and without evidence of the crash (%s)\n",
                                 cname(o, next->cand), rel(o, next->lead_lo),
                                 (double)(next->lead_lo - x->t_kill) / CHAOS_NS_PER_S,
-                                cname(o, x->cand), rel(o, x->t_kill + (ld - rp) * CHAOS_NS_PER_MS),
-                                report);
+                                cname(o, x->cand), rel(o, expiry), report);
                 }
                 snprintf(what, sizeof(what),
                          "; next %s epoch %" PRId64 " +%.6f s: %.3f s after the kill, %s",
@@ -606,8 +604,10 @@ static void crash_report(obs *o, FILE *out, obs_result *r, const oterm *s, int n
                 snprintf(what, sizeof(what), "; no term after it");
             }
             if (out)
-                fprintf(out, "%-9s %s killed +%.6f s, %s%s\n", chaos_fault_name(x->kind),
-                        cname(o, x->cand), rel(o, x->t_kill), report, what);
+                fprintf(out, "%-9s %s killed +%.6f s, its Lease expiring %.3f s later%s, %s%s\n",
+                        chaos_fault_name(x->kind), cname(o, x->cand), rel(o, x->t_kill),
+                        (double)(expiry - x->t_kill) / CHAOS_NS_PER_S,
+                        x->t_expiry ? "" : " at the earliest", report, what);
         }
         if (na) {
             qsort(after_kill, (size_t)na, sizeof(*after_kill), cmp64);

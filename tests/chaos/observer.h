@@ -78,9 +78,10 @@ typedef struct obs_params {
     /* A frozen seed-ABI leader's WaitLost must return within this after
      * SIGCONT (obs_seed_lose); 0: 1 s. */
     int64_t thaw_limit_ns;
-    /* Optional: ncand retry periods (ms), for the earliest expiry of a
-     * crashed leader's Lease (obs_crash); NULL: timing.retry_period_ms. */
-    const int64_t *retry_ms;
+    /* Optional: ncand renew deadlines (ms), for the earliest expiry of a
+     * killed leader's Lease when it is not known (obs_crash);
+     * NULL: timing.renew_deadline_ms. */
+    const int64_t *renew_ms;
 } obs_params;
 
 obs *obs_new(const obs_params *p);
@@ -128,22 +129,24 @@ void obs_fault(obs *o, chaos_fault_kind kind, int64_t start, int64_t end, int bl
  * out, docs/chaos.md); otherwise it is only counted. */
 void obs_fault_term(obs *o, int term, int must_keep);
 /* Crash failover: the leader cand was killed (SIGKILL) at t_kill by a
- * fault of kind (CF_CRASH, CF_KILL). t_report: when the simulated kubelet
- * began to write the report of its container instance terminated (0: no
- * report, the kubelet silent as on a node that is down); evidence: that
- * report is evidence for the leader's crash failover record in the Lease
- * (the record names that instance and the report's finishedAt is in a
- * later second than its verifiedAt). obs_check measures the failover: the
- * next term's start after t_kill (its LEAD upper bound), from the kill and
- * from the report, unless that term is cand's own (restarted before anyone
- * took over, its identity still holds the Lease and takes it back). The
- * killed leader's Lease cannot expire before t_kill + its lease duration -
- * its retry period (its last renewal began at most a retry period before
- * the kill); a next term that began before that, less the allowance,
- * without evidence reported before it, is a takeover without evidence: a
- * violation. */
-void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t t_report,
-               int evidence);
+ * fault of kind (CF_CRASH, CF_KILL). t_expiry: the earliest its Lease could
+ * expire for anyone (its renewTime, read just before the kill, + its
+ * leaseDurationSeconds, on this clock; 0: unknown, then t_kill + its lease
+ * duration - its renew deadline: a leader's last renewal is at most a
+ * renew deadline old). t_report: when the simulated kubelet began to write
+ * the report of its container instance terminated (0: no report, the
+ * kubelet silent as on a node that is down); evidence: that report is
+ * evidence for the leader's crash failover record in the Lease (the
+ * record names that instance and the report's finishedAt is in a later
+ * second than its verifiedAt). obs_check measures the failover: the next
+ * term's start after t_kill (its LEAD upper bound), from the kill and from
+ * the report, unless that term is cand's own (restarted before anyone took
+ * over, its identity still holds the Lease and takes it back). A next term
+ * whose acquiring write began (LEAD lower bound) before t_expiry came on
+ * the report if evidence was reported before; without, 100 ms or more
+ * before t_expiry, it is a takeover without evidence: a violation. */
+void obs_crash(obs *o, chaos_fault_kind kind, int cand, int64_t t_kill, int64_t t_expiry,
+               int64_t t_report, int evidence);
 /* A violation seen by the driver (printed at once to stderr and counted). */
 #if defined(__GNUC__)
 __attribute__((format(printf, 3, 4)))
@@ -161,7 +164,7 @@ typedef struct obs_failover {
     int evidence;  /* of which the report was evidence */
     int self;      /* followed by a term of the same candidate, restarted: not measured */
     int measured;  /* followed by a term of another candidate before the end */
-    int early;     /* that term began before the Lease could expire (t_kill + LD - RP - 100 ms) */
+    int early;     /* that term began before the Lease could expire (t_expiry) */
     int by_report; /* early, and after a report that was evidence: the report made it */
     int late;      /* evidence reported before that moment, but the next term only after it */
     /* SIGKILL to the next term (its LEAD upper bound), over `measured`: */

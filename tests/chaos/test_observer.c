@@ -368,10 +368,10 @@ static void test_terms_lost(void **state)
 
 /* Crash failover (obs_crash): the next term after each kill, measured from
  * the kill and from the kubelet's report; on the report only if it was
- * evidence and came first; a takeover before the Lease could expire
- * without evidence is a violation. Lease 2 s, retry 0.3 s: it expires 1.6 s
- * after the kill at the earliest (100 ms for scheduling), 0.7 s with the
- * allowance (the violation's margin). */
+ * evidence and came first, before the Lease expired; a takeover 100 ms or
+ * more before the Lease could expire without evidence is a violation. Lease
+ * 2 s, renew deadline 1.5 s: an expiry that is not known is 0.5 s after the
+ * kill at the earliest. */
 static void test_crash_failover(void **state)
 {
     obs *o = mk();
@@ -380,26 +380,29 @@ static void test_crash_failover(void **state)
 
     (void)state;
     obs_lead(o, 0, 1, S(100.1), S(100.101));
-    obs_dead(o, 0, S(101.001)); /* crash at 101, reported at 101.5: taken 5 ms later */
-    obs_crash(o, CF_CRASH, 0, S(101), S(101.5), 1);
+    obs_dead(o, 0, S(101.001)); /* reported at 101.5, taken 5 ms later */
+    obs_crash(o, CF_CRASH, 0, S(101), S(102.9), S(101.5), 1);
     obs_lead(o, 1, 2, S(101.505), S(101.506));
     obs_dead(o, 1, S(103.001)); /* a report that is no evidence: expiry */
-    obs_crash(o, CF_CRASH, 1, S(103), S(103.5), 0);
+    obs_crash(o, CF_CRASH, 1, S(103), S(104.8), S(103.5), 0);
     obs_lead(o, 2, 3, S(104.9), S(104.901));
     obs_dead(o, 2, S(106.001)); /* no report: expiry */
-    obs_crash(o, CF_KILL, 2, S(106), 0, 0);
+    obs_crash(o, CF_KILL, 2, S(106), S(107.9), 0, 0);
     obs_lead(o, 0, 4, S(107.95), S(107.951));
     obs_dead(o, 0, S(109.001)); /* evidence in time, but taken at expiry */
-    obs_crash(o, CF_CRASH, 0, S(109), S(109.2), 1);
+    obs_crash(o, CF_CRASH, 0, S(109), S(110.8), S(109.2), 1);
     obs_lead(o, 1, 5, S(110.9), S(110.901));
-    obs_dead(o, 1, S(112.001)); /* no report, taken after 0.3 s: a violation */
-    obs_crash(o, CF_KILL, 1, S(112), 0, 0);
+    obs_dead(o, 1, S(112.001)); /* no report, taken 1.6 s before expiry: a violation */
+    obs_crash(o, CF_KILL, 1, S(112), S(113.9), 0, 0);
     obs_lead(o, 2, 6, S(112.3), S(112.301));
     obs_dead(o, 2, S(113.001)); /* restarted at once, it takes its own Lease back: fine */
-    obs_crash(o, CF_KILL, 2, S(113), 0, 0);
+    obs_crash(o, CF_KILL, 2, S(113), S(114.9), 0, 0);
     obs_lead(o, 2, 7, S(113.4), S(113.401));
-    obs_end(o, S(114));
-    obs_dead(o, 2, S(114.5));
+    obs_dead(o, 2, S(114.001)); /* expiry unknown: 0.5 s after the kill at the earliest */
+    obs_crash(o, CF_KILL, 2, S(114), 0, 0, 0);
+    obs_lead(o, 0, 8, S(114.6), S(114.601));
+    obs_end(o, S(115));
+    obs_dead(o, 0, S(115.5));
     assert_int_equal(obs_check(o, NULL, &r), 1);
     assert_int_equal(r.crash_errors, 1);
     assert_int_equal(r.overlaps, 0);
@@ -416,12 +419,12 @@ static void test_crash_failover(void **state)
     assert_true(c->rep_p50_ns >= MS(5) && c->rep_p50_ns <= MS(7));
     assert_true(c->rep_max_ns == c->rep_p50_ns);
     k = &r.failover[CF_KILL];
-    assert_int_equal(k->count, 3);
+    assert_int_equal(k->count, 4);
     assert_int_equal(k->self, 1);
     assert_int_equal(k->reported, 0);
-    assert_int_equal(k->measured, 2);
+    assert_int_equal(k->measured, 3);
     assert_int_equal(k->early, 1);
-    assert_true(k->p50_ns >= S(0.3) && k->p50_ns <= S(0.302)); /* of 0.301, 1.951 */
+    assert_true(k->p50_ns >= S(0.6) && k->p50_ns <= S(0.602)); /* of 0.301, 0.601, 1.951 */
     assert_true(k->p99_ns >= S(1.95) && k->p99_ns <= S(1.952));
     assert_int_equal(r.failover[CF_STOP].count, 0);
     obs_free(o);
