@@ -377,6 +377,13 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
         /* The timeout spaced the attempts already, and its connection was
          * abandoned: try again at once, on a new one. */
         e->next_attempt = now;
+    } else if (status == K8SLEASE_ETRANSPORT) {
+        /* Refused or reset (a replica killed behind a load balancer that
+         * has not marked it down yet): a new connection a moment later
+         * likely reaches another. A whole retry period would leave no
+         * second try when renew_deadline - retry_period is one retry
+         * period (3/2/1, 5/3/1 by the seed ABI's whole seconds). */
+        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns / 4);
     } else {
         e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     }

@@ -23,9 +23,11 @@
  *  - Leading: renew every RP after the last completion, straight from the
  *    cached object (UPDATE {renew=now, acquire/transitions kept}: the fast
  *    path); on any error fall back at once to GET + UPDATE (slow path); on a
- *    failure of the slow path retry after RP, or at once after a timeout
- *    (the request's connection was abandoned: the next goes on a new one). A GET that shows another
- *    valid holder while leading means we lost: step down at once.
+ *    failure of the slow path retry after RP, at once after a timeout
+ *    (the request's connection was abandoned: the next goes on a new one),
+ *    after RP/4 after a refused or reset connection (K8SLEASE_ETRANSPORT:
+ *    behind a load balancer the next connection may reach another replica). A GET that shows
+ * another valid holder while leading means we lost: step down at once.
  *  - Leader deadline = start (now at emission) of the last successful
  *    CREATE/UPDATE + renew_deadline. is_leader is true only while LEADING
  *    and now < deadline. When now reaches it (timer or any event): step

@@ -635,13 +635,13 @@ static void test_renew_failures_until_deadline(void **state)
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
-        {RESULT(2400, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 4400},
+        {RESULT(2400, K8SLEASE_ESERVER, NULL), "", KL_EL_LEADING, 4400},
         {TIMER(4400), "UPDATE(me,15s,a=100,r=4400,t=0)", KL_EL_LEADING, 10100},
         {RESULT(4500, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
-        {RESULT(4600, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 6600},
+        {RESULT(4600, K8SLEASE_ESERVER, NULL), "", KL_EL_LEADING, 6600},
         {TIMER(6600), "UPDATE(me,15s,a=100,r=6600,t=0)", KL_EL_LEADING, 10100},
         {RESULT(6700, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
-        {RESULT(6800, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 8800},
+        {RESULT(6800, K8SLEASE_ESERVER, NULL), "", KL_EL_LEADING, 8800},
         {TIMER(8800), "UPDATE(me,15s,a=100,r=8800,t=0)", KL_EL_LEADING, 10100},
         {RESULT(8900, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
         {TIMER(AT_TIMER), "STOPPED", KL_EL_RELEASING, 20100}, /* GET still in flight */
@@ -649,6 +649,25 @@ static void test_renew_failures_until_deadline(void **state)
         {RESULT(10300, 0, &renewed_2200), "UPDATE(,1s,a=10300,r=10300,t=0)", KL_EL_RELEASING,
          20100},
         {RESULT(10400, 0, &released), "NEW_LEADER(,0) DONE", KL_EL_DONE, NO_TIMER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+}
+
+/* A refused or reset connection while leading: the slow path tries again
+ * after RP/4 (500 ms here), not after RP: behind a load balancer the next
+ * connection may reach a replica that answers. */
+static void test_transport_failure_while_leading_retries_soon(void **state)
+{
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2210, K8SLEASE_ETRANSPORT, NULL), "GET", KL_EL_LEADING, 10100},
+        {RESULT(2220, K8SLEASE_ETRANSPORT, NULL), "", KL_EL_LEADING, 2720},
+        {TIMER(2720), "UPDATE(me,15s,a=100,r=2720,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(2730, 0, &renewed_2200), "", KL_EL_LEADING, 4730},
     };
     kl__elector_config cfg = default_config();
 
@@ -1078,7 +1097,7 @@ static void test_timer_per_state(void **state)
     /* LEADING, renew in flight: the deadline (CREATE sent at 5000) */
     assert_int_equal(kl__elector_timer(&r.e), T0 + 15000 * MS);
     deliver(&r, KL_EV_RESULT, T0 + 14000 * MS, K8SLEASE_ETRANSPORT, NULL, 0);
-    deliver(&r, KL_EV_RESULT, T0 + 14100 * MS, K8SLEASE_ETRANSPORT, NULL, 0);
+    deliver(&r, KL_EV_RESULT, T0 + 14100 * MS, K8SLEASE_ESERVER, NULL, 0);
     /* LEADING, idle: the deadline comes before the next retry */
     assert_int_equal(kl__elector_timer(&r.e), T0 + 15000 * MS);
     deliver(&r, KL_EV_TIMER, T0 + 15000 * MS, 0, NULL, 0);
@@ -1761,6 +1780,7 @@ int main(void)
         cmocka_unit_test(test_fast_path_renew),
         cmocka_unit_test(test_fast_path_error_falls_back_to_get),
         cmocka_unit_test(test_slow_path_failure_retries_after_retry_period),
+        cmocka_unit_test(test_transport_failure_while_leading_retries_soon),
         cmocka_unit_test(test_timeout_while_leading_retries_at_once),
         cmocka_unit_test(test_renew_failures_until_deadline),
         cmocka_unit_test(test_deadline_without_release_on_cancel),
