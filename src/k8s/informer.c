@@ -1182,7 +1182,15 @@ static void on_watch_end(const kl__http_result *res, void *arg)
     if (st->relist) {
         st->relist = 0;
         set_rv(&st->rv, NULL);
-        list(st);
+        /* A Pod's own stream: its GET would give the object's own
+         * resourceVersion again, which a restarted apiserver's watch cache
+         * may already be past (410 at once, again and again: seen in the
+         * chaos suite). A watch without one starts from the current state,
+         * which it sends first. */
+        if (get_mode(st))
+            watch(st);
+        else
+            list(st);
     } else if (!res->err && res->status == 200 &&
                (st->got_line || now - st->started >= MIN_CLEAN_NS)) {
         /* A clean end (timeoutSeconds): resume at once, still healthy. */
