@@ -435,9 +435,22 @@ typedef struct k8slease_holder {
     int ended;
 } k8slease_holder;
 
-/** Read the Lease once (blocking, timeout_ms <= 0: 10 s).
+/** Read the Lease's holder (blocking, timeout_ms <= 0: 10 s).
  *  Returns 0 with *out set (free with k8slease_holder_free), K8SLEASE_ENOTFOUND
  *  when the Lease does not exist, or another error code.
+ *  Kubernetes: the first read of a Lease is a GET. A second read of it
+ *  within 60 s makes the client follow the Lease on its shared watch (the
+ *  one its electors and holder watches of that Lease use, if any), and from
+ *  then on reads are answered from the last state that watch delivered,
+ *  without a request, while the watch is healthy (docs/semantics.md,
+ *  "Holder reads"): the server's state as of its last event, typically a
+ *  few ms old, and never older than the watch's health window (6 s at
+ *  most, unless the server's bookmarks are slower). A read while the
+ *  watch is not healthy is a GET. A write of this client (an election's,
+ *  k8slease_lease_release) is seen by its next read. A Lease not read for
+ *  60 s is no longer followed. With crash_failover, a read that names a
+ *  live holder whose record is of its current term also reads that Pod
+ *  (a GET).
  *  etcd (ns must be NULL): the leader of election name, i.e. the value and
  *  create revision (epoch) of the oldest key under "name/";
  *  lease_duration_s is its lease's granted TTL, resource_version its mod

@@ -11,6 +11,7 @@
 /* Backend state, defined by the backends (k8s/informer.h, etcd/client.h). */
 typedef struct kl__informer kl__informer;
 typedef struct kl__etcd_conn kl__etcd_conn;
+typedef struct kl__holders kl__holders;
 
 struct k8slease_client {
     k8slease_backend backend;
@@ -22,6 +23,7 @@ struct k8slease_client {
     kl__loop *loop;
     kl__informer *informer;     /* Kubernetes: shared Lease watches (loop thread) */
     kl__informer *pod_informer; /* Kubernetes: shared Pod watches (loop thread) */
+    kl__holders *holders;       /* Kubernetes: holder reads answered from the watches */
     kl__etcd_conn *etcd;        /* etcd: endpoints and authentication */
     k8slease_elector *retired;  /* kl__elector_retire: freed once over (loop thread) */
     int *retired_drained;       /* kl__elector_wait_retired's flag, set once none is left */

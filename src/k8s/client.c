@@ -15,6 +15,7 @@
 #include "core/clock.h"
 #include "core/elector.h"
 #include "k8s/crash.h"
+#include "k8s/holders.h"
 #include "k8s/pod.h"
 #include "k8s/api.h"
 #include "k8s/codec.h"
@@ -49,6 +50,8 @@ static int client_init(k8slease_client *c, const k8slease_client_options *opts)
         return err;
     if ((err = kl__informer_new(&c->informer, c->loop, &c->log)) < 0)
         return err;
+    if ((err = kl__holders_new(&c->holders, c->loop, c->informer, c->crash_failover, &c->log)) < 0)
+        return err;
     return kl__informer_new_pods(&c->pod_informer, c->loop, &c->log);
 }
 
@@ -56,6 +59,7 @@ static void shutdown_informers(void *arg)
 {
     k8slease_client *c = arg;
 
+    kl__holders_shutdown(c->holders);
     kl__informer_shutdown(c->informer);
     kl__informer_shutdown(c->pod_informer);
 }
@@ -68,6 +72,7 @@ static void client_shutdown(k8slease_client *c)
 
 static void client_free(k8slease_client *c)
 {
+    kl__holders_free(c->holders);
     kl__informer_free(c->informer);
     kl__informer_free(c->pod_informer);
 }
@@ -108,9 +113,10 @@ out:
 /* Crash failover: whether the kubelet reported the container instance of
  * the Lease's current term terminated (its record, then its Pod). A Pod
  * that cannot be read is no evidence. */
-static int holder_ended(k8slease_client *client, const kl__lease *lease, int64_t timeout_ms)
+static int holder_ended(k8slease_client *client, const char *what, const char *crash_record,
+                        const char *identity, int64_t epoch, int64_t timeout_ms)
 {
-    kl__crash_record r;
+    kl__crash_record r = {0};
     kl__http_opts req = {0};
     kl__pod *pod = NULL;
     char *path = NULL, *body = NULL;
@@ -118,10 +124,9 @@ static int holder_ended(k8slease_client *client, const kl__lease *lease, int64_t
     long status = 0;
     int ended = 0;
 
-    if (kl__crash_record_of_lease(lease, &r) < 0)
+    if (!crash_record || kl__crash_record_parse(&r, crash_record) < 0)
         return 0;
-    if (!lease->spec.holder || strcmp(r.holder, lease->spec.holder) != 0 ||
-        r.epoch != lease->spec.transitions)
+    if (strcmp(r.holder, identity) != 0 || r.epoch != epoch)
         goto out;
     if (!(path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", r.pod_ns, r.pod)))
         goto out;
@@ -131,8 +136,8 @@ static int holder_ended(k8slease_client *client, const kl__lease *lease, int64_t
     if (kl__http_sync(client->loop, &req, &status, &body, &body_len) < 0 || status != 200 ||
         kl__pod_parse(&pod, body, body_len) < 0) {
         kl__log_printf(&client->log, K8SLEASE_LOG_DEBUG,
-                       "lease %s/%s: crash failover: pod %s/%s not read (HTTP %ld): no evidence",
-                       lease->ns, lease->name, r.pod_ns, r.pod, status);
+                       "%s: crash failover: pod %s/%s not read (HTTP %ld): no evidence", what,
+                       r.pod_ns, r.pod, status);
         goto out;
     }
     ended = kl__crash_evidence(&r, pod);
@@ -144,55 +149,78 @@ out:
     return ended;
 }
 
+/* The Lease's state: from its watch (k8s/holders.h), else a GET. */
+static int read_state(k8slease_client *client, const char *ns, const char *name, const char *what,
+                      int64_t timeout_ms, kl__holder_state *out)
+{
+    kl__lease *lease = NULL;
+    char *path = NULL;
+    uint64_t ticket;
+    int err;
+
+    if ((err = kl__holders_lookup(client->holders, ns, name, out, &ticket)) != 0)
+        return err < 0 ? err : 0;
+    if (!(path = kl__lease_path(ns, name)))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    err = get_lease(client, path, what, timeout_ms, &lease);
+    if (err == 0)
+        err = kl__holder_state_of(out, lease, client->crash_failover);
+    if (err == 0 || err == K8SLEASE_ENOTFOUND)
+        kl__holders_feed(client->holders, ns, name, ticket, err == 0 ? out : NULL);
+    kl__lease_free(lease);
+    kl__free(path);
+    return err;
+}
+
 static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,
                       k8slease_holder **out)
 {
-    kl__lease *lease = NULL;
+    kl__holder_state s = {0};
     k8slease_holder *h = NULL;
-    char *path = NULL;
     char what[400];
     int err;
 
     ns = client_ns(client, ns);
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
         return err;
+    if (timeout_ms <= 0)
+        timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
     snprintf(what, sizeof(what), "get lease %s/%s", ns, name);
-    if (!(path = kl__lease_path(ns, name))) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    if ((err = read_state(client, ns, name, what, timeout_ms, &s)) < 0)
+        goto out;
+    if (s.absent) {
+        /* Deleted, as the stream saw it: what a GET would say. */
+        err = kl__error_set(K8SLEASE_ENOTFOUND,
+                            "%s: HTTP 404 NotFound: leases.coordination.k8s.io "
+                            "\"%s\" not found (from its watch)",
+                            what, name);
         goto out;
     }
-    if ((err = get_lease(client, path, what, timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS,
-                         &lease)) < 0)
-        goto out;
-
     if (!(h = kl__calloc(1, sizeof(*h)))) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
-    h->identity = kl__strdup(lease->spec.holder ? lease->spec.holder : "");
-    h->resource_version = kl__strdup(lease->rv);
-    h->strategy = kl__strdup(lease->strategy);
-    h->preferred_holder = kl__strdup(lease->preferred_holder);
-    if (!h->identity || !h->resource_version || !h->strategy || !h->preferred_holder) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    h->epoch = lease->spec.transitions;
-    h->renew_time_us = lease->spec.renew_us;
-    h->acquire_time_us = lease->spec.acquire_us;
-    h->lease_duration_s = lease->spec.duration_s;
+    /* The strings move over. */
+    h->identity = s.identity;
+    h->resource_version = s.rv;
+    h->strategy = s.strategy;
+    h->preferred_holder = s.preferred_holder;
+    s.identity = s.rv = s.strategy = s.preferred_holder = NULL;
+    h->epoch = s.epoch;
+    h->renew_time_us = s.renew_us;
+    h->acquire_time_us = s.acquire_us;
+    h->lease_duration_s = s.duration_s;
     /* As the seed: expired by renewTime + duration against our wall clock. */
     h->expired = h->identity[0] && h->renew_time_us &&
                  h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
     if (client->crash_failover && h->identity[0] && !h->expired &&
-        holder_ended(client, lease, timeout_ms > 0 ? timeout_ms : DEFAULT_SYNC_TIMEOUT_MS))
+        holder_ended(client, what + 4, s.crash_record, h->identity, h->epoch, timeout_ms))
         h->ended = h->expired = 1;
     *out = h;
     h = NULL;
 out:
     k8slease_holder_free(h);
-    kl__lease_free(lease);
-    kl__free(path);
+    kl__holder_state_clear(&s);
     return err;
 }
 
@@ -350,6 +378,13 @@ static int release_once(k8slease_client *client, const char *path, const char *w
     if (status != 200 && status != 201) {
         err = kl__http_status_error(status, body, body_len, what);
         *retry = err == K8SLEASE_ECONFLICT;
+    } else {
+        kl__lease *written = NULL;
+
+        /* A holder read of this client after it sees the release. */
+        if (kl__lease_parse(&written, body, body_len) == 0)
+            kl__holders_note(client->holders, written);
+        kl__lease_free(written);
     }
 out:
     kl__free(put);

@@ -27,6 +27,7 @@
 #include "core/clock.h"
 #include "k8s/crash.h"
 #include "k8s/election.h"
+#include "k8s/holders.h"
 #include "core/elector.h"
 #include "k8s/informer.h"
 #include "k8s/codec.h"
@@ -185,6 +186,9 @@ static void on_result(const kl__http_result *res, void *arg)
     snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
     ev.status = kl__lease_result(res, what, &lease);
     count(e, res, ev.status);
+    /* Our own write: holder reads of this client see it from now on. */
+    if (ev.status == 0 && e->req_kind != KL_REQ_GET)
+        kl__holders_note(e->pub.client->holders, lease);
     if (ev.status == 0)
         check_rv_went_back(e, lease);
     if (ev.status == 0 && newer_than_get(e, lease, &newer, &ev)) {

@@ -11,8 +11,11 @@
 #include <time.h>
 #include <cmocka.h>
 
+#include "core/client.h"
 #include "e2e.h"
+#include "k8s/holders.h"
 #include "k8slease.h"
+#include "tsclient.h"
 
 /* Short timings keep the suite fast; generous waits keep it robust. */
 #define LD_MS   3000
@@ -410,6 +413,200 @@ static void watch_reports_changes_in_order(void **state)
     k8slease_elector_free(a);
 }
 
+/* GETs of Leases the server under test has answered so far: the test
+ * server's count of GETs (every kind; only Leases are read here), a real
+ * server's apiserver_request_total of GET leases (its own identity Lease's,
+ * labelled system_client, left out). */
+static long lease_gets(void)
+{
+    char *metrics = NULL, *line, *save = NULL;
+    long status = 0;
+    double n = 0;
+
+    if (e2e_is_testserver())
+        return (long)(tc_stat_or0(e2e_server(), "requests.by_verb.get.200") +
+                      tc_stat_or0(e2e_server(), "requests.by_verb.get.404"));
+    assert_int_equal(e2e_api("GET", "/metrics", NULL, &status, &metrics), 0);
+    assert_int_equal(status, 200);
+    for (line = strtok_r(metrics, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+        const char *value = strrchr(line, ' ');
+        const char *sc = strstr(line, "system_client=\"");
+
+        if (!strncmp(line, "apiserver_request_total{", 24) && strstr(line, "resource=\"leases\"") &&
+            strstr(line, "verb=\"GET\"") && value && (!sc || sc[15] == '"'))
+            n += strtod(value + 1, NULL);
+    }
+    free(metrics);
+    return (long)n;
+}
+
+static void pause_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    nanosleep(&ts, NULL);
+}
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Poll the holder as Mooncake's standby does (every 50 ms here) until it
+ * names want (NULL: until the Lease is gone); fail after WAIT_MS. */
+static void poll_until(k8slease_client *c, const char *name, const char *want)
+{
+    int64_t end = now_ms() + WAIT_MS;
+
+    for (;;) {
+        k8slease_holder *h = NULL;
+        int rc = k8slease_holder_get(c, NULL, name, 0, &h);
+
+        if (want ? rc == 0 && !strcmp(h->identity, want) : rc == K8SLEASE_ENOTFOUND) {
+            k8slease_holder_free(h);
+            return;
+        }
+        if (rc != 0 && rc != K8SLEASE_ENOTFOUND)
+            fail_msg("holder_get(%s): %s", name, k8slease_error_last());
+        k8slease_holder_free(h);
+        if (now_ms() > end)
+            fail_msg("holder_get(%s) did not show %s within %d ms", name,
+                     want ? want : "the Lease deleted", WAIT_MS);
+        pause_ms(50);
+    }
+}
+
+/* GETs of e2e-cached the standby client sent, from its debug log ("GET
+ * URL: HTTP n"): the server's count (lease_gets) also has every other
+ * client's, and a real server's includes the probes of quiet streams that
+ * earlier tests' clients still follow. */
+static int standby_gets;
+
+static void count_gets(k8slease_log_level level, const char *msg, void *ud)
+{
+    (void)ud;
+    if (!strncmp(msg, "GET ", 4) && strstr(msg, "/leases/e2e-cached: HTTP"))
+        __atomic_add_fetch(&standby_gets, 1, __ATOMIC_SEQ_CST);
+    else if (level <= K8SLEASE_LOG_WARN)
+        e2e_log_to_stderr(level, msg, NULL);
+}
+
+/* A standby polling the holder is answered from a watch of the Lease after
+ * its second read (k8s/holders.h): a handful of GETs, not one per read, and
+ * every change still seen: a new holder, the Lease deleted. */
+static void holder_reads_answered_from_watch(void **state)
+{
+    const char *name = "e2e-cached";
+    k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *standby = NULL;
+    k8slease_elector *a, *b;
+    uint64_t hits0, misses0, hits, misses;
+    long gets0, gets, status = 0;
+    int64_t ea, eb, first_hit = -1;
+    int sent0, sent;
+    char path[300];
+    int i;
+
+    (void)state;
+    co.kubeconfig = getenv("KUBECONFIG");
+    co.log_cb = count_gets;
+    co.log_level = K8SLEASE_LOG_DEBUG;
+    if (k8slease_client_new(&standby, &co) != 0)
+        fail_msg("standby client: %s", k8slease_error_last());
+    a = start(name, "a", 1);
+    ea = elected(a);
+    kl__holders_counts(standby->holders, &hits0, &misses0);
+    gets0 = lease_gets();
+    sent0 = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST);
+    /* 40 reads 50 ms apart: 2 s, 4 of the leader's renewals. */
+    for (i = 0; i < 40; i++) {
+        k8slease_holder *h = NULL;
+
+        if (k8slease_holder_get(standby, NULL, name, 0, &h) != 0)
+            fail_msg("holder_get(%s): %s", name, k8slease_error_last());
+        assert_string_equal(h->identity, "a");
+        assert_int_equal(h->epoch, ea);
+        assert_false(h->expired);
+        assert_true(h->resource_version[0] != '\0');
+        k8slease_holder_free(h);
+        kl__holders_counts(standby->holders, &hits, &misses);
+        if (first_hit < 0 && hits > hits0)
+            first_hit = i;
+        /* Once answered from the watch, always: the stream stays healthy. */
+        if (first_hit >= 0)
+            assert_int_equal(misses - misses0, (uint64_t)first_hit);
+        pause_ms(50);
+    }
+    gets = lease_gets() - gets0;
+    sent = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST) - sent0;
+    kl__holders_counts(standby->holders, &hits, &misses);
+    printf("40 reads: %llu from the watch, %llu GETs (first from the watch: read %lld); the "
+           "standby sent %d GETs, the server counted %ld of every client\n",
+           (unsigned long long)(hits - hits0), (unsigned long long)(misses - misses0),
+           (long long)first_hit + 1, sent, gets);
+    if (first_hit < 0)
+        fail_msg("40 reads, none answered from the watch");
+    /* Each miss is one GET (the first read's at least), and the server
+     * answered them. */
+    assert_int_equal(sent, (int)(misses - misses0));
+    assert_true(sent >= 1);
+    assert_true(gets >= sent);
+    /* The test server has only our clients, whose other streams get
+     * bookmarks every second: no probes. */
+    if (e2e_is_testserver())
+        assert_int_equal(gets, sent);
+
+    /* A new holder and a deletion are seen while reads are cache hits. */
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    k8slease_elector_free(a);
+    b = start(name, "b", 1);
+    eb = elected(b);
+    assert_true(eb > ea);
+    poll_until(standby, name, "b");
+    assert_int_equal(k8slease_elector_stop(b, 1), 0);
+    k8slease_elector_free(b);
+    snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s",
+             k8slease_client_namespace(client), name);
+    assert_int_equal(e2e_api("DELETE", path, NULL, &status, NULL), 0);
+    assert_int_equal(status, 200);
+    poll_until(standby, name, NULL);
+    kl__holders_counts(standby->holders, &hits, &misses);
+    assert_true(hits > hits0 + 30);
+    k8slease_client_free(standby);
+}
+
+/* A client that wrote the Lease (here: released it) reads what it wrote
+ * right away, even while its answers come from the watch. */
+static void holder_read_after_own_write(void **state)
+{
+    const char *name = "e2e-cached-own";
+    k8slease_elector *a;
+    k8slease_holder *h;
+    uint64_t hits0, misses0, hits, misses;
+    int64_t end;
+
+    (void)state;
+    a = start(name, "a", 1);
+    elected(a);
+    /* Until a read is answered from the watch. */
+    kl__holders_counts(client->holders, &hits0, &misses0);
+    end = now_ms() + WAIT_MS;
+    do {
+        k8slease_holder_free(holder(name));
+        kl__holders_counts(client->holders, &hits, &misses);
+        if (now_ms() > end)
+            fail_msg("no read of %s answered from its watch within %d ms", name, WAIT_MS);
+    } while (hits == hits0 && (pause_ms(20), 1));
+    assert_int_equal(k8slease_elector_stop(a, 1), 0);
+    h = holder(name);
+    assert_string_equal(h->identity, "");
+    k8slease_holder_free(h);
+    k8slease_elector_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -424,6 +621,8 @@ int main(void)
         cmocka_unit_test(invalid_options_are_refused),
         cmocka_unit_test(holder_of_missing_lease),
         cmocka_unit_test(watch_reports_changes_in_order),
+        cmocka_unit_test(holder_reads_answered_from_watch),
+        cmocka_unit_test(holder_read_after_own_write),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
