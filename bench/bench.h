@@ -63,6 +63,7 @@ enum {
     CELL_SCALE,
     CELL_FOOTPRINT,
     CELL_HTTP,
+    CELL_STANDBY,
     CELL_HUNG,
     CELL_CRASH,
     CELL_COUNT
@@ -280,9 +281,73 @@ void bench_failover(bench_ctx *ctx);     /* 2 */
 void bench_api_load(bench_ctx *ctx);     /* 3 */
 void bench_scale(bench_ctx *ctx);        /* 4 */
 void bench_footprint(bench_ctx *ctx);    /* 5 */
-void bench_http(bench_ctx *ctx);         /* 6 */
+void bench_http(bench_ctx *ctx);         /* 6 (http.c) */
 void bench_hung_replica(bench_ctx *ctx); /* 7 */
 void bench_crash_report(bench_ctx *ctx); /* 8 */
+
+/* ---- scale.c: the scale worker, seen from the driver (benchmarks 4, 6) -- */
+
+/* A worker's RESULT line, decoded (NAN: absent). */
+typedef struct scale_result {
+    double elected, leading_start, leading_end, elect_s, window_s;
+    double rss_client_kb, rss_kb, threads, cpu_s, renewals, errors;
+    double late, not_leader, lost, renew_ms_mean, renew_ms_p99_bucket;
+    double anon_client_kb, anon_kb, hwm_client_kb, hwm_kb, conns_start, conns_end;
+    /* benchmark 6: the loop thread's context switches over the CPU window,
+     * how many threads the client started, the syscall window (sys_tool:
+     * a sys_tool_kind; sys_lib without the worker's main thread) */
+    double wake, wake_inv, loop_threads;
+    double sys_tool, sys_lib, sys_all, sys_renewals, sys_window_s;
+    double loop_cpu_s; /* the loop thread's CPU over the CPU window */
+} scale_result;
+
+typedef struct worker_run {
+    const char *kubeconfig; /* NULL: the current server, emptied first */
+    int size, batch;        /* batch 0: all at once */
+    int64_t window_ms, elect_ms;
+    int align;     /* > 0: the CPU window is align retry periods, from 1/2 after a renewal */
+    int sys_align; /* > 0: then a syscall window of sys_align retry periods, likewise */
+} worker_run;
+
+/* Run the worker (client-go's timings); 0 with *r filled, or its exit
+ * status (-1: no RESULT). */
+int scale_run_worker(bench_ctx *ctx, const worker_run *w, scale_result *r);
+/* Did the worker hold all `size` elections through the window, 0 missed? */
+int scale_held(const scale_result *r, int size);
+
+/* ---- sysstat.c: the worker's threads and system calls (benchmark 6) ----- */
+
+#define TIDS_MAX 16
+typedef struct tid_set {
+    int n;
+    pid_t tid[TIDS_MAX];
+} tid_set;
+
+void tids_list(tid_set *s); /* this process's threads */
+/* The threads of after that are not in before. */
+void tids_new(const tid_set *before, const tid_set *after, tid_set *out);
+/* Sum of (non)voluntary_ctxt_switches of the threads; -1 if unreadable. */
+long tids_ctxt(const tid_set *s, int voluntary);
+
+typedef enum { SYS_FAILED = -1, SYS_NONE = 0, SYS_PERF = 1, SYS_STRACE = 2 } sys_tool_kind;
+
+typedef struct sys_counter {
+    sys_tool_kind tool;
+    pid_t pid;
+    int ctl_fd, ack_fd; /* perf --control */
+    char out[128], err[128];
+    char why[200]; /* SYS_NONE, SYS_FAILED: why */
+} sys_counter;
+
+/* Start counting this process's system calls (perf: ready, counting
+ * disabled; strace: attached, counting). 0, or -1 with c->tool SYS_NONE or
+ * SYS_FAILED and c->why. */
+int sys_start(sys_counter *c);
+int sys_enable(sys_counter *c);  /* perf: count from now (acknowledged) */
+int sys_disable(sys_counter *c); /* perf: stop counting (acknowledged) */
+/* Stop the tool and read its counts: *lib without the main thread (perf),
+ * *all every thread. 0 or -1 (c->tool SYS_FAILED, c->why). */
+int sys_finish(sys_counter *c, double *lib, double *all);
 
 /* Run argv (argv[0] searched in PATH), read its stdout until it exits or
  * timeout_ms passes (then SIGKILL); the last line starting with "RESULT "

@@ -127,6 +127,87 @@ static int start_batch(k8slease_client *client, k8slease_elector **e, int from, 
     return elected;
 }
 
+/* Wait (at most 2 retry periods + 1 s) until elector e renews, then half
+ * a retry period: a window of whole retry periods opened then holds as
+ * many renewals of each elector as it has periods, its ends fall between
+ * the renewals of electors started together. */
+static void wait_renewal(k8slease_elector *e, int64_t rp_ns)
+{
+    k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+    int64_t deadline = bench_now_ns() + 2 * rp_ns + NS_PER_S, last;
+
+    if (!e || k8slease_elector_stats_get(e, &st) < 0)
+        return;
+    last = st.last_renew_ns;
+    while (bench_now_ns() < deadline) {
+        bench_sleep_ms(1);
+        if (k8slease_elector_stats_get(e, &st) == 0 && st.last_renew_ns != last)
+            break;
+    }
+    bench_sleep_ms(rp_ns / 2 / NS_PER_MS);
+}
+
+/* CPU time of the threads so far (schedstat: ns on the CPU), seconds. */
+static double tids_cpu_s(const tid_set *s)
+{
+    double sum = 0;
+
+    for (int i = 0; i < s->n; i++) {
+        char path[64];
+        unsigned long long ns = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)s->tid[i]);
+        if (!(f = fopen(path, "r")))
+            return -1;
+        if (fscanf(f, "%llu", &ns) != 1)
+            ns = 0;
+        fclose(f);
+        sum += (double)ns / 1e9;
+    }
+    return sum;
+}
+
+/* Benchmark 6's second window: the process's system calls over align
+ * retry periods (perf: from half a retry period after a renewal; strace:
+ * from its attach, a second before), with the renewals in it. */
+static void syscall_window(k8slease_elector **e, int n, int first, int align, int64_t rp_ns,
+                           double out[5], char *why, size_t why_size)
+{
+    sys_counter c;
+    totals a, b;
+    int64_t t0;
+    int bad = 0;
+
+    out[0] = out[1] = out[2] = out[3] = out[4] = 0;
+    if (sys_start(&c) < 0) {
+        out[0] = c.tool;
+        snprintf(why, why_size, "%s", c.why);
+        return;
+    }
+    if (c.tool == SYS_PERF)
+        wait_renewal(first >= 0 ? e[first] : NULL, rp_ns);
+    a = b = sum(e, n);
+    t0 = bench_now_ns();
+    if (sys_enable(&c) < 0)
+        bad = 1;
+    bench_sleep_ms(align * rp_ns / NS_PER_MS);
+    if (sys_disable(&c) < 0)
+        bad = 1;
+    if (c.tool == SYS_PERF)
+        b = sum(e, n);
+    out[4] = (double)(bench_now_ns() - t0) / NS_PER_S;
+    if (sys_finish(&c, &out[1], &out[2]) == 0 && bad) {
+        c.tool = SYS_FAILED;
+        snprintf(c.why, sizeof(c.why), "perf did not acknowledge enable or disable");
+    }
+    if (c.tool == SYS_STRACE)
+        b = sum(e, n); /* strace counted until it detached */
+    out[0] = c.tool;
+    out[3] = (double)(b.renewals - a.renewals);
+    snprintf(why, why_size, "%s", c.why);
+}
+
 int scale_worker_main(int argc, char **argv)
 {
     k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
@@ -134,9 +215,15 @@ int scale_worker_main(int argc, char **argv)
     k8slease_elector **e = NULL;
     int64_t *last = NULL, window_ms = 10000, elect_ms = 60000, t0, rp_ns, end;
     unsigned char *flags = NULL; /* per elector, during the window */
+    uint64_t *ren0 = NULL;       /* per elector, renewals when the window opened (align) */
     bench_timing t = {15000, 10000, 2000};
     const char *kubeconfig = NULL;
-    int n = 1, poll_only = 0, elected = 0, batch = BATCH;
+    int n = 1, poll_only = 0, elected = 0, batch = BATCH, align = 0, sys_align = 0, first = -1;
+    tid_set tids0, tids1, loop_tids;
+    long vol0, vol1, inv0, inv1;
+    double loop_cpu0, loop_cpu1;
+    double sys[5] = {0, 0, 0, 0, 0};
+    char sys_why[200] = "";
     long rss_base, rss_client, anon_client, hwm_client, conns_base, conns_start, conns_end;
     uint64_t late = 0, not_leader = 0, leading_start = 0, leading_end = 0;
     double elect_s, cpu0, cpu1, window_s;
@@ -157,6 +244,10 @@ int scale_worker_main(int argc, char **argv)
             poll_only = atoi(v);
         else if (!strcmp(k, "--batch"))
             batch = atoi(v);
+        else if (!strcmp(k, "--align"))
+            align = atoi(v);
+        else if (!strcmp(k, "--sys-align"))
+            sys_align = atoi(v);
         else if (!strcmp(k, "--timing"))
             sscanf(v, "%" SCNd64 "/%" SCNd64 "/%" SCNd64, &t.lease_duration_ms,
                    &t.renew_deadline_ms, &t.retry_period_ms);
@@ -178,10 +269,14 @@ int scale_worker_main(int argc, char **argv)
     conns_base = kl_test_tcp_established(0);
     co.kubeconfig = kubeconfig;
     co.user_agent = "bench scale-worker";
+    tids_list(&tids0);
     if (k8slease_client_new(&client, &co) < 0) {
         fprintf(stderr, "scale-worker: %s\n", k8slease_error_last());
         return 1;
     }
+    /* The library's threads: those the client started (its loop). */
+    tids_list(&tids1);
+    tids_new(&tids0, &tids1, &loop_tids);
     rss_client = proc_status_field("VmRSS");
     anon_client = proc_status_field("RssAnon");
     hwm_client = proc_status_field("VmHWM");
@@ -208,9 +303,18 @@ int scale_worker_main(int argc, char **argv)
             last[i] = st.last_renew_ns;
             flags[i] = WATCHED;
             leading_start++;
+            if (first < 0)
+                first = i;
         }
     }
+    if (align > 0) {
+        window_ms = align * rp_ns / NS_PER_MS;
+        wait_renewal(first >= 0 ? e[first] : NULL, rp_ns);
+    }
+    vol0 = tids_ctxt(&loop_tids, 1);
+    inv0 = tids_ctxt(&loop_tids, 0);
     before = sum(e, n);
+    loop_cpu0 = tids_cpu_s(&loop_tids);
     cpu0 = cpu_s();
     t0 = bench_now_ns();
     end = t0 + window_ms * NS_PER_MS;
@@ -219,7 +323,22 @@ int scale_worker_main(int argc, char **argv)
      * that was due (2 x retry_period since the last success); a term whose
      * renew deadline passed shows up as not leader. Sampled 4 times per
      * retry period. */
-    while (bench_now_ns() < end) {
+    /* Benchmark 6 (aligned): no sampling in the window, whose CPU would
+     * weigh on a single election's; one sleep, and each elector's renewals
+     * compared at the end: one that renewed fewer than align - 1 times in
+     * align retry periods missed a renewal (one fewer is the latency's
+     * drift: the next renewal is due a period after the last one ended). */
+    if (align > 0 && !(ren0 = calloc((size_t)n, sizeof(*ren0))))
+        return 1;
+    for (int i = 0; align > 0 && i < n; i++) {
+        k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+        if ((flags[i] & WATCHED) && k8slease_elector_stats_get(e[i], &st) == 0)
+            ren0[i] = st.renewals;
+    }
+    if (align > 0)
+        bench_sleep_ms(window_ms);
+    while (align <= 0 && bench_now_ns() < end) {
         bench_sleep_ms(t.retry_period_ms / 4);
         for (int i = 0; i < n; i++) {
             k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
@@ -241,18 +360,36 @@ int scale_worker_main(int argc, char **argv)
         }
     }
     cpu1 = cpu_s();
-    conns_end = kl_test_tcp_established(0) - conns_base;
+    loop_cpu1 = tids_cpu_s(&loop_tids);
     after = sum(e, n);
+    for (int i = 0; align > 0 && i < n; i++) {
+        k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+        if (!(flags[i] & WATCHED) || k8slease_elector_stats_get(e[i], &st) < 0)
+            continue;
+        late += st.renewals - ren0[i] + 1 < (uint64_t)align;
+        not_leader += !k8slease_elector_is_leader(e[i]);
+    }
+    window_s = (double)(bench_now_ns() - t0) / NS_PER_S;
+    vol1 = tids_ctxt(&loop_tids, 1);
+    inv1 = tids_ctxt(&loop_tids, 0);
+    conns_end = kl_test_tcp_established(0) - conns_base;
     for (int i = 0; i < n; i++)
         leading_end += e[i] && k8slease_elector_is_leader(e[i]);
-    window_s = (double)(bench_now_ns() - t0) / NS_PER_S;
+    if (sys_align > 0) {
+        syscall_window(e, n, first, sys_align, rp_ns, sys, sys_why, sizeof(sys_why));
+        if (sys_why[0])
+            fprintf(stderr, "scale-worker: system calls not counted: %s\n", sys_why);
+    }
 
     printf("RESULT n=%d elected=%d leading_start=%" PRIu64 " leading_end=%" PRIu64
            " elect_s=%.2f window_s=%.2f rss_base_kb=%ld "
-           "rss_client_kb=%ld rss_kb=%ld threads=%ld cpu_s=%.4f renewals=%" PRIu64
+           "rss_client_kb=%ld rss_kb=%ld threads=%ld cpu_s=%.6f renewals=%" PRIu64
            " requests=%" PRIu64 " errors=%" PRIu64 " late=%" PRIu64 " not_leader=%" PRIu64
            " lost=%u renew_ms_mean=%.2f renew_ms_p99_bucket=%.0f anon_client_kb=%ld anon_kb=%ld"
-           " hwm_client_kb=%ld hwm_kb=%ld conns_start=%ld conns_end=%ld\n",
+           " hwm_client_kb=%ld hwm_kb=%ld conns_start=%ld conns_end=%ld wake=%ld wake_inv=%ld"
+           " loop_threads=%d sys_tool=%.0f sys_lib=%.0f sys_all=%.0f sys_renewals=%.0f"
+           " sys_window_s=%.3f loop_cpu_s=%.6f\n",
            n, elected, leading_start, leading_end, elect_s, window_s, rss_base, rss_client,
            proc_status_field("VmRSS"), proc_status_field("Threads"), cpu1 - cpu0,
            after.renewals - before.renewals, after.requests - before.requests,
@@ -261,7 +398,10 @@ int scale_worker_main(int argc, char **argv)
                                                   (double)(after.renewals - before.renewals)
                                             : NAN,
            latency_pct(&before, &after, 99), anon_client, proc_status_field("RssAnon"), hwm_client,
-           proc_status_field("VmHWM"), conns_start, conns_end);
+           proc_status_field("VmHWM"), conns_start, conns_end,
+           vol0 < 0 || vol1 < 0 ? -1 : vol1 - vol0, inv0 < 0 || inv1 < 0 ? -1 : inv1 - inv0,
+           loop_tids.n, sys[0], sys[1], sys[2], sys[3], sys[4],
+           loop_cpu0 < 0 || loop_cpu1 < 0 ? -1.0 : loop_cpu1 - loop_cpu0);
     fflush(stdout);
     /* No cleanup: freeing N electors one by one would only wait for their
      * requests in flight, and the driver resets the server next. */
@@ -269,14 +409,6 @@ int scale_worker_main(int argc, char **argv)
 }
 
 /* ---- the driver side ----------------------------------------------------- */
-
-/* A worker's RESULT line, decoded. */
-typedef struct scale_result {
-    double elected, leading_start, leading_end, elect_s, window_s;
-    double rss_client_kb, rss_kb, threads, cpu_s, renewals, errors;
-    double late, not_leader, lost, renew_ms_mean, renew_ms_p99_bucket;
-    double anon_client_kb, anon_kb, hwm_client_kb, hwm_kb, conns_start, conns_end;
-} scale_result;
 
 static void decode(const char *line, scale_result *r)
 {
@@ -290,7 +422,9 @@ static void decode(const char *line, scale_result *r)
         F(cpu_s),          F(renewals),      F(errors),        F(late),
         F(not_leader),     F(lost),          F(renew_ms_mean), F(renew_ms_p99_bucket),
         F(anon_client_kb), F(anon_kb),       F(hwm_client_kb), F(hwm_kb),
-        F(conns_start),    F(conns_end),
+        F(conns_start),    F(conns_end),     F(wake),          F(wake_inv),
+        F(loop_threads),   F(sys_tool),      F(sys_lib),       F(sys_all),
+        F(sys_renewals),   F(sys_window_s),  F(loop_cpu_s),
 #undef F
     };
 
@@ -298,19 +432,15 @@ static void decode(const char *line, scale_result *r)
         *(double *)((char *)r + fields[i].offset) = result_field(line, fields[i].key);
 }
 
-/* Run the worker for one size, its electors started in batches of batch
- * (0: all at once), on the current server (emptied first), or on the
- * server of kubeconfig when not NULL (a fresh one of the caller's); 0 with
- * *r filled, or its exit status. */
-static int run_worker(bench_ctx *ctx, const char *kubeconfig, int size, int batch,
-                      int64_t window_ms, int64_t elect_ms, scale_result *r)
+int scale_run_worker(bench_ctx *ctx, const worker_run *w, scale_result *r)
 {
     const bench_timing *t = &ctx->regular;
-    char count[16], nbatch[16], window[24], elect[24], timing[64], result[1024];
+    char count[16], nbatch[16], window[24], elect[24], timing[64], align[16], sys_align[16];
+    char result[1024];
     char *argv[] = {ctx->self_exe,
                     "scale-worker",
                     "--kubeconfig",
-                    (char *)(kubeconfig ? kubeconfig : srv_kubeconfig(ctx)),
+                    (char *)(w->kubeconfig ? w->kubeconfig : srv_kubeconfig(ctx)),
                     "--count",
                     count,
                     "--batch",
@@ -321,19 +451,29 @@ static int run_worker(bench_ctx *ctx, const char *kubeconfig, int size, int batc
                     elect,
                     "--timing",
                     timing,
+                    "--align",
+                    align,
+                    "--sys-align",
+                    sys_align,
                     NULL};
+    int64_t rp = t->retry_period_ms, budget;
     int rc;
 
-    snprintf(count, sizeof(count), "%d", size);
-    snprintf(nbatch, sizeof(nbatch), "%d", batch);
-    snprintf(window, sizeof(window), "%" PRId64, window_ms);
-    snprintf(elect, sizeof(elect), "%" PRId64, elect_ms);
+    snprintf(count, sizeof(count), "%d", w->size);
+    snprintf(nbatch, sizeof(nbatch), "%d", w->batch);
+    snprintf(window, sizeof(window), "%" PRId64, w->window_ms);
+    snprintf(elect, sizeof(elect), "%" PRId64, w->elect_ms);
+    snprintf(align, sizeof(align), "%d", w->align);
+    snprintf(sys_align, sizeof(sys_align), "%d", w->sys_align);
     snprintf(timing, sizeof(timing), "%" PRId64 "/%" PRId64 "/%" PRId64, t->lease_duration_ms,
              t->renew_deadline_ms, t->retry_period_ms);
-    if (!kubeconfig && srv_reset(ctx) < 0)
+    if (!w->kubeconfig && srv_reset(ctx) < 0)
         return -1;
-    rc = bench_run_child(argv, elect_ms + t->retry_period_ms + window_ms + WORKER_SLACK, result,
-                         sizeof(result));
+    /* Each aligned window waits up to 2 retry periods for its renewal; the
+     * syscall tool up to 10 s to start, 10 s to stop. */
+    budget = w->elect_ms + rp + (w->align ? (w->align + 3) * rp : w->window_ms) +
+             (w->sys_align ? (w->sys_align + 3) * rp + 30000 : 0) + WORKER_SLACK;
+    rc = bench_run_child(argv, budget, result, sizeof(result));
     if (rc == 0 && !result[0])
         rc = -1;
     if (rc == 0)
@@ -342,7 +482,7 @@ static int run_worker(bench_ctx *ctx, const char *kubeconfig, int size, int batc
 }
 
 /* Did the process hold every election of the window with 0 missed? */
-static int held(const scale_result *r, int size)
+int scale_held(const scale_result *r, int size)
 {
     return r->leading_start == size && r->leading_end == size && r->late == 0 &&
            r->not_leader == 0 && r->lost == 0;
@@ -418,7 +558,9 @@ void bench_scale(bench_ctx *ctx)
 
         snprintf(n, sizeof(n), "%d", size);
         bench_log("4 scale: %d election(s), %.0f s window", size, (double)window_ms / 1000);
-        if ((rc = run_worker(ctx, NULL, size, BATCH, window_ms, elect_ms, &r)) != 0) {
+        worker_run w = {NULL, size, BATCH, window_ms, elect_ms, 0, 0};
+
+        if ((rc = scale_run_worker(ctx, &w, &r)) != 0) {
             bench_row_add(ctx, "4 scale", "watch", n, last ? target : "", -2,
                           "the worker failed (exit status %d)", rc);
             snprintf(limit, sizeof(limit), "at %d: the worker failed", size);
@@ -443,7 +585,7 @@ void bench_scale(bench_ctx *ctx)
             snprintf(p99, sizeof(p99), "> 2500 ms");
         else
             snprintf(p99, sizeof(p99), "<= %.0f ms", r.renew_ms_p99_bucket);
-        met = held(&r, size) && kb_per < 8 && us_per < 30;
+        met = scale_held(&r, size) && kb_per < 8 && us_per < 30;
         bench_row_add(ctx, "4 scale", "watch", n, last ? target : "", last ? met : -1,
                       "leading %.0f -> %.0f during the window (elections took %.1f s); RSS "
                       "%.1f MB, %.1f KB/election; %.1f us CPU/renewal; renew mean %.1f ms, p99 "
@@ -462,7 +604,7 @@ void bench_scale(bench_ctx *ctx)
                     r.elect_s, r.window_s, r.rss_client_kb, r.rss_kb, kb_per, r.threads, r.renewals,
                     us_per, r.renew_ms_mean, r.renew_ms_p99_bucket, r.late, r.not_leader, r.lost,
                     r.errors);
-        if (!held(&r, size)) {
+        if (!scale_held(&r, size)) {
             char why[360];
 
             limit_text(&r, size, api_cores, etcd_cores, &fs, why, sizeof(why));
@@ -499,80 +641,6 @@ void bench_scale(bench_ctx *ctx)
             bench_cell(ctx, CELL_SCALE, "none held; %s", limit);
     } else if (limit[0]) {
         bench_cell(ctx, CELL_SCALE, "not all held: %s", limit);
-    }
-    if (csv)
-        fclose(csv);
-}
-
-/* ---- benchmark 6: HTTP efficiency ------------------------------------------ */
-
-/*
- * 1,000 elections started at once in one client (client-go's timings), as
- * benchmark 4's worker does them, over HTTP/2 and over HTTP/1.1 on the test
- * server (a second one, started with --no-http2) and over HTTP/2 on a real
- * kube-apiserver: the TCP connections the process holds after the start
- * burst and after the window, the growth of RssAnon (after the burst) and of
- * VmHWM (its peak) per election over the client alone, and CPU per renewal.
- */
-void bench_http(bench_ctx *ctx)
-{
-    enum { N = 1000 };
-    const char *target = "HTTP/2: 1 connection; < 8 KB, peak < 16 KB/election; < 30 us/renewal";
-    int64_t window_ms = ctx->quick ? 6000 : 16000, elect_ms = ctx->quick ? 30000 : 60000;
-    int real = ctx->tgt->kind != TARGET_TESTSERVER;
-    FILE *csv;
-
-    if (ctx->tgt->kind == TARGET_CLUSTER) {
-        bench_row_add(ctx, "6 HTTP, 1,000 at once", "HTTP/2", "", "", -1,
-                      "skipped: 500 PUT/s is too much for a shared cluster");
-        return;
-    }
-    csv = bench_csv_open(ctx, "http.csv",
-                         "mode,protocol,elections,conns_after_start,conns_after_window,"
-                         "anon_kb_per_election,hwm_kb_per_election,cpu_us_per_renewal,renewals,"
-                         "missed_renewals,terms_lost,renew_ms_mean");
-    for (int h1 = 0; h1 <= (real ? 0 : 1); h1++) {
-        static const char *const no_h2[] = {"--no-http2", NULL};
-        const char *proto = h1 ? "HTTP/1.1" : "HTTP/2";
-        ts_server *own = NULL;
-        scale_result r;
-        double anon, hwm, us;
-        int rc, met;
-
-        bench_log("6 HTTP: %d elections at once over %s, %.0f s window", N, proto,
-                  (double)window_ms / 1000);
-        if (h1 && ts_start(&own, no_h2) < 0) {
-            bench_row_add(ctx, "6 HTTP, 1,000 at once", proto, "1000", "", -2,
-                          "could not start a test server with --no-http2");
-            continue;
-        }
-        rc = run_worker(ctx, own ? ts_kubeconfig(own) : NULL, N, 0, window_ms, elect_ms, &r);
-        ts_stop(own);
-        if (rc != 0) {
-            bench_row_add(ctx, "6 HTTP, 1,000 at once", proto, "1000", h1 ? "" : target, -2,
-                          "the worker failed (exit status %d)", rc);
-            continue;
-        }
-        anon = (r.anon_kb - r.anon_client_kb) / N;
-        hwm = (r.hwm_kb - r.hwm_client_kb) / N;
-        us = r.renewals > 0 ? r.cpu_s * 1e6 / r.renewals : NAN;
-        met = r.conns_start == 1 && r.conns_end == 1 && anon < 8 && hwm < 16 && us < 30 &&
-              held(&r, N);
-        bench_row_add(ctx, "6 HTTP, 1,000 at once", proto, "1000", h1 ? "" : target, h1 ? -1 : met,
-                      "%.0f TCP connection(s) after the start, %.0f after the window; RssAnon "
-                      "+%.1f KB/election, VmHWM +%.1f KB/election; %.1f us CPU/renewal; missed "
-                      "%.0f, terms lost %.0f; renew mean %.1f ms",
-                      r.conns_start, r.conns_end, anon, hwm, us, r.late, r.lost, r.renew_ms_mean);
-        if (!h1)
-            bench_cell(
-                ctx, CELL_HTTP,
-                "%.0f TCP connection(s); RssAnon +%.1f KB, peak +%.1f KB per election; %.0f us "
-                "CPU/renewal",
-                r.conns_end, anon, hwm, us);
-        if (csv)
-            fprintf(csv, "%s,%s,%d,%.0f,%.0f,%.2f,%.2f,%.2f,%.0f,%.0f,%.0f,%.2f\n",
-                    bench_csv_mode(ctx, "watch"), proto, N, r.conns_start, r.conns_end, anon, hwm,
-                    us, r.renewals, r.late, r.lost, r.renew_ms_mean);
     }
     if (csv)
         fclose(csv);
