@@ -1,5 +1,5 @@
 # Plots of k8slease-bench's CSV files: gnuplot -e "dir='bench/results'" bench/plots.gp
-# Draws handover.png, failover.png, api_load.png, scale.png and
+# Draws handover.png, failover.png, api_load.png, scale.png, http.png and
 # crash_report.png in dir, for each CSV file that exists.
 if (!exists("dir")) dir = "bench/results"
 
@@ -106,6 +106,41 @@ if (have("scale.csv")) {
              lw 2 pt 5 title "kube-apiserver", \
          30 dashtype 2 lc rgb "red" title "target < 30 us"
     unset multiplot
+}
+
+# 6: what an election costs against the number started at once (HTTP/2):
+# CPU per renewal, and system calls and loop wake-ups per renewal.
+h2(m) = strcol(1) eq m && strcol(2) eq "HTTP/2"
+if (have("http.csv")) {
+    set output dir . "/http.png"
+    set multiplot layout 1,2 title "6. Cost per election, N started at once in one process, 15/10/2"
+    set logscale x
+    set xrange [0.7:15000]
+    set xlabel "elections"
+    set logscale y
+    set yrange [*:*]
+    set title "CPU per renewal"
+    set ylabel "us of process CPU per renewal"
+    plot dir . "/http.csv" skip 1 using (h2("apiserver-watch") ? $3 : NaN):8 with linespoints \
+             lw 2 pt 5 title "kube-apiserver", \
+         ""                skip 1 using (h2("watch") ? $3 : NaN):8 with linespoints lw 2 pt 7 \
+             title "test server", \
+         "+" using (1):(100) with points pt 2 ps 2 lc rgb "red" title "target at 1: <= 100 us", \
+         "+" using (1000):(50) with points pt 2 ps 2 lc rgb "red" title "target at 1,000: <= 50 us"
+    set title "System calls and loop wake-ups per renewal"
+    set ylabel "per renewal"
+    plot dir . "/http.csv" skip 1 using (h2("apiserver-watch") ? $3 : NaN):17 with linespoints \
+             lw 2 pt 5 title "syscalls, kube-apiserver", \
+         ""                skip 1 using (h2("watch") ? $3 : NaN):17 with linespoints lw 2 pt 7 \
+             title "syscalls, test server", \
+         ""                skip 1 using (h2("apiserver-watch") ? $3 : NaN):14 with linespoints \
+             lw 2 pt 4 dashtype 2 title "wake-ups, kube-apiserver", \
+         ""                skip 1 using (h2("watch") ? $3 : NaN):14 with linespoints lw 2 pt 6 \
+             dashtype 2 title "wake-ups, test server"
+    unset multiplot
+    unset logscale x
+    unset logscale y
+    set xrange [*:*]
 }
 
 # 8: every trial's time from SIGKILL to the follower's election, one row
