@@ -43,6 +43,7 @@ struct kl__holders {
     const kl__log *log;
     int crash;
     int closed;
+    int64_t idle_ns; /* IDLE_NS; tests shorten it */
     entry *entries;
     uint64_t hits, misses;
 };
@@ -159,7 +160,7 @@ static void sweep_unfollowed(kl__holders *hs, int64_t now)
     while (*p) {
         entry *en = *p;
 
-        if (!en->sub && !en->starting && now - en->last_read >= IDLE_NS) {
+        if (!en->sub && !en->starting && now - en->last_read >= hs->idle_ns) {
             *p = en->next;
             entry_free(en);
         } else {
@@ -208,14 +209,15 @@ static void on_idle(kl__timer *t, void *arg)
     entry *en = arg;
     kl__holders *hs = en->hs;
     entry **p;
-    int64_t last;
+    int64_t last, idle;
 
     (void)t;
     pthread_mutex_lock(&hs->mu);
     last = en->last_read;
-    if (kl__loop_now(hs->loop) - last < IDLE_NS) {
+    idle = hs->idle_ns;
+    if (kl__loop_now(hs->loop) - last < idle) {
         pthread_mutex_unlock(&hs->mu);
-        kl__timer_arm(hs->loop, &en->idle, last + IDLE_NS);
+        kl__timer_arm(hs->loop, &en->idle, last + idle);
         return;
     }
     p = find(hs, en->ns, en->name);
@@ -223,8 +225,8 @@ static void on_idle(kl__timer *t, void *arg)
         *p = en->next;
     pthread_mutex_unlock(&hs->mu);
     kl__log_printf(hs->log, K8SLEASE_LOG_DEBUG,
-                   "holder reads of lease %s/%s: none for %d s, no longer followed", en->ns,
-                   en->name, (int)(IDLE_NS / KL_NS_PER_S));
+                   "holder reads of lease %s/%s: none for %lld ms, no longer followed", en->ns,
+                   en->name, (long long)(idle / KL_NS_PER_MS));
     kl__sub_stop(en->sub);
     entry_free(en);
 }
@@ -236,16 +238,19 @@ static void follow(void *arg)
     entry *en = arg;
     kl__holders *hs = en->hs;
     kl__sub *sub = NULL;
+    int64_t idle;
 
     if (!hs->closed)
         sub = kl__sub_start(hs->informer, en->ns, en->name, 0, on_event, en);
+
     pthread_mutex_lock(&hs->mu);
     en->sub = sub;
     if (sub)
         en->healthy = kl__sub_healthy(sub);
+    idle = hs->idle_ns;
     pthread_mutex_unlock(&hs->mu);
     if (sub) {
-        kl__timer_arm(hs->loop, &en->idle, kl__loop_now(hs->loop) + IDLE_NS);
+        kl__timer_arm(hs->loop, &en->idle, kl__loop_now(hs->loop) + idle);
         kl__log_printf(hs->log, K8SLEASE_LOG_DEBUG,
                        "holder reads of lease %s/%s: answered from its watch from now on", en->ns,
                        en->name);
@@ -269,6 +274,7 @@ int kl__holders_new(kl__holders **out, kl__loop *loop, kl__informer *informer, i
     hs->informer = informer;
     hs->crash = crash;
     hs->log = log;
+    hs->idle_ns = IDLE_NS;
     *out = hs;
     return 0;
 }
@@ -407,6 +413,24 @@ void kl__holders_note(kl__holders *hs, const kl__lease *lease)
         kl__holder_state_of(&s, lease, hs->crash) == 0)
         take(en, &s, lease->rv);
     pthread_mutex_unlock(&hs->mu);
+}
+
+void kl__holders_set_idle(kl__holders *hs, int64_t idle_ns)
+{
+    pthread_mutex_lock(&hs->mu);
+    hs->idle_ns = idle_ns;
+    pthread_mutex_unlock(&hs->mu);
+}
+
+size_t kl__holders_following(kl__holders *hs)
+{
+    size_t n = 0;
+
+    pthread_mutex_lock(&hs->mu);
+    for (const entry *en = hs->entries; en; en = en->next)
+        n += en->sub != NULL;
+    pthread_mutex_unlock(&hs->mu);
+    return n;
 }
 
 void kl__holders_counts(kl__holders *hs, uint64_t *hits, uint64_t *misses)

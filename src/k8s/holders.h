@@ -79,4 +79,9 @@ void kl__holders_note(kl__holders *hs, const kl__lease *lease);
  * client started (for tests and the benchmark). */
 void kl__holders_counts(kl__holders *hs, uint64_t *hits, uint64_t *misses);
 
+/* Tests: how long a Lease is followed without a read (60 s), and how many
+ * are followed now. */
+void kl__holders_set_idle(kl__holders *hs, int64_t idle_ns);
+size_t kl__holders_following(kl__holders *hs);
+
 #endif

@@ -607,6 +607,36 @@ static void holder_read_after_own_write(void **state)
     k8slease_elector_free(a);
 }
 
+/* A Lease nobody reads is no longer followed (60 s; 300 ms here), and a
+ * read after that starts over: a GET, then followed again. */
+static void holder_reads_stop_when_idle(void **state)
+{
+    const char *name = "e2e-cached-idle";
+    k8slease_client *c = NULL;
+    k8slease_elector *a;
+    int64_t end;
+
+    (void)state;
+    assert_int_equal(e2e_setup(&c), 0);
+    kl__holders_set_idle(c->holders, 300 * 1000000LL);
+    a = start(name, "a", 1);
+    elected(a);
+    for (int round = 0; round < 2; round++) {
+        poll_until(c, name, "a");
+        poll_until(c, name, "a");
+        assert_int_equal(kl__holders_following(c->holders), 1);
+        end = now_ms() + WAIT_MS;
+        while (kl__holders_following(c->holders) != 0) {
+            if (now_ms() > end)
+                fail_msg("still following %s %d ms after the last read (idle 300 ms)", name,
+                         WAIT_MS);
+            pause_ms(20);
+        }
+    }
+    k8slease_elector_free(a);
+    k8slease_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -623,6 +653,7 @@ int main(void)
         cmocka_unit_test(watch_reports_changes_in_order),
         cmocka_unit_test(holder_reads_answered_from_watch),
         cmocka_unit_test(holder_read_after_own_write),
+        cmocka_unit_test(holder_reads_stop_when_idle),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
