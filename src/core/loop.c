@@ -5,7 +5,8 @@
  * One iteration: read the monotonic clock once ("now"), let the io make
  * progress and run its callbacks, run the timers that are due, run the
  * posted closures, then sleep in the io's wait until the earliest of the io's
- * own deadline, the first timer and POLL_MAX_MS; a post wakes it. */
+ * own deadline, the first timer and POLL_MAX_MS; a post wakes it. When
+ * something is due at once, the next iteration starts without a wait. */
 #include "core/loop.h"
 
 #include <pthread.h>
@@ -35,6 +36,7 @@ struct kl__loop {
     int64_t now;
     kl__timer **heap;
     size_t heap_len, heap_cap;
+    kl__loop_counts counts;
 
     /* Shared with other threads, under mu. */
     pthread_mutex_t mu;
@@ -151,6 +153,7 @@ static void run_timers(kl__loop *loop)
         kl__timer *t = loop->heap[0];
 
         kl__timer_cancel(loop, t);
+        loop->counts.timers++;
         t->cb(t, t->arg);
     }
 }
@@ -184,6 +187,11 @@ static size_t run_posted(kl__loop *loop, int *stop)
     return n;
 }
 
+/* The wait until the first timer is measured from the clock as it is now,
+ * not from the iteration's "now", which the iteration's own work made older:
+ * the timer runs when it is due, not that much later. Rounded up, so that
+ * the timer is due when the wait ends (a wait that ends before would cost
+ * another wake-up for nothing). */
 static int poll_timeout(kl__loop *loop)
 {
     long io_ms = loop->io.timeout_ms(loop->io_data);
@@ -191,8 +199,8 @@ static int poll_timeout(kl__loop *loop)
 
     if (io_ms >= 0 && io_ms < ms)
         ms = io_ms;
-    if (loop->heap_len > 0) {
-        int64_t wait = loop->heap[0]->at - loop->now;
+    if (loop->heap_len > 0 && ms > 0) {
+        int64_t wait = loop->heap[0]->at - kl__clock_mono_ns();
 
         wait = wait <= 0 ? 0 : (wait + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
         if (wait < ms)
@@ -204,7 +212,7 @@ static int poll_timeout(kl__loop *loop)
 static void *loop_main(void *arg)
 {
     kl__loop *loop = arg;
-    int stop = 0;
+    int stop = 0, timeout;
 
     current_loop = loop;
     for (;;) {
@@ -214,7 +222,12 @@ static void *loop_main(void *arg)
         run_posted(loop, &stop);
         if (stop)
             break;
-        loop->io.wait(loop->io_data, poll_timeout(loop));
+        /* Something is due already (a request just started, a timer for
+         * now): the next iteration, without a wait that would not sleep. */
+        if ((timeout = poll_timeout(loop)) > 0) {
+            loop->counts.waits++;
+            loop->io.wait(loop->io_data, timeout);
+        }
     }
     /* Closures posted before the stop still run: they may own memory that
      * only they free. */
@@ -368,6 +381,11 @@ int kl__loop_call(kl__loop *loop, void (*fn)(void *arg), void *arg)
 int kl__loop_on_thread(const kl__loop *loop)
 {
     return current_loop == loop;
+}
+
+void kl__loop_counts_get(const kl__loop *loop, kl__loop_counts *out)
+{
+    *out = loop->counts;
 }
 
 int64_t kl__loop_now(const kl__loop *loop)

@@ -58,6 +58,16 @@ int kl__loop_on_thread(const kl__loop *loop);
 void kl__loop_wait_flag(kl__loop *loop, const int *flag);
 void kl__loop_set_flag(kl__loop *loop, int *flag);
 
+/* What the loop thread did so far, for tests and benchmarks: one election
+ * held should cost a wait per renewal and per arrival of data, and no timer
+ * but the renewal's. */
+typedef struct kl__loop_counts {
+    uint64_t waits;  /* io waits that could sleep (a timeout other than 0) */
+    uint64_t timers; /* timer callbacks run */
+} kl__loop_counts;
+/* Loop thread (kl__loop_call from others). */
+void kl__loop_counts_get(const kl__loop *loop, kl__loop_counts *out);
+
 /* Monotonic ns read once per loop iteration (loop thread). */
 int64_t kl__loop_now(const kl__loop *loop);
 const kl__log *kl__loop_log(const kl__loop *loop);

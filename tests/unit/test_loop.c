@@ -1,0 +1,226 @@
+/* The event loop (core/loop.h) over a fake io that records its waits: a
+ * timer's wait is measured from the clock after the iteration's work, and
+ * an iteration with something due at once does not wait (issue 24: no
+ * wake-up for nothing). Bounds are ten times what is expected or more. */
+#define _DEFAULT_SOURCE 1
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <pthread.h>
+#include <string.h>
+#include <time.h>
+#include <cmocka.h>
+
+#include "core/clock.h"
+#include "core/loop.h"
+
+typedef struct fake_io {
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int woken; /* under mu */
+    /* loop thread only */
+    int zeros_left;   /* timeout_ms answers 0 this many more times */
+    long runs;        /* io.run calls */
+    long waits;       /* io.wait calls */
+    int zero_waits;   /* io.wait calls with a timeout of 0 */
+    int last_timeout; /* of the last io.wait */
+} fake_io;
+
+static void io_run(void *data)
+{
+    fake_io *io = data;
+
+    io->runs++;
+}
+
+static long io_timeout_ms(void *data)
+{
+    fake_io *io = data;
+
+    if (io->zeros_left > 0) {
+        io->zeros_left--;
+        return 0;
+    }
+    return -1;
+}
+
+/* Sleeps as a real io would: until woken or timeout_ms passed. */
+static void io_wait(void *data, int timeout_ms)
+{
+    fake_io *io = data;
+    int64_t deadline = kl__clock_mono_ns() + (int64_t)timeout_ms * KL_NS_PER_MS;
+    struct timespec ts = {(time_t)(deadline / KL_NS_PER_S), (long)(deadline % KL_NS_PER_S)};
+
+    io->waits++;
+    io->last_timeout = timeout_ms;
+    if (timeout_ms == 0)
+        io->zero_waits++;
+    pthread_mutex_lock(&io->mu);
+    while (!io->woken && kl__clock_mono_ns() < deadline)
+        pthread_cond_timedwait(&io->cond, &io->mu, &ts);
+    io->woken = 0;
+    pthread_mutex_unlock(&io->mu);
+}
+
+static void io_wakeup(void *data)
+{
+    fake_io *io = data;
+
+    pthread_mutex_lock(&io->mu);
+    io->woken = 1;
+    pthread_cond_signal(&io->cond);
+    pthread_mutex_unlock(&io->mu);
+}
+
+static void io_destroy(void *data)
+{
+    (void)data;
+}
+
+static const kl__loop_io fake = {io_run, io_timeout_ms, io_wait, io_wakeup, io_destroy};
+
+static void fake_init(fake_io *io)
+{
+    pthread_condattr_t attr;
+
+    memset(io, 0, sizeof(*io));
+    pthread_mutex_init(&io->mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&io->cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+static void fake_fini(fake_io *io)
+{
+    pthread_cond_destroy(&io->cond);
+    pthread_mutex_destroy(&io->mu);
+}
+
+/* ---- a timer armed by slow work ---- */
+
+#define TIMER_MS 50
+#define WORK_MS  20
+
+typedef struct slow {
+    kl__loop *loop;
+    fake_io *io;
+    kl__timer timer;
+    long waits_at_arm, waits_at_fire;
+    int timeout_seen; /* the wait that ended with the timer due */
+    int fired;
+} slow;
+
+static void on_slow_timer(kl__timer *t, void *arg)
+{
+    slow *s = arg;
+
+    (void)t;
+    s->waits_at_fire = s->io->waits;
+    s->timeout_seen = s->io->last_timeout;
+    kl__loop_set_flag(s->loop, &s->fired);
+}
+
+/* Arms the timer TIMER_MS after the iteration's "now", then works WORK_MS. */
+static void arm_then_work(void *arg)
+{
+    slow *s = arg;
+    int64_t end;
+
+    kl__timer_arm(s->loop, &s->timer, kl__loop_now(s->loop) + TIMER_MS * KL_NS_PER_MS);
+    s->waits_at_arm = s->io->waits;
+    end = kl__clock_mono_ns() + WORK_MS * KL_NS_PER_MS;
+    while (kl__clock_mono_ns() < end)
+        ;
+}
+
+static void nothing(void *arg)
+{
+    (void)arg;
+}
+
+static void timer_wait_counts_from_the_clock(void **state)
+{
+    fake_io io;
+    slow s = {0};
+
+    (void)state;
+    fake_init(&io);
+    assert_int_equal(kl__loop_start(&s.loop, &fake, &io, NULL), 0);
+    s.io = &io;
+    kl__timer_init(&s.timer, on_slow_timer, &s);
+    /* A call's wake-up is spent by the wait before the call runs, except
+     * in the loop's first iteration: past it. */
+    assert_int_equal(kl__loop_call(s.loop, nothing, NULL), 0);
+    assert_int_equal(kl__loop_call(s.loop, arm_then_work, &s), 0);
+    kl__loop_wait_flag(s.loop, &s.fired);
+    print_message("timer after %ld wait(s), the last of %d ms\n", s.waits_at_fire - s.waits_at_arm,
+                  s.timeout_seen);
+    /* One wait, which ended with the timer due, and which did not count
+     * the work done before it (TIMER_MS from the stale "now"). */
+    assert_int_equal(s.waits_at_fire - s.waits_at_arm, 1);
+    assert_true(s.timeout_seen <= TIMER_MS - WORK_MS + 1);
+    kl__loop_free(s.loop);
+    fake_fini(&io);
+}
+
+/* ---- something due at once ---- */
+
+typedef struct zeros {
+    kl__loop *loop;
+    fake_io *io;
+    long runs_before;
+    kl__loop_counts counts;
+    long io_waits;
+} zeros;
+
+static void ask_zeros(void *arg)
+{
+    zeros *z = arg;
+
+    z->io->zeros_left = 3;
+    z->runs_before = z->io->runs;
+}
+
+static void read_counts(void *arg)
+{
+    zeros *z = arg;
+
+    kl__loop_counts_get(z->loop, &z->counts);
+    z->io_waits = z->io->waits;
+}
+
+static void no_wait_when_something_is_due(void **state)
+{
+    fake_io io;
+    zeros z = {0};
+    kl__loop *loop = NULL;
+
+    (void)state;
+    fake_init(&io);
+    z.io = &io;
+    assert_int_equal(kl__loop_start(&loop, &fake, &io, NULL), 0);
+    z.loop = loop;
+    assert_int_equal(kl__loop_call(loop, ask_zeros, &z), 0);
+    assert_int_equal(kl__loop_call(loop, read_counts, &z), 0);
+    /* the counter is the io's waits */
+    assert_int_equal(z.counts.waits, (uint64_t)z.io_waits);
+    kl__loop_free(loop);
+    /* after the loop stopped, its fields are ours */
+    print_message("%ld runs after the zeros, %d waits with timeout 0\n", io.runs - z.runs_before,
+                  io.zero_waits);
+    assert_int_equal(io.zero_waits, 0);
+    assert_true(io.runs - z.runs_before >= 3);
+    fake_fini(&io);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(timer_wait_counts_from_the_clock),
+        cmocka_unit_test(no_wait_when_something_is_due),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
