@@ -568,29 +568,53 @@ static void set_health(stream *st, int healthy, int forbidden)
     }
 }
 
-/* The health timer is only ever moved earlier here; when it fires early it
- * looks again and re-arms, so an event costs no heap operation. */
-static void arm_health(stream *st)
+/* The first moment the health timer has something to do: tell entries that
+ * were told otherwise (now), probe, declare the stream not healthy or
+ * restart it, check a probe's finding. 0 when nothing is due (the stream is
+ * not connected: fail() and the retry take it from there). */
+static int health_due(const stream *st, int64_t *at)
 {
-    kl__loop *loop = st->inf->loop;
-    int64_t at;
-
     if (st->mixed)
-        at = kl__loop_now(loop);
+        *at = kl__loop_now(st->inf->loop);
     else if (st->connected)
-        at = st->last_activity + (st->healthy ? window(st) : restart_after(st));
+        *at = st->last_activity + (st->healthy ? window(st) : restart_after(st));
     else
-        return;
+        return 0;
     if (!st->probe) {
         int64_t quiet_since =
             st->last_activity > st->last_probe ? st->last_activity : st->last_probe;
 
-        if (quiet_since + probe_after(st) < at)
-            at = quiet_since + probe_after(st);
+        if (quiet_since + probe_after(st) < *at)
+            *at = quiet_since + probe_after(st);
     }
-    if (st->expect_rv && st->expect_by < at)
-        at = st->expect_by;
-    if (!st->health.slot || st->health.at > at)
+    if (st->expect_rv && st->expect_by < *at)
+        *at = st->expect_by;
+    return 1;
+}
+
+/* Only ever moves the health timer earlier; postpone_health moves it
+ * later. */
+static void arm_health(stream *st)
+{
+    int64_t at;
+
+    if (health_due(st, &at) && (!st->health.slot || st->health.at > at))
+        kl__timer_arm(st->inf->loop, &st->health, at);
+}
+
+/* Something arrived on a healthy stream: every deadline of health_due moved
+ * later, and the timer follows, so that a stream that speaks at least every
+ * probe_after (a followed Lease with a leader: every retry period) never
+ * wakes the loop for its health. A timer armed for now (something to tell)
+ * stays. One heap operation per event. */
+static void postpone_health(stream *st)
+{
+    kl__loop *loop = st->inf->loop;
+    int64_t at;
+
+    if (st->health.slot && st->health.at <= kl__loop_now(loop))
+        return;
+    if (health_due(st, &at) && (!st->health.slot || at != st->health.at))
         kl__timer_arm(loop, &st->health, at);
 }
 
@@ -611,6 +635,8 @@ static void activity(stream *st)
     st->behind = 0;
     if (!st->healthy || st->mixed)
         update_health(st);
+    else
+        postpone_health(st);
 }
 
 static void set_rv(char **dst, const char *rv)

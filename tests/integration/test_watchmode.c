@@ -361,6 +361,72 @@ static void followers_do_not_poll(void **state)
     k8slease_client_free(cp);
 }
 
+typedef struct counts_call {
+    kl__loop *loop;
+    kl__loop_counts c;
+} counts_call;
+
+static void counts_on_loop(void *arg)
+{
+    counts_call *cc = arg;
+
+    kl__loop_counts_get(cc->loop, &cc->c);
+}
+
+static kl__loop_counts loop_counts(k8slease_client *cl)
+{
+    counts_call cc = {cl->loop, {0, 0}};
+
+    assert_int_equal(kl__loop_call(cl->loop, counts_on_loop, &cc), 0);
+    return cc.c;
+}
+
+/* No idle work (issue 24): with one election held, the leader's loop runs
+ * one timer per renewal (the renewal's), the follower's none (its watch's
+ * health checks and its expiry move with each event instead of waking it);
+ * both wait once per renewal and per arrival of data. Bounds with slack
+ * for a loaded machine: a renewal late by more than 2 retry periods makes
+ * the follower probe its watch (one timer, one more wait). */
+static void idle_loops_wake_for_renewals_only(void **state)
+{
+    k8slease_client *cl = new_client("wm-idle-leader"), *cf = new_client("wm-idle-follower");
+    cand a_, b_;
+    k8slease_elector *a, *b;
+    kl__loop_counts l0, l1, f0, f1;
+    uint64_t r0, renewals;
+
+    (void)state;
+    a = start(cl, "wm-idle", "a:1", &a_);
+    elected(a, "a");
+    b = start(cf, "wm-idle", "b:1", &b_);
+    wait_following(b, &b_, "a:1");
+    e2e_pause_ms(RP_MS); /* past the start's own requests */
+    r0 = stats(a).renewals;
+    l0 = loop_counts(cl);
+    f0 = loop_counts(cf);
+    e2e_pause_ms(8 * RP_MS);
+    l1 = loop_counts(cl);
+    f1 = loop_counts(cf);
+    renewals = stats(a).renewals - r0;
+    print_message("%llu renewals: leader's loop %llu timers, %llu waits; follower's %llu timers, "
+                  "%llu waits\n",
+                  (unsigned long long)renewals, (unsigned long long)(l1.timers - l0.timers),
+                  (unsigned long long)(l1.waits - l0.waits),
+                  (unsigned long long)(f1.timers - f0.timers),
+                  (unsigned long long)(f1.waits - f0.waits));
+    assert_true(renewals >= 4);
+    assert_true(l1.timers - l0.timers <= renewals + 1 + renewals / 4);
+    assert_true(f1.timers - f0.timers <= 1 + renewals / 4);
+    /* leader: the renewal, its answer, its own event, a bookmark (the test
+     * server's come every second); follower: the event, a bookmark */
+    assert_true(l1.waits - l0.waits <= 5 * renewals + 2);
+    assert_true(f1.waits - f0.waits <= 3 * renewals + 2);
+    k8slease_elector_free(b);
+    k8slease_elector_free(a);
+    k8slease_client_free(cf);
+    k8slease_client_free(cl);
+}
+
 /* poll_only: client-go's behaviour, still correct (nothing about speed). */
 static void poll_only_still_takes_over(void **state)
 {
@@ -1329,6 +1395,7 @@ int main(void)
         cmocka_unit_test(release_taken_over_at_once),
         cmocka_unit_test(failover_exactly_at_expiry),
         cmocka_unit_test(followers_do_not_poll),
+        cmocka_unit_test(idle_loops_wake_for_renewals_only),
         cmocka_unit_test(poll_only_still_takes_over),
         cmocka_unit_test(frozen_watch_falls_back_to_polling),
         cmocka_unit_test(closed_watch_is_resumed),
