@@ -1,7 +1,14 @@
 /* HTTPS requests to the API server (or etcd's gateway) with the rest
  * config's TLS and credentials, over libcurl multi; the I/O of the event loop
  * (core/loop.c), plugged in through kl__loop_io: kl__loop_new builds a loop
- * whose waits are curl_multi_poll and whose wake-up is curl_multi_wakeup.
+ * whose waits are epoll_wait on the sockets libcurl asks for
+ * (CURLMOPT_SOCKETFUNCTION) and an eventfd for wake-ups, and which drives
+ * libcurl with curl_multi_socket_action: for each socket that is ready, and
+ * when libcurl's own timer (CURLMOPT_TIMERFUNCTION) is due. Unlike
+ * curl_multi_perform, which runs every transfer at each call and polls each
+ * one's socket to learn whether it is ready, this runs only the transfers of
+ * a ready socket, and tells them it is ready: an idle watch costs nothing
+ * when a renewal goes out, and a wake-up costs one epoll_wait.
  *
  * User code (closures, timers, on_data, done) never runs inside a libcurl
  * callback: the write callback only buffers, and stream bytes are handed to
@@ -37,6 +44,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -91,6 +100,8 @@
  * deadline. */
 #define DEFAULT_DEAD_MS 5000
 #define USER_AGENT      "k8slease/" K8SLEASE_VERSION_STRING
+/* Ready sockets taken from one epoll_wait; more wait for the next. */
+#define EPOLL_EVENTS 64
 
 /* The HTTP side of a loop: kl__loop_io_data() of a loop made by kl__loop_new.
  * Named "loop" in this file, as it was when it held the loop too. */
@@ -124,6 +135,11 @@ typedef struct http {
     int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
     int *socks;      /* the connections' sockets libcurl has open */
     size_t nsocks, socks_cap;
+    int epfd;         /* the sockets libcurl waits on, and wakefd */
+    int wakefd;       /* eventfd: kl__loop_post and kl__loop_free wake the wait */
+    int64_t curl_due; /* monotonic ns when libcurl's timer is due; -1: none */
+    struct epoll_event ready_ev[EPOLL_EVENTS]; /* from the last wait, for io_run */
+    int nready_ev;
     uint64_t abandoned;  /* connections abandoned after a timeout */
     long hedging;        /* hedges in flight */
     uint64_t hedges_won; /* answers that came on a hedge's new connection first */
@@ -1425,12 +1441,83 @@ static void finish_transfers(http *loop)
 /* The loop's I/O                                                           */
 /* ------------------------------------------------------------------------ */
 
+/* libcurl's wish for a socket: the events the loop waits for. The events
+ * registered are kept in libcurl's pointer for the socket (sockp, tagged so
+ * that it is never NULL): libcurl says it again whenever another transfer
+ * starts on the socket (every request on a shared HTTP/2 connection), and
+ * only a change costs an epoll_ctl. */
+#define SOCK_TAG ((uintptr_t)0x100)
+static int on_socket(CURL *e, curl_socket_t fd, int what, void *arg, void *sockp)
+{
+    http *loop = arg;
+    struct epoll_event ev = {0};
+    uintptr_t had = (uintptr_t)sockp;
+    int op = had ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+
+    (void)e;
+    if (what == CURL_POLL_REMOVE) {
+        /* A closed socket left the epoll set already (ENOENT, EBADF). */
+        if (had)
+            (void)epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
+        return 0;
+    }
+    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+    ev.data.fd = fd;
+    if (had == (SOCK_TAG | ev.events))
+        return 0;
+    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+        /* The descriptor was closed and its number reused behind libcurl's
+         * back, or libcurl forgot it: the other operation. */
+        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+            kl__log_printf(loop->log, K8SLEASE_LOG_ERROR, "epoll_ctl on socket %d: error %d",
+                           (int)fd, errno);
+            return -1;
+        }
+    }
+    curl_multi_assign(loop->multi, fd, (void *)(SOCK_TAG | ev.events));
+    return 0;
+}
+
+/* libcurl's timer: due in timeout_ms (-1: none). libcurl rounds down to
+ * the millisecond, and a call before its time does nothing but ask for
+ * another wake-up: one millisecond more. */
+static int on_curl_timer(CURLM *multi, long timeout_ms, void *arg)
+{
+    http *loop = arg;
+
+    (void)multi;
+    if (timeout_ms < 0)
+        loop->curl_due = -1;
+    else
+        loop->curl_due = kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms + 1 : 0) * KL_NS_PER_MS;
+    return 0;
+}
+
 static void io_run(void *data)
 {
     http *loop = data;
-    int running;
+    int running, n = loop->nready_ev;
 
-    curl_multi_perform(loop->multi, &running);
+    loop->nready_ev = 0;
+    for (int i = 0; i < n; i++) {
+        uint32_t ev = loop->ready_ev[i].events;
+        int mask = 0;
+
+        if (loop->ready_ev[i].data.fd == loop->wakefd)
+            continue;
+        /* as libcurl's own poll would say it (Curl_socket_check) */
+        if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
+            mask |= CURL_CSELECT_IN;
+        if (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+            mask |= CURL_CSELECT_OUT;
+        curl_multi_socket_action(loop->multi, loop->ready_ev[i].data.fd, mask, &running);
+    }
+    if (loop->curl_due >= 0 && kl__loop_now(loop->loop) >= loop->curl_due) {
+        /* libcurl tells the next one through on_curl_timer */
+        loop->curl_due = -1;
+        curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
     deliver_streams(loop);
     finish_transfers(loop);
 }
@@ -1438,24 +1525,35 @@ static void io_run(void *data)
 static long io_timeout_ms(void *data)
 {
     http *loop = data;
-    long curl_ms = -1;
+    int64_t left;
 
-    curl_multi_timeout(loop->multi, &curl_ms);
-    return curl_ms;
+    if (loop->curl_due < 0)
+        return -1;
+    left = loop->curl_due - kl__clock_mono_ns();
+    return left <= 0 ? 0 : (long)((left + KL_NS_PER_MS - 1) / KL_NS_PER_MS);
 }
 
 static void io_wait(void *data, int timeout_ms)
 {
     http *loop = data;
+    int n = epoll_wait(loop->epfd, loop->ready_ev, EPOLL_EVENTS, timeout_ms);
 
-    curl_multi_poll(loop->multi, NULL, 0, timeout_ms, NULL);
+    loop->nready_ev = n > 0 ? n : 0;
+    for (int i = 0; i < loop->nready_ev; i++) {
+        uint64_t count;
+
+        if (loop->ready_ev[i].data.fd == loop->wakefd)
+            (void)!read(loop->wakefd, &count, sizeof(count));
+    }
 }
 
 static void io_wakeup(void *data)
 {
     http *loop = data;
+    uint64_t one = 1;
 
-    curl_multi_wakeup(loop->multi);
+    /* EAGAIN: the counter is full, so the wait wakes anyway */
+    (void)!write(loop->wakefd, &one, sizeof(one));
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -1596,6 +1694,10 @@ static void io_destroy(void *data)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
         curl_multi_cleanup(loop->multi);
+    if (loop->epfd >= 0)
+        close(loop->epfd);
+    if (loop->wakefd >= 0)
+        close(loop->wakefd);
     kl__free(loop->socks);
     curl_slist_free_all(loop->connect_to);
     kl__free(loop->server);
@@ -1630,6 +1732,8 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
     if (!(loop = kl__calloc(1, sizeof(*loop))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     loop->log = log;
+    loop->curl_due = -1;
+    loop->epfd = loop->wakefd = -1;
     if ((err = copy_config(loop, cfg)) < 0)
         goto out;
     loop->user_agent = user_agent && user_agent[0] ? kl__sprintf("%s %s", USER_AGENT, user_agent)
@@ -1642,6 +1746,26 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
+    if ((loop->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        (loop->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "cannot create the loop's epoll or eventfd: error %d",
+                            errno);
+        goto out;
+    }
+    {
+        struct epoll_event ev = {0};
+
+        ev.events = EPOLLIN;
+        ev.data.fd = loop->wakefd;
+        if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0) {
+            err = kl__error_set(K8SLEASE_ENOMEM, "epoll_ctl: error %d", errno);
+            goto out;
+        }
+    }
+    curl_multi_setopt(loop->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
+    curl_multi_setopt(loop->multi, CURLMOPT_SOCKETDATA, loop);
+    curl_multi_setopt(loop->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
+    curl_multi_setopt(loop->multi, CURLMOPT_TIMERDATA, loop);
     curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     loop->dead_ms = DEFAULT_DEAD_MS;
     set_limits(loop);
