@@ -40,7 +40,7 @@ typedef struct bench_row {
     char bench[48];   /* "1 graceful handover" */
     char mode[16];    /* "watch", "poll-only", "etcd" or "" */
     char n[24];       /* sample count or size */
-    char result[320]; /* the measurement, human-readable */
+    char result[480]; /* the measurement, human-readable */
     char target[64];  /* the target, "" for a comparison row */
     const char *met;  /* "yes", "NO", "-" (no target) or "failed" */
 } bench_row;

@@ -133,7 +133,7 @@ static void run_sizes(bench_ctx *ctx, FILE *csv)
         worker_run w = {NULL, size, 0, 0, elect_ms, align, sys_align};
         double anon, hwm, us, loop_us, wake, wake_s;
         const char *target;
-        char n[16], sys[160], cell[160];
+        char n[16], sys[240], cell[160];
         scale_result r;
 
         snprintf(n, sizeof(n), "%d", size);
@@ -153,6 +153,14 @@ static void run_sizes(bench_ctx *ctx, FILE *csv)
         wake_s = r.window_s > 0 && r.wake >= 0 ? r.wake / r.window_s : NAN;
         met = size_met(size, &r, us, anon, wake, &target);
         syscall_text(&r, sys, sizeof(sys));
+        if (!scale_held(&r, size)) {
+            size_t len = strlen(sys);
+
+            /* Not all held: how many, on top of the counts. */
+            snprintf(sys + len, sizeof(sys) - len,
+                     "; NOT HELD: %.0f elected in %.0f s, leading %.0f -> %.0f", r.elected,
+                     r.elect_s, r.leading_start, r.leading_end);
+        }
         bench_row_add(ctx, "6 cost per election", "HTTP/2", n, target, met,
                       "%.1f us CPU/renewal (loop thread %.1f); RssAnon +%.2f KB/election (peak "
                       "+%.2f); %s; loop wake-ups %.2f/renewal (%.2f/s); connections %.0f after "
