@@ -12,7 +12,7 @@
  *
  * User code (closures, timers, on_data, done) never runs inside a libcurl
  * callback: the write callback only buffers, and stream bytes are handed to
- * on_data after curl_multi_perform returns. So every callback may start or
+ * on_data after curl_multi_socket_action returns. So every callback may start or
  * cancel any request, its own included.
  *
  * Connections: one libcurl multi handle, so requests for any number of
