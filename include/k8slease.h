@@ -448,9 +448,9 @@ typedef struct k8slease_holder {
  *  most, unless the server's bookmarks are slower). A read while the
  *  watch is not healthy is a GET. A write of this client (an election's,
  *  k8slease_lease_release) is seen by its next read. A Lease not read for
- *  60 s is no longer followed. With crash_failover, a read that names a
- *  live holder whose record is of its current term also reads that Pod
- *  (a GET).
+ *  60 s is no longer followed. With crash_failover, the holder's Pod (as
+ *  its record in the Lease names it) is followed on a watch too, and read
+ *  with a GET only while that watch cannot answer.
  *  etcd (ns must be NULL): the leader of election name, i.e. the value and
  *  create revision (epoch) of the oldest key under "name/";
  *  lease_duration_s is its lease's granted TTL, resource_version its mod

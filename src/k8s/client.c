@@ -50,9 +50,10 @@ static int client_init(k8slease_client *c, const k8slease_client_options *opts)
         return err;
     if ((err = kl__informer_new(&c->informer, c->loop, &c->log)) < 0)
         return err;
-    if ((err = kl__holders_new(&c->holders, c->loop, c->informer, c->crash_failover, &c->log)) < 0)
+    if ((err = kl__informer_new_pods(&c->pod_informer, c->loop, &c->log)) < 0)
         return err;
-    return kl__informer_new_pods(&c->pod_informer, c->loop, &c->log);
+    return kl__holders_new(&c->holders, c->loop, c->informer, c->pod_informer, c->crash_failover,
+                           &c->log);
 }
 
 static void shutdown_informers(void *arg)
@@ -214,7 +215,9 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
     h->expired = h->identity[0] && h->renew_time_us &&
                  h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
     if (client->crash_failover && h->identity[0] && !h->expired &&
-        holder_ended(client, what + 4, s.crash_record, h->identity, h->epoch, timeout_ms))
+        (s.ended_known
+             ? s.ended
+             : holder_ended(client, what + 4, s.crash_record, h->identity, h->epoch, timeout_ms)))
         h->ended = h->expired = 1;
     *out = h;
     h = NULL;

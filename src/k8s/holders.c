@@ -34,12 +34,21 @@ struct entry {
     uint64_t gen;        /* counts the times the stream became unhealthy (from 1) */
     kl__rv_gate gate;    /* resourceVersion of state */
     kl__holder_state st; /* valid when known */
+
+    /* Crash failover: the Pod a record of the current term names, followed
+     * on the client's Pod informer (loop thread; the flags under mu). */
+    kl__sub *pod_sub;
+    char *pod_record;     /* the record's text it was started for */
+    kl__crash_record rec; /* parsed */
+    int pod_healthy;      /* as its stream last said */
+    int pod_known;        /* a state of the Pod seen since it was last unhealthy */
+    int pod_ended;        /* that state is evidence that rec's instance ended */
 };
 
 struct kl__holders {
     pthread_mutex_t mu;
     kl__loop *loop;
-    kl__informer *informer;
+    kl__informer *informer, *pod_informer;
     const kl__log *log;
     int crash;
     int closed;
@@ -137,6 +146,8 @@ static void entry_free(entry *en)
     if (!en)
         return;
     kl__holder_state_clear(&en->st);
+    kl__free(en->pod_record);
+    kl__crash_record_clear(&en->rec);
     kl__free(en->ns);
     kl__free(en->name);
     kl__free(en);
@@ -167,6 +178,75 @@ static void sweep_unfollowed(kl__holders *hs, int64_t now)
             p = &en->next;
         }
     }
+}
+
+/* Under the mutex: the record of s's current term, if any (text). */
+static const char *term_record(const kl__holder_state *s, kl__crash_record *r)
+{
+    if (s->absent || !s->crash_record || kl__crash_record_parse(r, s->crash_record) < 0)
+        return NULL;
+    if (strcmp(r->holder, s->identity) == 0 && r->epoch == s->epoch)
+        return s->crash_record;
+    kl__crash_record_clear(r);
+    return NULL;
+}
+
+/* Loop thread: the followed Pod's news. */
+static void on_pod(const kl__sub_event *ev, void *arg)
+{
+    entry *en = arg;
+
+    pthread_mutex_lock(&en->hs->mu);
+    if (ev->type == KL_SUB_HEALTH) {
+        en->pod_healthy = ev->healthy;
+        if (!ev->healthy)
+            en->pod_known = 0;
+    } else {
+        en->pod_known = 1;
+        en->pod_ended = ev->type == KL_SUB_OBJECT && kl__crash_evidence(&en->rec, ev->pod);
+    }
+    pthread_mutex_unlock(&en->hs->mu);
+}
+
+/* Loop thread: follow the Pod the current term's record names (crash
+ * failover), or none. A record a read fed in and no event brought yet is
+ * not followed: such reads read the Pod themselves. */
+static void pod_sync(entry *en)
+{
+    kl__holders *hs = en->hs;
+    kl__crash_record r = {0};
+    kl__sub *old = NULL, *sub = NULL;
+    const char *want;
+    char *text = NULL;
+
+    if (!hs->crash || !hs->pod_informer)
+        return;
+    pthread_mutex_lock(&hs->mu);
+    want = en->known ? term_record(&en->st, &r) : NULL;
+    if (want ? en->pod_record && !strcmp(want, en->pod_record) : !en->pod_sub) {
+        pthread_mutex_unlock(&hs->mu);
+        kl__crash_record_clear(&r);
+        return;
+    }
+    if (want && !(text = kl__strdup(want)))
+        want = NULL; /* out of memory: reads read the Pod */
+    old = en->pod_sub;
+    en->pod_sub = NULL;
+    kl__free(en->pod_record);
+    kl__crash_record_clear(&en->rec);
+    en->pod_record = text;
+    en->rec = r;
+    en->pod_healthy = en->pod_known = en->pod_ended = 0;
+    pthread_mutex_unlock(&hs->mu);
+    kl__sub_stop(old);
+    if (!want)
+        return;
+    sub = kl__sub_start(hs->pod_informer, en->rec.pod_ns, en->rec.pod, 0, on_pod, en);
+    pthread_mutex_lock(&hs->mu);
+    en->pod_sub = sub;
+    if (sub)
+        en->pod_healthy = kl__sub_healthy(sub);
+    pthread_mutex_unlock(&hs->mu);
 }
 
 /* Loop thread: the stream's news. */
@@ -202,6 +282,7 @@ static void on_event(const kl__sub_event *ev, void *arg)
     pthread_mutex_lock(&hs->mu);
     take(en, &s, ev->rv ? ev->rv : "");
     pthread_mutex_unlock(&hs->mu);
+    pod_sync(en);
 }
 
 static void on_idle(kl__timer *t, void *arg)
@@ -228,6 +309,7 @@ static void on_idle(kl__timer *t, void *arg)
                    "holder reads of lease %s/%s: none for %lld ms, no longer followed", en->ns,
                    en->name, (long long)(idle / KL_NS_PER_MS));
     kl__sub_stop(en->sub);
+    kl__sub_stop(en->pod_sub);
     entry_free(en);
 }
 
@@ -261,8 +343,8 @@ static void follow(void *arg)
 /* The calls                                                                */
 /* ------------------------------------------------------------------------ */
 
-int kl__holders_new(kl__holders **out, kl__loop *loop, kl__informer *informer, int crash,
-                    const kl__log *log)
+int kl__holders_new(kl__holders **out, kl__loop *loop, kl__informer *informer,
+                    kl__informer *pod_informer, int crash, const kl__log *log)
 {
     kl__holders *hs = kl__calloc(1, sizeof(*hs));
 
@@ -272,6 +354,7 @@ int kl__holders_new(kl__holders **out, kl__loop *loop, kl__informer *informer, i
     pthread_mutex_init(&hs->mu, NULL);
     hs->loop = loop;
     hs->informer = informer;
+    hs->pod_informer = pod_informer;
     hs->crash = crash;
     hs->log = log;
     hs->idle_ns = IDLE_NS;
@@ -296,6 +379,7 @@ void kl__holders_shutdown(kl__holders *hs)
         list = en->next;
         kl__timer_cancel(hs->loop, &en->idle);
         kl__sub_stop(en->sub);
+        kl__sub_stop(en->pod_sub);
         entry_free(en);
     }
 }
@@ -347,6 +431,12 @@ int kl__holders_lookup(kl__holders *hs, const char *ns, const char *name, kl__ho
         if ((err = copy(out, &en->st)) == 0) {
             hit = 1;
             hs->hits++;
+            /* The Pod's word, when it is about this very record. */
+            if (out->crash_record && en->pod_sub && en->pod_healthy && en->pod_known &&
+                en->pod_record && !strcmp(out->crash_record, en->pod_record)) {
+                out->ended_known = 1;
+                out->ended = en->pod_ended;
+            }
         }
         pthread_mutex_unlock(&hs->mu);
         return err < 0 ? err : hit;

@@ -13,7 +13,12 @@
  *    newest of every event and every GET answer since the stream last
  *    became unhealthy (resourceVersion order, k8s/informer.h's rv gate).
  *    Otherwise a read is a GET, and its answer is that state;
- *  - a Lease nobody reads for IDLE is no longer followed.
+ *  - a Lease nobody reads for IDLE is no longer followed;
+ *  - with crash failover, the Pod that the record of the current term (as
+ *    the stream showed it) names is followed too, on the Pod informer, and
+ *    a read is told from it whether the kubelet reported that instance
+ *    ended, while that stream is healthy and has shown the Pod; otherwise
+ *    the reader reads the Pod itself.
  * So a cached answer is as fresh as the stream: the server's state a few
  * ms ago on a healthy stream (its events), never older than the stream's
  * health window (max(3 × 2 s, 2 × the bookmark interval), k8s/informer.h)
@@ -40,6 +45,9 @@ typedef struct kl__holder_state {
     char *identity, *rv, *strategy, *preferred_holder;
     char *crash_record; /* the k8slease.io/holder-container annotation, NULL if none */
     int64_t epoch, renew_us, acquire_us, duration_s;
+    /* Crash failover, from a lookup: the followed Pod of crash_record says
+     * whether its instance ended (ended_known 0: read the Pod). */
+    int ended_known, ended;
 } kl__holder_state;
 
 /* The state of lease; with crash, its crash failover record too (0,
@@ -48,9 +56,10 @@ int kl__holder_state_of(kl__holder_state *out, const kl__lease *lease, int crash
 void kl__holder_state_clear(kl__holder_state *s);
 
 /* crash: keep the crash failover records (k8slease_client_options
- * .crash_failover). 0 or K8SLEASE_ENOMEM. */
-int kl__holders_new(kl__holders **out, kl__loop *loop, kl__informer *informer, int crash,
-                    const kl__log *log);
+ * .crash_failover) and follow the Pod a current term's record names on
+ * pod_informer, so that reads need not read it. 0 or K8SLEASE_ENOMEM. */
+int kl__holders_new(kl__holders **out, kl__loop *loop, kl__informer *informer,
+                    kl__informer *pod_informer, int crash, const kl__log *log);
 /* Loop thread, before the informer's shutdown: stop following. Lookups
  * after it are always misses. */
 void kl__holders_shutdown(kl__holders *hs);

@@ -55,6 +55,8 @@ struct kl__sub {
     kl__sub_cb cb;
     void *arg;
     int dead;
+    int heard;        /* told an object or its absence */
+    kl__timer replay; /* Pods: tells a late joiner the entry's last state */
 };
 
 struct entry {
@@ -63,9 +65,14 @@ struct entry {
     stream *st;
     nsinfo *nsi;
     kl__sub *subs;
-    int healthy;      /* as last told to its subscribers */
-    int forbidden;    /* as last told to its subscribers */
-    unsigned listed;  /* st->list_gen of the last list page that had it */
+    int healthy;     /* as last told to its subscribers */
+    int forbidden;   /* as last told to its subscribers */
+    unsigned listed; /* st->list_gen of the last list page that had it */
+    /* Pods: the last state the stream showed, for subscribers that join
+     * later (known: pod, or absent if NULL, as of rv). */
+    int known;
+    kl__pod *pod;
+    char *rv;
     const char *name; /* inside key */
     char key[];       /* "ns/name" */
 };
@@ -386,15 +393,32 @@ static void table_grow(kl__informer *inf)
 
 static void emit(entry *en, const kl__sub_event *ev)
 {
-    for (kl__sub *s = en->subs; s; s = s->next)
-        if (!s->dead)
-            s->cb(ev, s->arg);
+    for (kl__sub *s = en->subs; s; s = s->next) {
+        if (s->dead)
+            continue;
+        if (ev->type != KL_SUB_HEALTH)
+            s->heard = 1;
+        s->cb(ev, s->arg);
+    }
+}
+
+/* Pods: keep what a later subscriber is told first (out of memory: it is
+ * told nothing until the next change, as before this existed). */
+static void remember(entry *en, const kl__pod *pod, const char *rv)
+{
+    kl__pod_free(en->pod);
+    kl__free(en->rv);
+    en->pod = NULL;
+    en->rv = kl__strdup(rv);
+    en->known = en->rv && (!pod || kl__pod_from_json(&en->pod, pod->root) == 0);
 }
 
 static void emit_object(entry *en, const object *o)
 {
     kl__sub_event ev = {KL_SUB_OBJECT, o->lease, o->pod, o->rv, 0, 0};
 
+    if (o->pod)
+        remember(en, o->pod, o->rv);
     emit(en, &ev);
 }
 
@@ -402,7 +426,26 @@ static void emit_absent(entry *en, const char *rv)
 {
     kl__sub_event ev = {KL_SUB_ABSENT, NULL, NULL, rv ? rv : "", 0, 0};
 
+    if (en->st && en->st->inf->pods)
+        remember(en, NULL, ev.rv);
     emit(en, &ev);
+}
+
+/* A subscriber that joined a Pod already followed: told the last state
+ * the stream showed, unless an event told it something first. */
+static void on_replay(kl__timer *t, void *arg)
+{
+    kl__sub *s = arg;
+    entry *en = s->en;
+    kl__sub_event ev = {en->pod ? KL_SUB_OBJECT : KL_SUB_ABSENT, NULL, en->pod, en->rv, 0, 0};
+
+    (void)t;
+    if (s->dead || s->heard || !en->known)
+        return;
+    s->heard = 1;
+    enter(s->inf);
+    s->cb(&ev, s->arg);
+    leave(s->inf);
 }
 
 static void attach(entry *en, stream *st)
@@ -481,6 +524,8 @@ static void entry_remove(kl__informer *inf, entry *en)
     }
     en->nsi->leases--;
     ns_release(inf, en->nsi);
+    kl__pod_free(en->pod);
+    kl__free(en->rv);
     kl__free(en);
 }
 
@@ -498,6 +543,7 @@ static void sweep(kl__informer *inf)
             en->subs = s->next;
         if (s->next)
             s->next->prev = s->prev;
+        kl__timer_cancel(inf->loop, &s->replay);
         kl__free(s);
         if (!en->subs)
             entry_remove(inf, en);
@@ -1369,6 +1415,9 @@ kl__sub *kl__sub_start(kl__informer *inf, const char *ns, const char *name, int6
     s->en = en;
     s->cb = cb;
     s->arg = arg;
+    kl__timer_init(&s->replay, on_replay, s);
+    if (en->known)
+        kl__timer_arm(inf->loop, &s->replay, kl__loop_now(inf->loop));
     s->next = en->subs;
     if (en->subs)
         en->subs->prev = s;

@@ -51,7 +51,13 @@
  * get KL_SUB_OBJECT with pod set. A Pod changes rarely, so silence is no
  * sign of trouble there: a probe answered with the resourceVersion the
  * stream has shown (nothing missed) counts as activity, and the window is W
- * plus the probe's timeout. A change the stream did not deliver is still
+ * plus the probe's timeout. A subscriber that starts on a Pod already
+ * followed (another subscriber's: an elector's crash failover, a holder
+ * read's) is told the last state its stream showed (KL_SUB_OBJECT or
+ * KL_SUB_ABSENT) on the next loop turn, unless an event came first: a Pod
+ * changes rarely, so waiting for its next change would leave it blind to
+ * a report made before it joined. (A Lease subscriber reads the Lease
+ * itself instead: a GET at its start.) A change the stream did not deliver is still
  * seen by the next probe (within 2 * RP) and the stream resumed, as for
  * Leases. A read or watch answered 403 (no RBAC permission) tells the
  * subscribers KL_SUB_HEALTH with healthy 0 and forbidden 1 (even when they

@@ -416,7 +416,8 @@ static void watch_reports_changes_in_order(void **state)
 /* GETs of Leases the server under test has answered so far: the test
  * server's count of GETs (every kind; only Leases are read here), a real
  * server's apiserver_request_total of GET leases (its own identity Lease's,
- * labelled system_client, left out). */
+ * labelled system_client, left out); -1 when the server has no /metrics
+ * (the test server standing in for kube-apiserver under envtest.sh). */
 static long lease_gets(void)
 {
     char *metrics = NULL, *line, *save = NULL;
@@ -427,7 +428,10 @@ static long lease_gets(void)
         return (long)(tc_stat_or0(e2e_server(), "requests.by_verb.get.200") +
                       tc_stat_or0(e2e_server(), "requests.by_verb.get.404"));
     assert_int_equal(e2e_api("GET", "/metrics", NULL, &status, &metrics), 0);
-    assert_int_equal(status, 200);
+    if (status != 200) {
+        free(metrics);
+        return -1;
+    }
     for (line = strtok_r(metrics, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
         const char *value = strrchr(line, ' ');
         const char *sc = strstr(line, "system_client=\"");
@@ -540,7 +544,7 @@ static void holder_reads_answered_from_watch(void **state)
             assert_int_equal(misses - misses0, (uint64_t)first_hit);
         pause_ms(50);
     }
-    gets = lease_gets() - gets0;
+    gets = gets0 < 0 ? -1 : lease_gets() - gets0;
     sent = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST) - sent0;
     kl__holders_counts(standby->holders, &hits, &misses);
     printf("40 reads: %llu from the watch, %llu GETs (first from the watch: read %lld); the "
@@ -553,7 +557,7 @@ static void holder_reads_answered_from_watch(void **state)
      * answered them. */
     assert_int_equal(sent, (int)(misses - misses0));
     assert_true(sent >= 1);
-    assert_true(gets >= sent);
+    assert_true(gets < 0 || gets >= sent);
     /* The test server has only our clients, whose other streams get
      * bookmarks every second: no probes. */
     if (e2e_is_testserver())

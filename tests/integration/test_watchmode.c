@@ -924,13 +924,15 @@ static void patch_pod(const char *ns, const char *name, const char *subresource,
 /* A Pod's subscriber sees it absent, then created, its label changed, the
  * kubelet's status (written through pods/status, as a kubelet does) with
  * the terminated instance, and its deletion; a second subscriber of that
- * Pod in the client shares the stream. A Pod's own stream reads it with a
- * GET, never a list (RBAC: get and watch are enough). */
+ * Pod in the client shares the stream, and a subscriber that joins is told
+ * the last state at once (a report made before it joined is not missed).
+ * A Pod's own stream reads it with a GET, never a list (RBAC: get and
+ * watch are enough). */
 static void pod_subscription_follows_the_pod(void **state)
 {
-    pod_rec r, r2;
+    pod_rec r, r2, r3;
     k8slease_client *c;
-    kl__sub *sub, *sub2;
+    kl__sub *sub, *sub2, *sub3;
     const char *ns;
     long open = 0, lists = 0;
     char path[256];
@@ -939,6 +941,7 @@ static void pod_subscription_follows_the_pod(void **state)
     (void)state;
     pod_rec_init(&r);
     pod_rec_init(&r2);
+    pod_rec_init(&r3);
     assert_non_null(ns = e2e_namespace("wm-pod"));
     c = new_client("wm-pod");
     if (e2e_is_testserver()) {
@@ -959,6 +962,8 @@ static void pod_subscription_follows_the_pod(void **state)
     sub2 = pod_sub_start(c, ns, "p1", RP_MS, &r2, NULL);
     if (e2e_is_testserver())
         wait_watches_open(open + 1);
+    WAIT_POD(&r2, WAIT_MS, r2.objects == 1 && strcmp(r2.app, "v1") == 0,
+             "the last state (app=v1), told to the second subscriber as it joined");
 
     patch_pod(ns, "p1", NULL, "{\"metadata\":{\"labels\":{\"app\":\"v2\"}}}");
     WAIT_POD(&r, WAIT_MS, strcmp(r.app, "v2") == 0, "label app=v2");
@@ -980,6 +985,10 @@ static void pod_subscription_follows_the_pod(void **state)
               "\"2024-05-01T10:00:05Z\",\"finishedAt\":\"2024-05-01T10:30:00Z\",\"containerID\":"
               "\"" CID_B "\"}},\"lastState\":{}}]}}");
     WAIT_POD(&r, WAIT_MS, !r.main_running && r.ended_b, "status: B terminated");
+    sub3 = pod_sub_start(c, ns, "p1", RP_MS, &r3, NULL);
+    WAIT_POD(&r3, WAIT_MS, r3.objects == 1 && !r3.main_running && r3.ended_b,
+             "B terminated, told to a subscriber that joined after the report");
+    pod_sub_stop(c, sub3);
 
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/p1", ns);
     assert_int_equal(e2e_api("DELETE", path, NULL, &status, NULL), 0);
