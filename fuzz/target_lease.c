@@ -90,6 +90,23 @@ static void check_splice(const uint8_t *data, size_t size, const kl__lease_spec 
     kl__free(spliced);
 }
 
+/* The scanner accepts only what jansson accepts, and reads the same. */
+static void check_scan(const uint8_t *data, size_t size)
+{
+    kl__lease *scanned = NULL, *parsed = NULL;
+    int rc = kl__lease_scan(&scanned, (const char *)data, size);
+    int err = kl__lease_parse_json(&parsed, (const char *)data, size);
+
+    CHECK(rc == 0 || rc == 1);
+    CHECK((rc == 0) == (scanned != NULL));
+    if (rc == 0) {
+        CHECK_MSG(err == 0, "the scanner accepted what jansson rejects: %s", kl__error_get());
+        kl_fuzz_check_same_lease(scanned, parsed);
+    }
+    kl__lease_free(scanned);
+    kl__lease_free(parsed);
+}
+
 int kl_fuzz_lease(const uint8_t *data, size_t size)
 {
     kl__lease *l = NULL, *back;
@@ -97,6 +114,7 @@ int kl_fuzz_lease(const uint8_t *data, size_t size)
     char *body;
     int err;
 
+    check_scan(data, size);
     err = kl__lease_parse(&l, (const char *)data, size);
     if (err < 0) {
         CHECK(err == K8SLEASE_EPROTOCOL);
@@ -117,8 +135,8 @@ int kl_fuzz_lease(const uint8_t *data, size_t size)
         CHECK(strcmp(back->name, l->name) == 0 && strcmp(back->ns, l->ns) == 0);
         CHECK(strcmp(back->rv, l->rv) == 0 && strcmp(back->uid, l->uid) == 0);
         check_same_spec(&l->spec, &back->spec);
-        want = unowned_fields(l->root);
-        got = unowned_fields(back->root);
+        want = unowned_fields(kl__lease_root(l));
+        got = unowned_fields(kl__lease_root(back));
         CHECK_MSG(json_equal(want, got), "update changed fields it does not own: %s", body);
         json_decref(want);
         json_decref(got);

@@ -57,10 +57,35 @@ static int ref_next(ref_stream *r, const char **line, size_t *n)
     }
 }
 
+/* The scanner accepts only events jansson accepts, and reads the same. */
+static void check_scan(const char *line, size_t len)
+{
+    kl__watch_event a, b;
+    int rc = kl__watch_event_scan(&a, line, len);
+    int err = kl__watch_event_parse_json(&b, line, len);
+
+    CHECK(rc == 0 || rc == 1);
+    if (rc == 0) {
+        CHECK_MSG(err == 0, "the scanner accepted what jansson rejects: %s", kl__error_get());
+        CHECK(a.type == b.type);
+        CHECK((a.lease == NULL) == (b.lease == NULL));
+        if (a.lease)
+            kl_fuzz_check_same_lease(a.lease, b.lease);
+        CHECK((a.bookmark_rv == NULL) == (b.bookmark_rv == NULL));
+        CHECK(!a.bookmark_rv || strcmp(a.bookmark_rv, b.bookmark_rv) == 0);
+        CHECK(a.type != KL_WATCH_ERROR);
+    }
+    kl__watch_event_clear(&a);
+    kl__watch_event_clear(&b);
+}
+
 static void parse_event(const char *line, size_t len)
 {
     kl__watch_event ev;
-    int err = kl__watch_event_parse(&ev, line, len);
+    int err;
+
+    check_scan(line, len);
+    err = kl__watch_event_parse(&ev, line, len);
 
     if (err < 0) {
         CHECK(err == K8SLEASE_EPROTOCOL);

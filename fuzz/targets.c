@@ -38,11 +38,46 @@ void kl_fuzz_check_failed(const char *file, int line, const char *cond, const ch
 /* What every parsed Lease must hold (targets lease and watch). */
 void kl_fuzz_check_lease(const kl__lease *l)
 {
-    CHECK(l->root != NULL && json_is_object(l->root));
+    CHECK(l->root != NULL || l->text != NULL);
+    CHECK(l->root == NULL || json_is_object(l->root));
+    CHECK(l->text == NULL || strlen(l->text) == l->text_len);
     CHECK(l->name != NULL && l->name[0] != '\0');
     CHECK(l->ns != NULL && l->rv != NULL && l->uid != NULL);
     CHECK(l->spec.duration_s >= 0 && l->spec.duration_s <= INT32_MAX);
     CHECK(l->spec.transitions >= 0 && l->spec.transitions <= INT32_MAX);
+}
+
+static void check_same_string(const char *field, const char *a, const char *b)
+{
+    CHECK_MSG((a == NULL) == (b == NULL), "%s: scanner %s, jansson %s", field, a ? a : "NULL",
+              b ? b : "NULL");
+    CHECK_MSG(!a || strcmp(a, b) == 0, "%s: scanner \"%s\", jansson \"%s\"", field, a, b);
+}
+
+void kl_fuzz_check_same_lease(kl__lease *scanned, kl__lease *parsed)
+{
+    json_t *a, *b;
+
+    kl_fuzz_check_lease(scanned);
+    kl_fuzz_check_lease(parsed);
+    CHECK(scanned->root == NULL && scanned->text != NULL);
+    check_same_string("metadata.name", scanned->name, parsed->name);
+    check_same_string("metadata.namespace", scanned->ns, parsed->ns);
+    check_same_string("metadata.resourceVersion", scanned->rv, parsed->rv);
+    check_same_string("metadata.uid", scanned->uid, parsed->uid);
+    check_same_string("spec.holderIdentity", scanned->spec.holder, parsed->spec.holder);
+    check_same_string("spec.preferredHolder", scanned->preferred_holder, parsed->preferred_holder);
+    check_same_string("spec.strategy", scanned->strategy, parsed->strategy);
+    check_same_string("holder-container", scanned->holder_container, parsed->holder_container);
+    CHECK(scanned->holder_container_bad == parsed->holder_container_bad);
+    CHECK(scanned->spec.duration_s == parsed->spec.duration_s);
+    CHECK(scanned->spec.acquire_us == parsed->spec.acquire_us);
+    CHECK(scanned->spec.renew_us == parsed->spec.renew_us);
+    CHECK(scanned->spec.transitions == parsed->spec.transitions);
+    a = kl__lease_root(scanned);
+    b = kl__lease_root(parsed);
+    CHECK(a != NULL && b != NULL);
+    CHECK_MSG(json_equal(a, b), "the scanner's text is not the object: %s", scanned->text);
 }
 
 static const char b64_alphabet[] =

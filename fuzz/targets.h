@@ -52,6 +52,9 @@ extern const char *kl_fuzz_input_name;
 
 /* A parsed Lease keeps the codec's promises (targets lease and watch). */
 void kl_fuzz_check_lease(const kl__lease *l);
+/* The scanner's Lease (k8s/scan.h) is the jansson path's: every field, and
+ * its text is the same JSON value as the tree (targets lease and watch). */
+void kl_fuzz_check_same_lease(kl__lease *scanned, kl__lease *parsed);
 
 /* Standard base64 with padding (malloc'ed), the reference of targets base64
  * and etcd_encode. */

@@ -5,6 +5,7 @@
 
 #include "core/clock.h"
 #include "core/common.h"
+#include "k8s/scan.h"
 
 #define US_PER_S   INT64_C(1000000)
 #define US_PER_DAY (US_PER_S * 86400)
@@ -305,7 +306,7 @@ static int decode_coordination(const json_t *spec, kl__lease *l)
 
 static int decode_lease(kl__lease *l)
 {
-    json_t *meta;
+    json_t *meta, *ann;
     const char *s;
     int err;
 
@@ -331,6 +332,10 @@ static int decode_lease(kl__lease *l)
     l->uid = s ? s : "";
     if ((err = decode_spec(json_object_get(l->root, "spec"), &l->spec)) < 0)
         return err;
+    /* Not an error here: crash failover says so when it reads the record. */
+    ann = json_object_get(json_object_get(meta, "annotations"), KL_LEASE_HOLDER_CONTAINER);
+    l->holder_container = json_string_value(ann);
+    l->holder_container_bad = ann && !l->holder_container;
     return decode_coordination(json_object_get(l->root, "spec"), l);
 }
 
@@ -361,7 +366,7 @@ out:
     return err;
 }
 
-int kl__lease_parse(kl__lease **out, const char *body, size_t len)
+int kl__lease_parse_json(kl__lease **out, const char *body, size_t len)
 {
     json_error_t jerr;
     json_t *root;
@@ -374,7 +379,153 @@ int kl__lease_parse(kl__lease **out, const char *body, size_t len)
         return json_fail(&jerr, "Lease body");
     err = kl__lease_from_json(out, root);
     json_decref(root);
-    return err;
+    /* jansson skips a NUL byte after a literal ("null\0,"): such a text is
+     * no C string, and the tree's dump stands in for it. */
+    if (err < 0 || memchr(body, '\0', len))
+        return err;
+    if (!((*out)->text = kl__strndup(body, len))) {
+        kl__lease_free(*out);
+        *out = NULL;
+        return kl__error_set(K8SLEASE_ENOMEM, "Lease: out of memory");
+    }
+    (*out)->text_len = len;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Lease decoding without a tree                                            */
+/* ------------------------------------------------------------------------ */
+
+/* The jansson path above takes whatever the scanner declines, so every
+ * check here declines (1) rather than fails: a Lease that is wrong gets
+ * the jansson path's message, which names the field. */
+
+/* Absent, null or a string: what opt_string accepts. */
+static int scan_opt_string(const kl__scan_val *v)
+{
+    return v->type == KL_SCAN_ABSENT || v->type == KL_SCAN_NULL || v->type == KL_SCAN_STRING;
+}
+
+/* Absent, null or an integer in 0..INT32_MAX: what spec_int32 accepts. */
+static int scan_int32(const kl__scan_val *v, int64_t *out)
+{
+    *out = 0;
+    if (v->type == KL_SCAN_ABSENT || v->type == KL_SCAN_NULL)
+        return 0;
+    if (v->type != KL_SCAN_INT || v->n < 0 || v->n > INT32_MAX)
+        return -1;
+    *out = v->n;
+    return 0;
+}
+
+/* Absent, null or a MicroTime: what spec_time accepts. */
+static int scan_time(const kl__scan_val *v, int64_t *out)
+{
+    char buf[64];
+
+    *out = 0;
+    if (v->type == KL_SCAN_ABSENT || v->type == KL_SCAN_NULL)
+        return 0;
+    if (v->type != KL_SCAN_STRING || v->len >= sizeof(buf))
+        return -1;
+    kl__scan_string(v, buf);
+    return parse_rfc3339(buf, out) ? -1 : 0;
+}
+
+/* The strings a kl__lease points to, decoded into its own block. */
+static const int scan_strings[] = {KL_SCAN_NAME,     KL_SCAN_NAMESPACE,       KL_SCAN_RV,
+                                   KL_SCAN_UID,      KL_SCAN_HOLDER,          KL_SCAN_PREFERRED,
+                                   KL_SCAN_STRATEGY, KL_SCAN_HOLDER_CONTAINER};
+
+/* A string member as a field: decoded into *at, or dflt when absent/null. */
+static const char *scan_field(const kl__scan_val *v, char **at, const char *dflt)
+{
+    const char *s = *at;
+
+    if (v->type != KL_SCAN_STRING)
+        return dflt;
+    *at += kl__scan_string(v, *at) + 1;
+    return s;
+}
+
+/* A kl__lease from a scan whose whole object is text[0..len): 0, 1 to
+ * decline, K8SLEASE_ENOMEM. */
+static int lease_from_scan(kl__lease **out, const kl__scan *sc, const char *text, size_t len)
+{
+    const kl__scan_val *v = sc->v;
+    const kl__scan_val *kind = &v[KL_SCAN_KIND];
+    size_t size = sizeof(kl__lease);
+    kl__lease_spec spec = {0};
+    kl__lease *l;
+    char *at;
+
+    *out = NULL;
+    if (!(kind->type == KL_SCAN_ABSENT || kind->type == KL_SCAN_NULL ||
+          (kind->type == KL_SCAN_STRING && kind->len == 5 && !memcmp(kind->p, "Lease", 5))))
+        return 1;
+    if (v[KL_SCAN_METADATA].type != KL_SCAN_OBJECT || v[KL_SCAN_NAME].type != KL_SCAN_STRING ||
+        v[KL_SCAN_NAME].len == 0 || !scan_opt_string(&v[KL_SCAN_NAMESPACE]) ||
+        !scan_opt_string(&v[KL_SCAN_RV]) || !scan_opt_string(&v[KL_SCAN_UID]))
+        return 1;
+    /* A record that is not a string is crash failover's to report: the
+     * jansson path keeps that apart. */
+    if (!(v[KL_SCAN_ANNOTATIONS].type == KL_SCAN_ABSENT ||
+          v[KL_SCAN_ANNOTATIONS].type == KL_SCAN_NULL ||
+          v[KL_SCAN_ANNOTATIONS].type == KL_SCAN_OBJECT) ||
+        !(v[KL_SCAN_HOLDER_CONTAINER].type == KL_SCAN_ABSENT ||
+          v[KL_SCAN_HOLDER_CONTAINER].type == KL_SCAN_STRING))
+        return 1;
+    if (!(v[KL_SCAN_SPEC].type == KL_SCAN_ABSENT || v[KL_SCAN_SPEC].type == KL_SCAN_NULL ||
+          v[KL_SCAN_SPEC].type == KL_SCAN_OBJECT) ||
+        !scan_opt_string(&v[KL_SCAN_HOLDER]) || !scan_opt_string(&v[KL_SCAN_PREFERRED]) ||
+        !scan_opt_string(&v[KL_SCAN_STRATEGY]) ||
+        scan_int32(&v[KL_SCAN_DURATION], &spec.duration_s) < 0 ||
+        scan_int32(&v[KL_SCAN_TRANSITIONS], &spec.transitions) < 0 ||
+        scan_time(&v[KL_SCAN_ACQUIRE], &spec.acquire_us) < 0 ||
+        scan_time(&v[KL_SCAN_RENEW], &spec.renew_us) < 0)
+        return 1;
+
+    for (size_t i = 0; i < KL_ARRAY_LEN(scan_strings); i++)
+        if (v[scan_strings[i]].type == KL_SCAN_STRING)
+            size += v[scan_strings[i]].len + 1;
+    if (!(l = kl__malloc(size)))
+        return kl__error_set(K8SLEASE_ENOMEM, "Lease: out of memory");
+    memset(l, 0, sizeof(*l));
+    if (!(l->text = kl__strndup(text, len))) {
+        kl__free(l);
+        return kl__error_set(K8SLEASE_ENOMEM, "Lease: out of memory");
+    }
+    l->text_len = len;
+    at = (char *)(l + 1);
+    l->spec = spec;
+    l->name = scan_field(&v[KL_SCAN_NAME], &at, "");
+    l->ns = scan_field(&v[KL_SCAN_NAMESPACE], &at, "");
+    l->rv = scan_field(&v[KL_SCAN_RV], &at, "");
+    l->uid = scan_field(&v[KL_SCAN_UID], &at, "");
+    l->spec.holder = scan_field(&v[KL_SCAN_HOLDER], &at, NULL);
+    l->preferred_holder = scan_field(&v[KL_SCAN_PREFERRED], &at, "");
+    l->strategy = scan_field(&v[KL_SCAN_STRATEGY], &at, "");
+    l->holder_container = scan_field(&v[KL_SCAN_HOLDER_CONTAINER], &at, NULL);
+    *out = l;
+    return 0;
+}
+
+int kl__lease_scan(kl__lease **out, const char *body, size_t len)
+{
+    kl__scan sc;
+    const kl__scan_val *obj = &sc.v[KL_SCAN_OBJ];
+
+    *out = NULL;
+    if (kl__scan_lease(&sc, body, len) < 0)
+        return 1;
+    return lease_from_scan(out, &sc, obj->p, obj->len);
+}
+
+int kl__lease_parse(kl__lease **out, const char *body, size_t len)
+{
+    int err = kl__lease_scan(out, body, len);
+
+    return err == 1 ? kl__lease_parse_json(out, body, len) : err;
 }
 
 void kl__lease_free(kl__lease *lease)
@@ -382,7 +533,43 @@ void kl__lease_free(kl__lease *lease)
     if (!lease)
         return;
     json_decref(lease->root);
+    kl__free(lease->text);
     kl__free(lease);
+}
+
+json_t *kl__lease_root(kl__lease *lease)
+{
+    json_error_t jerr;
+
+    if (lease->root)
+        return lease->root;
+    if (!lease->text) {
+        kl__error_set(K8SLEASE_ESTATE, "Lease %s: its text was taken", lease->name);
+        return NULL;
+    }
+    memset(&jerr, 0, sizeof(jerr));
+    if (!(lease->root = json_loadb(lease->text, lease->text_len, JSON_DECODE_ANY, &jerr)))
+        json_fail(&jerr, "Lease text");
+    return lease->root;
+}
+
+char *kl__lease_text_dup(const kl__lease *lease)
+{
+    char *t = lease->text ? kl__strndup(lease->text, lease->text_len) : kl__json_dump(lease->root);
+
+    if (!t)
+        kl__error_set(K8SLEASE_ENOMEM, "Lease %s: out of memory", lease->name);
+    return t;
+}
+
+char *kl__lease_text_take(kl__lease *lease)
+{
+    char *t = lease->text;
+
+    if (!t)
+        return kl__lease_text_dup(lease);
+    lease->text = NULL;
+    return t;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -485,7 +672,10 @@ out:
 
 char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
 {
-    json_t *root = json_deep_copy(base->root);
+    /* From the text, a new tree is the copy. */
+    json_t *root = base->root   ? json_deep_copy(base->root)
+                   : base->text ? json_loadb(base->text, base->text_len, JSON_DECODE_ANY, NULL)
+                                : NULL;
     char *body;
 
     if (!root) {
@@ -499,7 +689,13 @@ char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec)
 
 char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *spec)
 {
-    return encode_update(base->root, base, spec);
+    json_t *root = kl__lease_root(base);
+
+    if (!root) {
+        encode_error(base->ns, base->name);
+        return NULL;
+    }
+    return encode_update(root, base, spec);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -900,7 +1096,7 @@ static int decode_event(kl__watch_event *out, json_t *root)
     return err;
 }
 
-int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len)
+int kl__watch_event_parse_json(kl__watch_event *out, const char *line, size_t len)
 {
     json_error_t jerr;
     json_t *root;
@@ -923,6 +1119,46 @@ out:
     }
     json_decref(root);
     return err;
+}
+
+/* ERROR events (a Status) are rare enough to leave to jansson. */
+int kl__watch_event_scan(kl__watch_event *out, const char *line, size_t len)
+{
+    const kl__scan_val *type, *obj, *rv;
+    char name[16];
+    kl__scan sc;
+    int err;
+
+    memset(out, 0, sizeof(*out));
+    if (kl__scan_watch_event(&sc, line, len) < 0)
+        return 1;
+    type = &sc.v[KL_SCAN_TYPE];
+    obj = &sc.v[KL_SCAN_OBJ];
+    rv = &sc.v[KL_SCAN_RV];
+    if (type->type != KL_SCAN_STRING || type->len >= sizeof(name) || obj->type != KL_SCAN_OBJECT)
+        return 1;
+    kl__scan_string(type, name);
+    if (kl__watch_type_parse(name, &out->type) < 0 || out->type == KL_WATCH_ERROR)
+        return 1;
+    if (out->type != KL_WATCH_BOOKMARK) {
+        if ((err = lease_from_scan(&out->lease, &sc, obj->p, obj->len)) < 0)
+            kl__error_wrap(err, "watch event: %s", name);
+        return err;
+    }
+    /* A bookmark carries only metadata.resourceVersion, no name. */
+    if (sc.v[KL_SCAN_METADATA].type != KL_SCAN_OBJECT || rv->type != KL_SCAN_STRING)
+        return 1;
+    if (!(out->bookmark_rv = kl__malloc(rv->len + 1)))
+        return kl__error_set(K8SLEASE_ENOMEM, "watch event: BOOKMARK: out of memory");
+    kl__scan_string(rv, out->bookmark_rv);
+    return 0;
+}
+
+int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len)
+{
+    int err = kl__watch_event_scan(out, line, len);
+
+    return err == 1 ? kl__watch_event_parse_json(out, line, len) : err;
 }
 
 void kl__watch_event_clear(kl__watch_event *ev)

@@ -23,41 +23,73 @@ typedef struct kl__lease_spec {
     int64_t transitions;
 } kl__lease_spec;
 
+/* The annotation crash failover writes (k8s/crash.h); the codec reads it. */
+#define KL_LEASE_HOLDER_CONTAINER "k8slease.io/holder-container"
+
+/* A Lease read from a body or a watch event. Most are decoded by the
+ * scanner (k8s/scan.h) and keep their JSON text, with no tree: root is
+ * built only when something needs it (kl__lease_root). Those decoded from
+ * a tree (kl__lease_from_json) have root and no text. */
 typedef struct kl__lease {
-    json_t *root;        /* the whole object (owned) */
-    const char *ns;      /* metadata.namespace, "" if absent (borrowed from root) */
-    const char *name;    /* metadata.name (borrowed from root) */
-    const char *rv;      /* metadata.resourceVersion, "" if absent (borrowed) */
-    const char *uid;     /* metadata.uid, "" if absent (borrowed) */
-    kl__lease_spec spec; /* spec.holder borrowed from root */
+    json_t *root;        /* the whole object, or NULL until kl__lease_root (owned) */
+    char *text;          /* the whole object's JSON text, NUL-terminated, or NULL (owned) */
+    size_t text_len;     /* its length */
+    const char *ns;      /* metadata.namespace, "" if absent (borrowed, as all below) */
+    const char *name;    /* metadata.name */
+    const char *rv;      /* metadata.resourceVersion, "" if absent */
+    const char *uid;     /* metadata.uid, "" if absent */
+    kl__lease_spec spec; /* spec.holder borrowed */
     /* Coordinated leader election (read only: updates keep them as they
-     * are). "" when absent; borrowed from root. */
+     * are). "" when absent. */
     const char *preferred_holder; /* spec.preferredHolder */
     const char *strategy;         /* spec.strategy */
+    /* metadata.annotations[KL_LEASE_HOLDER_CONTAINER]: NULL when absent or
+     * not a string; holder_container_bad is 1 in the second case. */
+    const char *holder_container;
+    int holder_container_bad;
 } kl__lease;
 
-/* Parse a Lease from a response body. Errors (K8SLEASE_EPROTOCOL with a
- * message naming the field): not JSON, not an object, kind present and not
- * "Lease", metadata.name missing, a spec field of the wrong type, a bad
- * MicroTime, negative leaseTransitions or leaseDurationSeconds.
- * Missing or null spec fields are "absent". */
+/* Parse a Lease from a response body: the scanner first, and when it
+ * declines, jansson. The Lease keeps a copy of the text either way (but
+ * for a body with a NUL byte, which jansson can take: then its tree).
+ * Errors (K8SLEASE_EPROTOCOL with a message naming the field): not JSON,
+ * not an object, kind present and not "Lease", metadata.name missing, a
+ * spec field of the wrong type, a bad MicroTime, negative leaseTransitions
+ * or leaseDurationSeconds; K8SLEASE_ENOMEM. Missing or null spec fields
+ * are "absent". */
 int kl__lease_parse(kl__lease **out, const char *body, size_t len);
-/* Same from a JSON object (e.g. a watch event's "object"); takes a new
- * reference, does not steal. */
+/* The two paths of kl__lease_parse, for the tests that compare them.
+ * kl__lease_scan: 0 with *out set, 1 when the scanner declines (nothing
+ * set, no message), K8SLEASE_ENOMEM. kl__lease_parse_json: jansson only,
+ * returns as kl__lease_parse. */
+int kl__lease_scan(kl__lease **out, const char *body, size_t len);
+int kl__lease_parse_json(kl__lease **out, const char *body, size_t len);
+/* Same from a JSON object (e.g. an item of a list); takes a new reference,
+ * does not steal. No text. */
 int kl__lease_from_json(kl__lease **out, json_t *obj);
 void kl__lease_free(kl__lease *lease);
+/* The tree of the Lease, built from its text on the first call and kept.
+ * NULL with the error set on ENOMEM (or when the text was taken). */
+json_t *kl__lease_root(kl__lease *lease);
+/* The Lease's JSON text for the caller (kl__free): a copy of its text, or
+ * the dump of its tree when it has none. NULL on ENOMEM. */
+char *kl__lease_text_dup(const kl__lease *lease);
+/* The same, but moves the text out instead of copying it: afterwards the
+ * Lease's fields are still good, its text and (unless it had one) tree are
+ * not. */
+char *kl__lease_text_take(kl__lease *lease);
 
 /* Body of a POST creating ns/name with the given spec (holder NULL: written
  * as ""). Returns a malloc'ed NUL-terminated string (kl__free) or NULL on
  * ENOMEM. Zero times / duration are omitted. */
 char *kl__lease_encode_create(const char *ns, const char *name, const kl__lease_spec *spec);
-/* Body of a PUT: base->root with the five spec fields replaced by spec
+/* Body of a PUT: base (its tree, or its text) with the five spec fields replaced by spec
  * (holder NULL written as ""; acquire/renew 0 written as null... never: the
  * elector always sets them) and everything else, including
  * metadata.resourceVersion, kept. NULL on ENOMEM. */
 char *kl__lease_encode_update(const kl__lease *base, const kl__lease_spec *spec);
-/* The same, writing into base->root instead of a copy of it (the renewal
- * path, which parsed base for this alone): afterwards base's borrowed
+/* The same, writing into kl__lease_root(base) instead of a copy of it (the
+ * renewal's slow path, which parsed base for this alone): afterwards base's
  * fields may dangle, so base is only good for kl__lease_free. */
 char *kl__lease_encode_update_in_place(kl__lease *base, const kl__lease_spec *spec);
 /* The body kl__lease_encode_update would give for the Lease whose JSON text
@@ -110,8 +142,14 @@ typedef struct kl__watch_event {
 
 /* A watch event's "type" ("ADDED", ...): 0 with *out set, -1 if unknown. */
 int kl__watch_type_parse(const char *name, kl__watch_type *out);
-/* Decode one line of a watch stream. K8SLEASE_EPROTOCOL on anything else. */
+/* Decode one line of a watch stream: the scanner first (an ADDED, MODIFIED
+ * or DELETED Lease then has its text, not a tree), and when it declines,
+ * jansson. K8SLEASE_EPROTOCOL on anything else; K8SLEASE_ENOMEM. */
 int kl__watch_event_parse(kl__watch_event *out, const char *line, size_t len);
+/* Its two paths, as for kl__lease_parse: the scanner (0, 1 when it
+ * declines, K8SLEASE_ENOMEM) and jansson. */
+int kl__watch_event_scan(kl__watch_event *out, const char *line, size_t len);
+int kl__watch_event_parse_json(kl__watch_event *out, const char *line, size_t len);
 void kl__watch_event_clear(kl__watch_event *ev);
 
 #endif

@@ -112,17 +112,13 @@ char *kl__crash_record_encode(const kl__crash_record *r)
 
 int kl__crash_record_of_lease(const kl__lease *lease, kl__crash_record *out)
 {
-    json_t *v =
-        json_object_get(json_object_get(json_object_get(lease->root, "metadata"), "annotations"),
-                        KL_CRASH_ANNOTATION);
-
     memset(out, 0, sizeof(*out));
-    if (!v)
-        return K8SLEASE_ENOTFOUND;
-    if (!json_is_string(v))
+    if (lease->holder_container_bad)
         return kl__error_set(K8SLEASE_EPROTOCOL, "annotation %s: not a string",
                              KL_CRASH_ANNOTATION);
-    return kl__crash_record_parse(out, json_string_value(v));
+    if (!lease->holder_container)
+        return K8SLEASE_ENOTFOUND;
+    return kl__crash_record_parse(out, lease->holder_container);
 }
 
 int kl__crash_evidence(const kl__crash_record *r, const kl__pod *pod)

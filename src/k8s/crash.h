@@ -27,7 +27,7 @@
 #include "k8s/codec.h"
 #include "k8s/pod.h"
 
-#define KL_CRASH_ANNOTATION "k8slease.io/holder-container"
+#define KL_CRASH_ANNOTATION KL_LEASE_HOLDER_CONTAINER
 
 typedef struct kl__crash_record {
     char *holder;

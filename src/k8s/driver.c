@@ -41,9 +41,9 @@ typedef struct k8s_elector {
 
     /* Loop thread only. */
     kl__elector sm;
-    /* The newest Lease object seen, as JSON text: the base of every UPDATE.
-     * Text (re-parsed for each UPDATE) costs about a tenth of a parsed
-     * jansson tree, which matters at thousands of elections. */
+    /* The newest Lease object seen, as JSON text: the base of every UPDATE
+     * (spliced, k8s/codec.h). Text costs about a tenth of a parsed jansson
+     * tree, which matters at thousands of elections. */
     char *base;
     int absent;                /* the newest state seen is "no Lease" */
     kl__rv_gate gate;          /* resourceVersion of the newest state fed in */
@@ -198,7 +198,8 @@ static void on_result(const kl__http_result *res, void *arg)
          * write) is fed in, the machine waits for it, but the base stays the
          * newer object. */
         if (!kl__rv_gate_older(&e->gate, lease->rv)) {
-            char *json = kl__strndup(res->body, res->body_len);
+            /* The answer's text, moved, not copied: the lease's fields stay. */
+            char *json = kl__lease_text_take(lease);
 
             /* Out of memory: no base, so the next UPDATE fails and the
              * machine reads the Lease again. */
@@ -249,7 +250,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
     if (!kl__rv_gate_pass(&e->gate, sev->rv))
         return;
     if (sev->type == KL_SUB_LEASE) {
-        char *json = kl__json_dump(sev->lease->root);
+        char *json = kl__lease_text_dup(sev->lease);
 
         /* Without the text the state cannot be an UPDATE's base: forget
          * it; the next UPDATE fails and the machine reads the Lease again. */
@@ -325,7 +326,7 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
     }
     if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
         return NULL;
-    if (annotate && kl__crash_annotate(base->root, want) < 0) {
+    if (annotate && (!kl__lease_root(base) || kl__crash_annotate(base->root, want) < 0)) {
         kl__lease_free(base);
         return NULL;
     }

@@ -284,21 +284,64 @@ static int run_restconfig(void)
     return err;
 }
 
+/* Both decoders (the scanner, taking the sample; jansson), an update from
+ * the text and one from the tree built on demand, the text moved out. */
 static int run_lease_codec(void)
 {
     kl__lease_spec spec = {"me", 15, INT64_C(1700000000000000), INT64_C(1700000001000000), 4};
-    kl__lease *l = NULL;
-    char *body;
+    kl__lease *l = NULL, *j = NULL;
+    char *body = NULL, *text = NULL;
     int err;
 
-    if ((err = kl__lease_parse(&l, T.lease_body, T.lease_len)) < 0)
-        return err;
-    body = kl__lease_encode_update(l, &spec);
-    kl__lease_free(l);
-    if (!body)
-        return K8SLEASE_ENOMEM;
+    if ((err = kl__lease_parse(&l, T.lease_body, T.lease_len)) < 0 ||
+        (err = kl__lease_parse_json(&j, T.lease_body, T.lease_len)) < 0)
+        goto out;
+    assert_null(l->root);
+    assert_non_null(j->root);
+    err = K8SLEASE_ENOMEM;
+    if (!(body = kl__lease_encode_update(l, &spec)))
+        goto out;
     kl__free(body);
-    return 0;
+    if (!(body = kl__lease_encode_update_in_place(l, &spec)) || !(text = kl__lease_text_take(j)))
+        goto out;
+    err = 0;
+out:
+    kl__free(text);
+    kl__free(body);
+    kl__lease_free(j);
+    kl__lease_free(l);
+    return err;
+}
+
+/* Watch events through the scanner (a Lease, a bookmark) and jansson (an
+ * ERROR), the Lease's text copied as the elector copies it. */
+static int run_watch_codec(void)
+{
+    static const char *const lines[] = {
+        "{\"type\":\"MODIFIED\",\"object\":{\"kind\":\"Lease\",\"metadata\":{\"name\":\"l\","
+        "\"namespace\":\"failalloc\",\"resourceVersion\":\"9\",\"annotations\":{"
+        "\"k8slease.io/holder-container\":\"{\\\"holder\\\":\\\"a\\\"}\"}},\"spec\":{"
+        "\"holderIdentity\":\"a\",\"renewTime\":\"2026-11-30T10:02:59.000000Z\"}}}",
+        "{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"10\"}}}",
+        "{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410,\"message\":\"old\"}}",
+    };
+    int err = 0;
+
+    for (size_t i = 0; i < KL_ARRAY_LEN(lines) && err == 0; i++) {
+        kl__watch_event ev;
+        char *text;
+
+        if ((err = kl__watch_event_parse(&ev, lines[i], strlen(lines[i]))) < 0)
+            break;
+        if (ev.lease) {
+            assert_string_equal(ev.lease->holder_container, "{\"holder\":\"a\"}");
+            if (!(text = kl__lease_text_dup(ev.lease)))
+                err = K8SLEASE_ENOMEM;
+            kl__free(text);
+        }
+        kl__watch_event_clear(&ev);
+    }
+    return err;
 }
 
 /* A Pod as the kubelet leaves it after a restart in place (two container
@@ -523,6 +566,14 @@ static void test_lease_codec(void **state)
     assert_true(sweep(&s) > 20);
 }
 
+static void test_watch_codec(void **state)
+{
+    static const scenario s = {"watch codec", run_watch_codec, 0};
+
+    (void)state;
+    assert_true(sweep(&s) > 5);
+}
+
 static void test_pod_codec(void **state)
 {
     static const scenario s = {"pod codec", run_pod_codec, 0};
@@ -617,6 +668,7 @@ int main(void)
         cmocka_unit_test(test_elector),
         cmocka_unit_test(test_watch),
         cmocka_unit_test(test_compat),
+        cmocka_unit_test(test_watch_codec),
     };
 
     /* Before any JSON value exists: jansson allocates through the hook. */

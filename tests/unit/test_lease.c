@@ -103,8 +103,11 @@ static void test_lease_parse_samples(void **state)
         assert_int_equal(l->spec.acquire_us, lease_samples[i].acquire);
         assert_int_equal(l->spec.renew_us, lease_samples[i].renew);
         assert_int_equal(l->spec.transitions, lease_samples[i].transitions);
-        /* The whole object is kept, not just what we decode. */
-        assert_string_equal(json_string_value(json_object_get(l->root, "apiVersion")),
+        /* The whole object is kept, not just what we decode: as text,
+         * with the tree built when asked for. */
+        assert_null(l->root);
+        assert_non_null(l->text);
+        assert_string_equal(json_string_value(json_object_get(kl__lease_root(l), "apiVersion")),
                             "coordination.k8s.io/v1");
         kl__lease_free(l);
         kl__free(body);
@@ -202,6 +205,10 @@ static void test_lease_parse_errors(void **state)
         kl__lease *l = (kl__lease *)&l; /* poison: must be reset to NULL */
 
         kl__error_clear();
+        /* The scanner leaves them to jansson, which names the field. */
+        assert_int_equal(kl__lease_scan(&l, cases[i].body, strlen(cases[i].body)), 1);
+        assert_null(l);
+        assert_string_equal(kl__error_get(), "");
         if (kl__lease_parse(&l, cases[i].body, strlen(cases[i].body)) != K8SLEASE_EPROTOCOL)
             fail_msg("case %zu (%s) was not rejected", i, cases[i].body);
         assert_null(l);
@@ -266,6 +273,522 @@ static void test_lease_from_json_refcount(void **state)
     kl__lease_free(NULL);
     json_decref(obj);
     json_decref(arr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The scanner against the jansson path                                     */
+/* ------------------------------------------------------------------------ */
+
+static void assert_same_string(const char *what, const char *a, const char *b)
+{
+    if ((a == NULL) != (b == NULL) || (a && strcmp(a, b) != 0))
+        fail_msg("%s: scanner \"%s\", jansson \"%s\"", what, a ? a : "(null)", b ? b : "(null)");
+}
+
+/* Every field the election reads, and the text is the tree's object. */
+static void assert_same_lease(kl__lease *scanned, kl__lease *parsed)
+{
+    assert_null(scanned->root);
+    assert_non_null(scanned->text);
+    assert_int_equal(strlen(scanned->text), scanned->text_len);
+    assert_same_string("name", scanned->name, parsed->name);
+    assert_same_string("namespace", scanned->ns, parsed->ns);
+    assert_same_string("resourceVersion", scanned->rv, parsed->rv);
+    assert_same_string("uid", scanned->uid, parsed->uid);
+    assert_same_string("holderIdentity", scanned->spec.holder, parsed->spec.holder);
+    assert_same_string("preferredHolder", scanned->preferred_holder, parsed->preferred_holder);
+    assert_same_string("strategy", scanned->strategy, parsed->strategy);
+    assert_same_string("holder-container", scanned->holder_container, parsed->holder_container);
+    assert_int_equal(scanned->holder_container_bad, parsed->holder_container_bad);
+    assert_int_equal(scanned->spec.duration_s, parsed->spec.duration_s);
+    assert_int_equal(scanned->spec.acquire_us, parsed->spec.acquire_us);
+    assert_int_equal(scanned->spec.renew_us, parsed->spec.renew_us);
+    assert_int_equal(scanned->spec.transitions, parsed->spec.transitions);
+    assert_non_null(kl__lease_root(scanned));
+    assert_non_null(kl__lease_root(parsed));
+    assert_true(json_equal(scanned->root, parsed->root));
+}
+
+/* Both paths over one body: returns 0 when the scanner took it (and then
+ * read the same as jansson), 1 when it declined. jansson's verdict in *err. */
+static int scan_vs_jansson(const char *body, size_t len, int *err)
+{
+    kl__lease *scanned = NULL, *parsed = NULL;
+    int rc = kl__lease_scan(&scanned, body, len);
+
+    *err = kl__lease_parse_json(&parsed, body, len);
+    if (rc == 0) {
+        if (*err != 0)
+            fail_msg("the scanner took what jansson rejects (%s): %.*s", kl__error_get(), (int)len,
+                     body);
+        assert_same_lease(scanned, parsed);
+    } else {
+        assert_int_equal(rc, 1);
+        assert_null(scanned);
+    }
+    kl__lease_free(scanned);
+    kl__lease_free(parsed);
+    return rc;
+}
+
+/* The same for one watch event line. */
+static int event_scan_vs_jansson(const char *line, size_t len, int *err)
+{
+    kl__watch_event a, b;
+    int rc = kl__watch_event_scan(&a, line, len);
+
+    *err = kl__watch_event_parse_json(&b, line, len);
+    if (rc == 0) {
+        if (*err != 0)
+            fail_msg("the scanner took what jansson rejects (%s): %.*s", kl__error_get(), (int)len,
+                     line);
+        assert_int_equal(a.type, b.type);
+        assert_true((a.lease == NULL) == (b.lease == NULL));
+        if (a.lease)
+            assert_same_lease(a.lease, b.lease);
+        assert_same_string("bookmark", a.bookmark_rv, b.bookmark_rv);
+    } else {
+        assert_int_equal(rc, 1);
+        assert_null(a.lease);
+        assert_null(a.bookmark_rv);
+    }
+    kl__watch_event_clear(&a);
+    kl__watch_event_clear(&b);
+    return rc;
+}
+
+/* Every body captured from kube-apiserver: each Lease the scanner must
+ * take (the common case must not go to jansson), each other object it
+ * must leave to jansson, which rejects it. */
+static void test_scan_samples(void **state)
+{
+    static const char *const not_leases[] = {
+        "200_delete.json",          "200_list.json",         "401_unauthorized.json",
+        "404_notfound_delete.json", "404_notfound_get.json", "404_notfound_patch.json",
+        "409_alreadyexists.json",   "409_conflict.json",     "410_gone_list_compacted.json",
+    };
+    int err;
+
+    (void)state;
+    for (size_t i = 0; i < KL_ARRAY_LEN(lease_samples); i++) {
+        size_t len;
+        char *body = read_sample(lease_samples[i].file, &len);
+
+        if (scan_vs_jansson(body, len, &err) != 0)
+            fail_msg("%s: the scanner declined it", lease_samples[i].file);
+        kl__free(body);
+    }
+    for (size_t i = 0; i < KL_ARRAY_LEN(not_leases); i++) {
+        size_t len;
+        char *body = read_sample(not_leases[i], &len);
+
+        assert_int_equal(scan_vs_jansson(body, len, &err), 1);
+        assert_int_equal(err, K8SLEASE_EPROTOCOL);
+        kl__free(body);
+    }
+}
+
+/* Every line of the captured watch streams; the ERROR events (410) go to
+ * jansson, everything else the scanner takes. */
+static void test_scan_watch_samples(void **state)
+{
+    static const char *const files[] = {
+        "watch_events.jsonl",
+        "watch_events_clientgo_election.jsonl",
+        "watch_events_norv.jsonl",
+        "watch_http11_body.raw",
+        "watch_event_modified.json",
+        "410_gone_watch_cache.json",
+        "410_gone_watch_compacted.json",
+    };
+    size_t taken = 0, errors = 0;
+    int err;
+
+    (void)state;
+    for (size_t i = 0; i < KL_ARRAY_LEN(files); i++) {
+        size_t len;
+        char *body = read_sample(files[i], &len), *line = body, *nl;
+
+        while (*line) {
+            size_t n;
+
+            nl = strchr(line, '\n');
+            n = nl ? (size_t)(nl - line) : strlen(line);
+            if (n > 0 && line[n - 1] == '\r')
+                n--;
+            /* The HTTP/1.1 capture has chunk sizes between the lines. */
+            if (n > 0 && line[0] == '{') {
+                if (event_scan_vs_jansson(line, n, &err) == 0) {
+                    taken++;
+                } else {
+                    assert_int_equal(err, 0);
+                    assert_non_null(strstr(line, "\"ERROR\""));
+                    errors++;
+                }
+            }
+            line = nl ? nl + 1 : line + strlen(line);
+        }
+        kl__free(body);
+    }
+    assert_int_equal(taken, 9);
+    assert_int_equal(errors, 2);
+}
+
+/* The bodies of the differential capture (kube-apiserver v1.36.3): every
+ * Lease among them, as jansson writes it back, compact and indented. */
+static void test_scan_capture(void **state)
+{
+    char path[4096];
+    json_t *capture, *results, *r;
+    size_t i, leases = 0;
+    int err;
+
+    (void)state;
+    snprintf(path, sizeof(path), "%s/differential/capture-v1.36.3.json", K8SLEASE_TEST_DATA);
+    capture = json_load_file(path, 0, NULL);
+    assert_non_null(capture);
+    results = json_object_get(capture, "results");
+    json_array_foreach(results, i, r)
+    {
+        json_t *body = json_object_get(json_object_get(r, "response"), "body");
+        const char *kind = json_string_value(json_object_get(body, "kind"));
+        static const size_t flags[] = {JSON_COMPACT | JSON_PRESERVE_ORDER,
+                                       JSON_INDENT(2) | JSON_PRESERVE_ORDER};
+
+        if (!kind || strcmp(kind, "Lease") != 0)
+            continue;
+        for (size_t f = 0; f < KL_ARRAY_LEN(flags); f++) {
+            char *text = json_dumps(body, flags[f]);
+
+            assert_non_null(text);
+            if (scan_vs_jansson(text, strlen(text), &err) != 0)
+                fail_msg("declined: %s", text);
+            free(text);
+        }
+        leases++;
+    }
+    assert_true(leases >= 5);
+    json_decref(capture);
+}
+
+/* Strings with escapes are decoded as jansson decodes them. */
+static void test_scan_escapes(void **state)
+{
+    static const char *const bodies[] = {
+        "{\"metadata\":{\"name\":\"a\\\"b\\\\c\\/d\",\"namespace\":\"\\u0041\\u00e9\\u20ac\"},"
+        "\"spec\":{\"holderIdentity\":\"\\b\\f\\n\\r\\t \\ud83d\\ude00 \\uD834\\uDD1E\"}}",
+        /* Go's encoding/json writes <, > and & so. */
+        "{\"metadata\":{\"name\":\"x\",\"uid\":\"\\u003cu\\u003e\\u0026\"},\"spec\":{"
+        "\"preferredHolder\":\"\\u2028\",\"strategy\":\"a/b\",\"renewTime\":"
+        "\"2026-11-30T10:02:59.000001\\u005a\"}}",
+        /* Raw UTF-8 of 2, 3 and 4 bytes. */
+        "{\"metadata\":{\"name\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\"},\"spec\":{}}",
+        /* Escapes in members nobody reads, and in keys of objects not read. */
+        "{\"metadata\":{\"name\":\"x\",\"labels\":{\"a\\u0062\":\"\\\"\"}},\"x\":{\"y\\n\":["
+        "\"\\ud800\\udc00\"]}}",
+    };
+    kl__lease *l;
+    int err;
+
+    (void)state;
+    for (size_t i = 0; i < KL_ARRAY_LEN(bodies); i++)
+        if (scan_vs_jansson(bodies[i], strlen(bodies[i]), &err) != 0)
+            fail_msg("case %zu declined: %s", i, bodies[i]);
+    assert_int_equal(kl__lease_scan(&l, bodies[0], strlen(bodies[0])), 0);
+    assert_string_equal(l->name, "a\"b\\c/d");
+    assert_string_equal(l->ns, "A\xc3\xa9\xe2\x82\xac");
+    assert_string_equal(l->spec.holder, "\b\f\n\r\t \xf0\x9f\x98\x80 \xf0\x9d\x84\x9e");
+    kl__lease_free(l);
+}
+
+/* Crash failover's record is JSON in a string: full of escapes, and read
+ * by the scanner like any other. Not a string: jansson's path, which keeps
+ * the fact for crash failover to report. */
+static void test_scan_holder_container(void **state)
+{
+    const char *record = "{\"metadata\":{\"name\":\"x\",\"annotations\":{\"a\":\"b\","
+                         "\"k8slease.io/holder-container\":\"{\\\"holder\\\":\\\"me\\\","
+                         "\\\"epoch\\\":3}\"}},\"spec\":{}}";
+    const char *number = "{\"metadata\":{\"name\":\"x\",\"annotations\":{"
+                         "\"k8slease.io/holder-container\":5}}}";
+    const char *none = "{\"metadata\":{\"name\":\"x\",\"annotations\":{}}}";
+    kl__lease *l;
+    int err;
+
+    (void)state;
+    assert_int_equal(scan_vs_jansson(record, strlen(record), &err), 0);
+    assert_int_equal(kl__lease_scan(&l, record, strlen(record)), 0);
+    assert_string_equal(l->holder_container, "{\"holder\":\"me\",\"epoch\":3}");
+    assert_int_equal(l->holder_container_bad, 0);
+    kl__lease_free(l);
+
+    assert_int_equal(scan_vs_jansson(number, strlen(number), &err), 1);
+    assert_int_equal(err, 0);
+    assert_int_equal(kl__lease_parse(&l, number, strlen(number)), 0);
+    assert_null(l->holder_container);
+    assert_int_equal(l->holder_container_bad, 1);
+    kl__lease_free(l);
+
+    assert_int_equal(scan_vs_jansson(none, strlen(none), &err), 0);
+    assert_int_equal(kl__lease_scan(&l, none, strlen(none)), 0);
+    assert_null(l->holder_container);
+    assert_int_equal(l->holder_container_bad, 0);
+    kl__lease_free(l);
+}
+
+/* What the scanner is not sure of it declines: jansson then takes it
+ * (want_err 0, and kl__lease_parse gives jansson's reading) or rejects it. */
+static void test_scan_declines(void **state)
+{
+    static char deep[400];
+    static const struct {
+        const char *body;
+        int want_err;
+    } cases[] = {
+        /* A key with an escape in an object whose members are read. */
+        {"{\"metadata\":{\"na\\u006de\":\"x\"}}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"sp\\u0065c\":{\"holderIdentity\":\"h\"}}", 0},
+        {"{\"metadata\":{\"name\":\"x\",\"annotations\":{"
+         "\"k8slease.io\\/holder-container\":\"{}\"}}}",
+         0},
+        /* A member read given twice: jansson keeps the last one. */
+        {"{\"metadata\":{\"name\":\"x\",\"name\":\"y\"}}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"leaseTransitions\":1,"
+         "\"leaseTransitions\":2}}",
+         0},
+        {"{\"metadata\":{\"name\":\"x\"},\"metadata\":{\"name\":\"y\"}}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{},\"spec\":{\"holderIdentity\":\"h\"}}", 0},
+        {"{\"kind\":\"Lease\",\"kind\":\"Lease\",\"metadata\":{\"name\":\"x\"}}", 0},
+        /* Numbers: reals, more than 18 digits (jansson takes up to 2^63-1). */
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":1.5}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":1e3}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":1000000000000000000}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":-9223372036854775808}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":9223372036854775808}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":1e999}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"leaseDurationSeconds\":2147483648}}",
+         K8SLEASE_EPROTOCOL},
+        /* Not JSON, as jansson's lexer has it. */
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":01}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":-}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":1.}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":+1}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":tru}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":truex}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":[1,]}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"}}}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"}} {}", K8SLEASE_EPROTOCOL},
+        {"\xef\xbb\xbf{\"metadata\":{\"name\":\"x\"}}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"}}\f", K8SLEASE_EPROTOCOL},
+        {"{'metadata':{}}", K8SLEASE_EPROTOCOL},
+        /* Strings jansson rejects. */
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\\u0000\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\\ud800\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\\udc00\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\\ud800\\u0041\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\\u12\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\\x\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"a\tb\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\xc0\x80\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\xed\xa0\x80\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\xf4\x90\x80\x80\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\xe2\x82\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"x\":\"\xff\"}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"\xe2\x82", K8SLEASE_EPROTOCOL},
+        /* Members read of the wrong type or value: jansson names them. */
+        {"{\"metadata\":{\"name\":5}}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"\"}}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":null}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\",\"uid\":[]}}", K8SLEASE_EPROTOCOL},
+        {"{\"kind\":\"Leases\",\"metadata\":{\"name\":\"x\"}}", K8SLEASE_EPROTOCOL},
+        {"{\"kind\":\"L\\u0065ase\",\"metadata\":{\"name\":\"x\"}}", 0},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":[]}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"holderIdentity\":true}}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"strategy\":{}}}", K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"renewTime\":\"2026-02-30T00:00:00Z\"}}",
+         K8SLEASE_EPROTOCOL},
+        {"{\"metadata\":{\"name\":\"x\"},\"spec\":{\"renewTime\":"
+         "\"2026-11-30T10:02:59.0000000000000000000000000000000000000000000000000000000000000Z\"}}",
+         0},
+        {"{\"metadata\":{\"name\":\"x\",\"annotations\":[]}}", 0},
+        {"{\"metadata\":{\"name\":\"x\",\"annotations\":{"
+         "\"k8slease.io/holder-container\":null}}}",
+         0},
+        {deep, 0}, /* nested 100 deep in a member nobody reads */
+    };
+    int err;
+
+    (void)state;
+    strcpy(deep, "{\"metadata\":{\"name\":\"x\"},\"x\":");
+    for (int i = 0; i < 100; i++)
+        strcat(deep, "[");
+    for (int i = 0; i < 100; i++)
+        strcat(deep, "]");
+    strcat(deep, "}");
+    for (size_t i = 0; i < KL_ARRAY_LEN(cases); i++) {
+        kl__lease *l = NULL;
+
+        if (scan_vs_jansson(cases[i].body, strlen(cases[i].body), &err) != 1)
+            fail_msg("case %zu was taken: %s", i, cases[i].body);
+        if (err != cases[i].want_err)
+            fail_msg("case %zu: jansson says %d (%s), want %d", i, err, kl__error_get(),
+                     cases[i].want_err);
+        /* kl__lease_parse then gives jansson's answer. */
+        assert_int_equal(kl__lease_parse(&l, cases[i].body, strlen(cases[i].body)), err);
+        assert_true((l != NULL) == (err == 0));
+        kl__lease_free(l);
+    }
+}
+
+/* jansson skips a NUL byte after a literal (its lexer ungets it, then
+ * takes it for an empty buffer): found by the fuzz target. The scanner
+ * declines; the Lease keeps no text then (it would be no C string), and
+ * its tree's dump stands in. */
+static void test_scan_nul_after_literal(void **state)
+{
+    static const char body[] = "{\"metadata\":{\"name\":\"x\"},\"x\":[null\0,true]}";
+    kl__lease *l;
+    char *text;
+    int err;
+
+    (void)state;
+    assert_int_equal(scan_vs_jansson(body, sizeof(body) - 1, &err), 1);
+    assert_int_equal(err, 0);
+    assert_int_equal(kl__lease_parse(&l, body, sizeof(body) - 1), 0);
+    assert_null(l->text);
+    text = kl__lease_text_dup(l);
+    assert_string_equal(text, "{\"metadata\":{\"name\":\"x\"},\"x\":[null,true]}");
+    kl__free(text);
+    kl__lease_free(l);
+}
+
+/* Watch events: the bookmark, the object before the type, an escaped type
+ * are taken; ERROR events, unknown types and duplicates go to jansson. */
+static void test_scan_watch_events(void **state)
+{
+    static const struct {
+        const char *line;
+        int taken, want_err;
+    } cases[] = {
+        {"{\"type\":\"BOOKMARK\",\"object\":{\"kind\":\"Lease\",\"metadata\":{"
+         "\"resourceVersion\":\"7\",\"annotations\":{\"k8s.io/initial-events-end\":\"true\"}}}}",
+         1, 0},
+        {"{\"object\":{\"metadata\":{\"name\":\"x\",\"resourceVersion\":\"8\"}},"
+         "\"type\":\"ADDED\"}",
+         1, 0},
+        {" {\"type\":\"DELETED\",\"object\":{\"metadata\":{\"name\":\"x\"}}}\r\n", 1, 0},
+        {"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":\"\"}}}", 1, 0},
+        {"{\"type\":\"ERROR\",\"object\":{\"kind\":\"Status\",\"code\":410}}", 0, 0},
+        {"{\"type\":\"MODI\\u0046IED\",\"object\":{\"metadata\":{\"name\":\"x\"}}}", 1, 0},
+        {"{\"type\":\"ADDED\",\"type\":\"MODIFIED\",\"object\":{\"metadata\":{\"name\":\"x\"}}}", 0,
+         0},
+        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"x\"}},\"object\":{}}", 0,
+         K8SLEASE_EPROTOCOL},
+        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"x\"}}}x", 0, K8SLEASE_EPROTOCOL},
+        {"{\"type\":\"ADDED\",\"object\":{\"metadata\":{\"name\":\"x\"},\"x\":0.5}}", 0, 0},
+        {"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":[]}}", 0, K8SLEASE_EPROTOCOL},
+        {"{\"type\":\"BOOKMARK\",\"object\":{\"metadata\":{\"resourceVersion\":null}}}", 0,
+         K8SLEASE_EPROTOCOL},
+        {"{\"type\":\"ADDEDADDEDADDEDADDED\",\"object\":{}}", 0, K8SLEASE_EPROTOCOL},
+        {"{\"type\":\"ADDED\",\"object\":\"x\"}", 0, K8SLEASE_EPROTOCOL},
+        {"[{\"type\":\"ADDED\",\"object\":{}}]", 0, K8SLEASE_EPROTOCOL},
+        {"", 0, K8SLEASE_EPROTOCOL},
+    };
+    int err;
+
+    (void)state;
+    for (size_t i = 0; i < KL_ARRAY_LEN(cases); i++) {
+        kl__watch_event ev;
+        int rc = event_scan_vs_jansson(cases[i].line, strlen(cases[i].line), &err);
+
+        if (rc != !cases[i].taken || err != cases[i].want_err)
+            fail_msg("case %zu: scanner %d, jansson %d (%s): %s", i, rc, err, kl__error_get(),
+                     cases[i].line);
+        assert_int_equal(kl__watch_event_parse(&ev, cases[i].line, strlen(cases[i].line)), err);
+        kl__watch_event_clear(&ev);
+    }
+}
+
+/* Text and tree: the tree is built on demand and kept; the text can be
+ * copied or moved out; a Lease from a tree gives its dump. */
+static void test_lease_text_and_root(void **state)
+{
+    const char *body = " {\"metadata\":{\"name\":\"x\",\"namespace\":\"ns\"},\"spec\":{"
+                       "\"holderIdentity\":\"h\",\"leaseTransitions\":2}}\n";
+    kl__lease *l, *t;
+    json_t *root;
+    char *text, *again;
+
+    (void)state;
+    assert_int_equal(kl__lease_parse(&l, body, strlen(body)), 0);
+    /* The object's text, without the whitespace around it. */
+    assert_int_equal(l->text_len, strlen(body) - 2);
+    assert_memory_equal(l->text, body + 1, l->text_len);
+    assert_null(l->root);
+    root = kl__lease_root(l);
+    assert_non_null(root);
+    assert_ptr_equal(kl__lease_root(l), root);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(root, "spec"), "holderIdentity")), "h");
+    text = kl__lease_text_dup(l);
+    assert_string_equal(text, l->text);
+    assert_ptr_not_equal(text, l->text);
+    kl__free(text);
+
+    /* Taken: the fields stay, the text is gone; the tree built before stays. */
+    text = kl__lease_text_take(l);
+    assert_null(l->text);
+    assert_string_equal(l->name, "x");
+    assert_string_equal(l->spec.holder, "h");
+    assert_ptr_equal(kl__lease_root(l), root);
+    again = kl__lease_text_take(l); /* no text: the tree's dump */
+    assert_non_null(again);
+    assert_int_equal(kl__lease_parse(&t, again, strlen(again)), 0);
+    assert_string_equal(t->ns, "ns");
+    assert_int_equal(t->spec.transitions, 2);
+    kl__lease_free(t);
+    kl__free(again);
+    kl__lease_free(l);
+
+    /* Taken before any tree: none can be built any more. */
+    assert_int_equal(kl__lease_parse(&l, text, strlen(text)), 0);
+    kl__free(text);
+    text = kl__lease_text_take(l);
+    kl__error_clear();
+    assert_null(kl__lease_root(l));
+    assert_error_contains("Lease x: its text was taken");
+    assert_null(kl__lease_encode_update_in_place(l, &l->spec));
+    kl__lease_free(l);
+
+    /* An update from the text alone, without a tree, is the tree's update. */
+    assert_int_equal(kl__lease_parse(&l, text, strlen(text)), 0);
+    assert_int_equal(kl__lease_parse_json(&t, text, strlen(text)), 0);
+    assert_null(l->root);
+    assert_non_null(t->root);
+    {
+        char *a = kl__lease_encode_update(l, &l->spec), *b = kl__lease_encode_update(t, &t->spec);
+
+        assert_non_null(a);
+        assert_string_equal(a, b);
+        kl__free(a);
+        kl__free(b);
+    }
+    assert_null(l->root); /* the copy was the tree built from the text */
+    kl__lease_free(t);
+    kl__lease_free(l);
+    kl__free(text);
+
+    /* From a tree: no text, the dump instead. */
+    root = json_pack("{s:{s:s}}", "metadata", "name", "y");
+    assert_int_equal(kl__lease_from_json(&l, root), 0);
+    assert_null(l->text);
+    text = kl__lease_text_dup(l);
+    assert_string_equal(text, "{\"metadata\":{\"name\":\"y\"}}");
+    kl__free(text);
+    kl__lease_free(l);
+    json_decref(root);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1105,6 +1628,10 @@ static void test_watch_event_errors(void **state)
         kl__watch_event ev;
 
         memset(&ev, 0x5a, sizeof(ev));
+        assert_int_equal(kl__watch_event_scan(&ev, cases[i].line, strlen(cases[i].line)), 1);
+        assert_null(ev.lease);
+        assert_null(ev.bookmark_rv);
+        memset(&ev, 0x5a, sizeof(ev));
         if (kl__watch_event_parse(&ev, cases[i].line, strlen(cases[i].line)) != K8SLEASE_EPROTOCOL)
             fail_msg("case %zu (%s) was not rejected", i, cases[i].line);
         assert_error_contains(cases[i].msg);
@@ -1330,6 +1857,43 @@ static int fa_create(void)
     return 0;
 }
 
+/* The scanner's Lease: its text copied and taken, its tree built. */
+static int fa_scan_text_root(void)
+{
+    kl__lease *l = NULL;
+    char *text;
+    int err;
+
+    if ((err = kl__lease_scan(&l, fa_body, fa_len)) != 0)
+        return err;
+    err = K8SLEASE_ENOMEM;
+    if ((text = kl__lease_text_dup(l)) != NULL && kl__lease_root(l) != NULL)
+        err = 0;
+    kl__free(text);
+    text = kl__lease_text_take(l);
+    kl__lease_free(l);
+    kl__free(text);
+    return err;
+}
+
+static int fa_parse_json(void)
+{
+    kl__lease *l = NULL;
+    int err = kl__lease_parse_json(&l, fa_body, fa_len);
+
+    kl__lease_free(l);
+    return err;
+}
+
+static int fa_watch_json(void)
+{
+    kl__watch_event ev;
+    int err = kl__watch_event_parse_json(&ev, fa_body, fa_len);
+
+    kl__watch_event_clear(&ev);
+    return err;
+}
+
 static int fa_watch(void)
 {
     kl__watch_event ev;
@@ -1400,7 +1964,10 @@ static void test_failalloc(void **state)
     run_failalloc("200_get.json", fa_parse_and_update);
     run_failalloc("201_put_create_on_update.json", fa_parse_and_update);
     run_failalloc("200_get.json", fa_create);
+    run_failalloc("200_update.json", fa_scan_text_root);
+    run_failalloc("200_update.json", fa_parse_json);
     run_failalloc("watch_event_modified.json", fa_watch);
+    run_failalloc("watch_event_modified.json", fa_watch_json);
     run_failalloc("410_gone_watch_cache.json", fa_watch);
     run_failalloc("404_notfound_get.json", fa_status);
     run_failalloc("watch_events_clientgo_election.jsonl", fa_splitter);
@@ -1414,6 +1981,15 @@ int main(void)
         cmocka_unit_test(test_lease_parse_errors),
         cmocka_unit_test(test_lease_parse_wrong_kind_samples),
         cmocka_unit_test(test_lease_from_json_refcount),
+        cmocka_unit_test(test_scan_samples),
+        cmocka_unit_test(test_scan_watch_samples),
+        cmocka_unit_test(test_scan_capture),
+        cmocka_unit_test(test_scan_escapes),
+        cmocka_unit_test(test_scan_holder_container),
+        cmocka_unit_test(test_scan_declines),
+        cmocka_unit_test(test_scan_nul_after_literal),
+        cmocka_unit_test(test_scan_watch_events),
+        cmocka_unit_test(test_lease_text_and_root),
         cmocka_unit_test(test_encode_create),
         cmocka_unit_test(test_encode_create_escaping),
         cmocka_unit_test(test_encode_update_preserves_unknown),
