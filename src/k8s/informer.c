@@ -563,7 +563,7 @@ static int64_t window(const stream *st)
     int64_t w = 3 * st->rp, b = 2 * st->inf->bookmark_gap;
 
     w = w > b ? w : b;
-    return st->inf->pods ? w + connect_timeout_ms(st) * KL_NS_PER_MS : w;
+    return w + connect_timeout_ms(st) * KL_NS_PER_MS;
 }
 
 static int64_t restart_after(const stream *st)
@@ -730,8 +730,8 @@ static void on_probe(const kl__http_result *res, void *arg)
              * answers nothing (on_health). */
             st->expect_rv = seen;
             st->expect_by = st->last_probe + st->rp;
-        } else if (inf->pods) {
-            /* Nothing missed: a quiet Pod stream is a healthy one. */
+        } else {
+            /* Nothing missed: a quiet stream is a healthy one. */
             activity(st);
         }
     }

@@ -24,7 +24,8 @@
  *
  * Health: a stream is healthy while it is established (list answered, watch
  * headers received, not failed since) and something (list, event, bookmark)
- * arrived within W = max(3 * RP, 2 * B), RP the smallest retry period of
+ * arrived within W = max(3 * RP, 2 * B) + the probe's timeout (below),
+ * RP the smallest retry period of
  * its subscribers so far (2 s for holder watches), B the shortest interval
  * between two bookmarks seen on this client (0 until seen). A stream that
  * fails tells its subscribers at once and resumes; one that is silent for
@@ -39,8 +40,13 @@
  * (through a load balancer, to a replica that answers). If it is answered
  * with a newer resourceVersion than the stream has shown, the stream missed
  * changes (its connection is another one, or over HTTP/1.1 its own): it
- * resumes, on a new connection. So a stream on a connection that answers
- * nothing is back within 3 * RP (+ a balancer's own detection).
+ * resumes, on a new connection. If it is answered with the resourceVersion
+ * the stream has shown (nothing missed), that counts as activity: a quiet
+ * stream (a Lease nobody renews, a Pod) is a healthy one, kept so by a GET
+ * every 2 * RP, and its subscribers can rely on it (a follower acts when
+ * the dead leader's Lease expires instead of polling for it). So a stream
+ * on a connection that answers nothing is back within 3 * RP (+ a
+ * balancer's own detection).
  *
  * Pods: /api/v1/namespaces/NS/pods. A Pod's own stream reads it with a GET
  * of the Pod (404: absent) instead of a list, then WATCHes with
@@ -48,10 +54,7 @@
  * recent state after a 404), so RBAC's get and watch on pods are enough;
  * the namespace-wide stream (above the same threshold) lists, and goes back
  * to one stream per Pod if that is forbidden, as for Leases. Subscribers
- * get KL_SUB_OBJECT with pod set. A Pod changes rarely, so silence is no
- * sign of trouble there: a probe answered with the resourceVersion the
- * stream has shown (nothing missed) counts as activity, and the window is W
- * plus the probe's timeout. A subscriber that starts on a Pod already
+ * get KL_SUB_OBJECT with pod set. A subscriber that starts on a Pod already
  * followed (another subscriber's: an elector's crash failover, a holder
  * read's) is told the last state its stream showed (KL_SUB_OBJECT or
  * KL_SUB_ABSENT) on the next loop turn, unless an event came first: a Pod
