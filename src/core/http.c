@@ -1470,9 +1470,12 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *arg, void *sockp
          * back, or libcurl forgot it: the other operation. */
         op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
         if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+            /* Not -1, which would end the whole multi handle for good: the
+             * transfers on this socket end by their own timeouts (a
+             * stream's idle timeout), and the next try asks again. */
             kl__log_printf(loop->log, K8SLEASE_LOG_ERROR, "epoll_ctl on socket %d: error %d",
                            (int)fd, errno);
-            return -1;
+            return 0;
         }
     }
     curl_multi_assign(loop->multi, fd, (void *)(SOCK_TAG | ev.events));

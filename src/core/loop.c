@@ -6,7 +6,8 @@
  * progress and run its callbacks, run the timers that are due, run the
  * posted closures, then sleep in the io's wait until the earliest of the io's
  * own deadline, the first timer and POLL_MAX_MS; a post wakes it. When
- * something is due at once, the next iteration starts without a wait. */
+ * something is due at once, the next iteration starts without a wait (once
+ * in a row). */
 #include "core/loop.h"
 
 #include <pthread.h>
@@ -212,7 +213,7 @@ static int poll_timeout(kl__loop *loop)
 static void *loop_main(void *arg)
 {
     kl__loop *loop = arg;
-    int stop = 0, timeout;
+    int stop = 0, timeout, skipped = 0;
 
     current_loop = loop;
     for (;;) {
@@ -223,11 +224,18 @@ static void *loop_main(void *arg)
         if (stop)
             break;
         /* Something is due already (a request just started, a timer for
-         * now): the next iteration, without a wait that would not sleep. */
-        if ((timeout = poll_timeout(loop)) > 0) {
-            loop->counts.waits++;
-            loop->io.wait(loop->io_data, timeout);
+         * now): the next iteration, without a wait that would not sleep;
+         * but not twice in a row, so that what keeps asking for "at once"
+         * cannot keep the io's sockets from being looked at. */
+        timeout = poll_timeout(loop);
+        if (timeout == 0 && !skipped) {
+            skipped = 1;
+            continue;
         }
+        skipped = 0;
+        if (timeout > 0)
+            loop->counts.waits++;
+        loop->io.wait(loop->io_data, timeout);
     }
     /* Closures posted before the stop still run: they may own memory that
      * only they free. */

@@ -417,9 +417,11 @@ static void idle_loops_wake_for_renewals_only(void **state)
     assert_true(renewals >= 4);
     assert_true(l1.timers - l0.timers <= renewals + 1 + renewals / 4);
     assert_true(f1.timers - f0.timers <= 1 + renewals / 4);
-    /* leader: the renewal, its answer, its own event, a bookmark (the test
-     * server's come every second); follower: the event, a bookmark */
-    assert_true(l1.waits - l0.waits <= 5 * renewals + 2);
+    /* Each TLS record may come on its own. Leader: the renewal's timer,
+     * the server's WINDOW_UPDATE (kube-apiserver), the answer's HEADERS
+     * and DATA, its own event, a bookmark (the test server's come every
+     * second); follower: the event, a bookmark. */
+    assert_true(l1.waits - l0.waits <= 6 * renewals + 2);
     assert_true(f1.waits - f0.waits <= 3 * renewals + 2);
     k8slease_elector_free(b);
     k8slease_elector_free(a);
