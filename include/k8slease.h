@@ -444,9 +444,9 @@ typedef struct k8slease_holder {
  *  then on reads are answered from the last state that watch delivered,
  *  without a request, while the watch is healthy (docs/semantics.md,
  *  "Holder reads"): the server's state as of its last event, typically a
- *  few ms old, and never older than the watch's health window (6 s at
- *  most, unless the server's bookmarks are slower). A read while the
- *  watch is not healthy is a GET. A write of this client (an election's,
+ *  few ms old; a watch that stops delivering is found by its probes, so
+ *  at worst about 8 s old. A read while the watch is not healthy is a
+ *  GET. A write of this client (an election's,
  *  k8slease_lease_release) is seen by its next read. A Lease not read for
  *  60 s is no longer followed. With crash_failover, the holder's Pod (as
  *  its record in the Lease names it) is followed on a watch too, and read
