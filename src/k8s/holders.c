@@ -73,8 +73,6 @@ void kl__holder_state_clear(kl__holder_state *s)
 
 int kl__holder_state_of(kl__holder_state *out, const kl__lease *lease, int crash)
 {
-    kl__crash_record r;
-
     memset(out, 0, sizeof(*out));
     out->identity = kl__strdup(lease->spec.holder ? lease->spec.holder : "");
     out->rv = kl__strdup(lease->rv);
@@ -86,13 +84,11 @@ int kl__holder_state_of(kl__holder_state *out, const kl__lease *lease, int crash
     out->duration_s = lease->spec.duration_s;
     if (!out->identity || !out->rv || !out->strategy || !out->preferred_holder)
         goto nomem;
-    /* A record that is not one is no record: no evidence can come of it. */
-    if (crash && kl__crash_record_of_lease(lease, &r) == 0) {
-        out->crash_record = kl__crash_record_encode(&r);
-        kl__crash_record_clear(&r);
-        if (!out->crash_record)
-            goto nomem;
-    }
+    /* The annotation's text as it came: it is parsed where it is used
+     * (term_record, holder_ended), and one that is no record is none. */
+    if (crash && lease->holder_container &&
+        !(out->crash_record = kl__strdup(lease->holder_container)))
+        goto nomem;
     return 0;
 nomem:
     kl__holder_state_clear(out);
