@@ -162,22 +162,28 @@ void kl__free(void *p)
     free(p);
 }
 
-char *kl__sprintf(const char *fmt, ...)
+char *kl__vsprintf(const char *fmt, va_list ap)
 {
-    va_list ap;
+    va_list ap2;
     int n;
     char *s;
 
-    va_start(ap, fmt);
-    n = vsnprintf(NULL, 0, fmt, ap);
-    va_end(ap);
-    if (n < 0)
+    va_copy(ap2, ap);
+    n = vsnprintf(NULL, 0, fmt, ap2);
+    va_end(ap2);
+    if (n < 0 || !(s = kl__malloc((size_t)n + 1)))
         return NULL;
-    s = kl__malloc((size_t)n + 1);
-    if (!s)
-        return NULL;
-    va_start(ap, fmt);
     vsnprintf(s, (size_t)n + 1, fmt, ap);
+    return s;
+}
+
+char *kl__sprintf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s;
+
+    va_start(ap, fmt);
+    s = kl__vsprintf(fmt, ap);
     va_end(ap);
     return s;
 }

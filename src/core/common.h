@@ -73,6 +73,7 @@ char *kl__strdup(const char *s);
 char *kl__strndup(const char *s, size_t n);
 void kl__free(void *p);
 char *kl__sprintf(const char *fmt, ...) KL_PRINTF(1, 2);
+char *kl__vsprintf(const char *fmt, va_list ap) KL_PRINTF(1, 0);
 /* Test hook: fail the allocation after n more succeed (n < 0: never). */
 void kl__alloc_fail_after(long n);
 

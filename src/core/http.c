@@ -96,6 +96,8 @@
 /* Easy handles kept for reuse: a new one costs an allocation of its buffers
  * and every option again. At most what can be active at once. */
 #define SPARE_EASY MAX_ACTIVE
+/* Each easy handle's receive buffer (CURLOPT_BUFFERSIZE, see easy_setup). */
+#define EASY_BUFFER_SIZE 4096L
 /* Until an elector asks for less: half of client-go's default renew
  * deadline. */
 #define DEFAULT_DEAD_MS 5000
@@ -194,9 +196,15 @@ struct kl__http_req {
     int busy; /* inside on_data or done: cancel only marks it */
     int cancelled;
     int err;
-    char errmsg[1024];
+    int unsent;   /* err: resolving or connecting failed, nothing was sent */
+    char *errmsg; /* why err, on the heap: most requests never need one */
     char errbuf[CURL_ERROR_SIZE];
 };
+
+static const char *req_errmsg(const kl__http_req *req)
+{
+    return req->errmsg ? req->errmsg : "out of memory describing the error";
+}
 
 /* ------------------------------------------------------------------------ */
 /* Credentials                                                              */
@@ -339,10 +347,12 @@ static void set_req_error(kl__http_req *req, int err, const char *fmt, ...)
 {
     va_list ap;
 
+    kl__free(req->errmsg);
     va_start(ap, fmt);
-    vsnprintf(req->errmsg, sizeof(req->errmsg), fmt, ap);
+    req->errmsg = kl__vsprintf(fmt, ap); /* NULL: req_errmsg() says so */
     va_end(ap);
     req->err = err;
+    req->unsent = 0;
 }
 
 static void map_curl_error(http *loop, kl__http_req *req, CURLcode rc)
@@ -418,6 +428,7 @@ static void map_curl_error(http *loop, kl__http_req *req, CURLcode rc)
     }
     set_req_error(req, err, "%s%s: %s: %s", req_server(loop, req), connection ? "" : req->path,
                   kind, detail);
+    req->unsent = rc == CURLE_COULDNT_RESOLVE_HOST || rc == CURLE_COULDNT_CONNECT;
 }
 
 static void make_ready(http *loop, kl__http_req *req)
@@ -928,6 +939,7 @@ static void req_free(http *loop, kl__http_req *req)
     kl__free(req->authorization);
     kl__wipe(req->body, req->body_len);
     kl__free(req->body);
+    kl__free(req->errmsg);
     if (req->counted) {
         loop->active--;
         pump(loop);
@@ -951,14 +963,15 @@ static void req_complete(http *loop, kl__http_req *req)
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
     curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
     res.err = req->err;
-    res.errmsg = req->err ? req->errmsg : "";
+    res.errmsg = req->err ? req_errmsg(req) : "";
+    res.unsent = req->err && req->unsent;
     res.status = status;
     res.body = req->resp.data && !req->streaming ? req->resp.data : "";
     res.body_len = req->resp.data && !req->streaming ? req->resp.len : 0;
     res.content_type = content_type ? content_type : "";
     if (req->err)
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: %s", req->method,
-                       req_server(loop, req), req->path, req->errmsg);
+                       req_server(loop, req), req->path, req_errmsg(req));
     else
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s %s%s: HTTP %ld", req->method,
                        req_server(loop, req), req->path, status);
@@ -1063,6 +1076,11 @@ static CURLcode easy_setup(http *loop, CURL *e)
     CURLcode rc;
 
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    /* A Lease or an event is a few hundred bytes: libcurl's default 16 KB
+     * receive buffer per handle would be most of a handle's memory, and
+     * MAX_ACTIVE of them stay allocated. Over HTTP/2 it does not size the
+     * reads from the socket (the connection's own buffer does). */
+    curl_easy_setopt(e, CURLOPT_BUFFERSIZE, EASY_BUFFER_SIZE);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_write);
     curl_easy_setopt(e, CURLOPT_FOLLOWLOCATION, 0L);
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);

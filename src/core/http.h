@@ -35,6 +35,8 @@ typedef struct kl__http_result {
     int err; /* 0: an HTTP response arrived (any status); else a K8SLEASE_E* code */
     const char
         *errmsg;      /* err != 0: what went wrong ("connect to https://...: Connection refused") */
+    int unsent;       /* err != 0 and the request surely never reached the server
+                         (its name did not resolve, or no connection was made) */
     long status;      /* HTTP status, 0 if none */
     const char *body; /* NUL-terminated; "" if none */
     size_t body_len;

@@ -338,12 +338,10 @@ static int is_conn_failure(int err)
 }
 
 /* The request surely never reached etcd, so sending it elsewhere cannot
- * apply it twice (core/http.c names the kind of failure in its message). */
+ * apply it twice. */
 static int never_sent(const kl__http_result *res)
 {
-    return res->err == K8SLEASE_ETLS ||
-           (res->err == K8SLEASE_ETRANSPORT &&
-            (strstr(res->errmsg, ": connect: ") || strstr(res->errmsg, ": resolve: ")));
+    return res->err == K8SLEASE_ETLS || (res->err == K8SLEASE_ETRANSPORT && res->unsent);
 }
 
 static int need_token(const kl__etcd_conn *conn)

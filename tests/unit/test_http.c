@@ -339,7 +339,7 @@ static void server_ack_line1(void)
 
 typedef struct result {
     int done_calls;
-    int err;
+    int err, unsent;
     char errmsg[1024];
     long status;
     char body[65536];
@@ -389,6 +389,7 @@ static void on_done(const kl__http_result *res, void *arg)
     pthread_mutex_lock(&T.mu);
     r->done_calls++;
     r->err = res->err;
+    r->unsent = res->unsent;
     snprintf(r->errmsg, sizeof(r->errmsg), "%s", res->errmsg ? res->errmsg : "(null)");
     r->status = res->status;
     memcpy(r->body, res->body, n);
@@ -1181,6 +1182,7 @@ static void test_timeout(void **state)
     wait_done(&T.r[0]);
     assert_int_equal(T.r[0].err, K8SLEASE_ETIMEOUT);
     assert_non_null(strstr(T.r[0].errmsg, "/block: timeout"));
+    assert_false(T.r[0].unsent); /* the server had it */
     assert_true(kl__clock_mono_ns() - t0 < 10 * KL_NS_PER_S);
 }
 
@@ -1310,6 +1312,7 @@ static void test_connection_refused(void **state)
     assert_int_equal(T.r[0].status, 0);
     assert_true(strncmp(T.r[0].errmsg, url, strlen(url)) == 0);
     assert_non_null(strstr(T.r[0].errmsg, ": connect: "));
+    assert_true(T.r[0].unsent); /* nothing left: safe to send elsewhere */
 }
 
 static void test_body_cap(void **state)
