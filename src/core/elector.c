@@ -11,9 +11,12 @@
 #include "core/clock.h"
 #include "core/elector.h"
 
-void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
-                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
-                           const char *what_fmt, ...)
+/* end_reason when its copy could not be allocated. */
+static char end_reason_oom[] = "out of memory keeping the reason";
+
+int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
+                          const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                          const char *what_fmt, ...)
 {
     pthread_condattr_t attr;
     va_list ap;
@@ -32,13 +35,19 @@ void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
     atomic_init(&e->epoch, -1);
     atomic_init(&e->leader_deadline, 0);
     kl__timer_init(&e->reap, NULL, e); /* armed only once retired */
+    /* Sized to the text: a fixed buffer would cost every election of
+     * thousands the longest name's room. */
     va_start(ap, what_fmt);
-    vsnprintf(e->what, sizeof(e->what), what_fmt, ap);
+    e->what = kl__vsprintf(what_fmt, ap);
     va_end(ap);
+    return e->what ? 0 : kl__error_set(K8SLEASE_ENOMEM, "out of memory");
 }
 
 void kl__elector_head_destroy(k8slease_elector *e)
 {
+    if (e->end_reason != end_reason_oom)
+        kl__free(e->end_reason);
+    kl__free(e->what);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);
 }
@@ -160,8 +169,12 @@ uint64_t kl__elector_seed(const void *p)
 
 void kl__elector_report_error(k8slease_elector *e, const char *message)
 {
+    char *copy = kl__strdup(message);
+
     pthread_mutex_lock(&e->mu);
-    snprintf(e->end_reason, sizeof(e->end_reason), "%s", message);
+    if (e->end_reason != end_reason_oom)
+        kl__free(e->end_reason);
+    e->end_reason = copy ? copy : end_reason_oom;
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -293,7 +306,8 @@ K8SLEASE_API int k8slease_elector_wait_elected(k8slease_elector *e, int64_t time
     if (err == 0 && term_over(e))
         err = kl__error_set(K8SLEASE_ESTATE, "%s: election over %s%s%s", e->what,
                             e->elected ? "(leadership already lost)" : "without becoming leader",
-                            e->end_reason[0] ? ": " : "", e->end_reason);
+                            e->end_reason && e->end_reason[0] ? ": " : "",
+                            e->end_reason ? e->end_reason : "");
     else if (err == K8SLEASE_ETIMEOUT)
         kl__error_set(err, "%s: not elected within %lld ms", e->what, (long long)timeout_ms);
     pthread_mutex_unlock(&e->mu);

@@ -54,7 +54,7 @@ typedef void (*kl__elector_note_cb)(const kl__elector_note *note, void *arg);
 struct k8slease_elector {
     k8slease_client *client;
     const kl__elector_backend *backend;
-    char what[300];                /* "lease NS/NAME", "etcd election NAME": for messages */
+    char *what;                    /* "lease NS/NAME", "etcd election NAME": for messages */
     k8slease_elector_options opts; /* callbacks and user_data; strings not kept */
 
     /* Shared with the threads that wait. */
@@ -65,7 +65,7 @@ struct k8slease_elector {
     int done;          /* DONE happened: nothing left in flight */
     int stop_posted;   /* a STOP was sent to the loop */
     k8slease_elector_stats stats;
-    char end_reason[512]; /* why the election ended on its own, "" if it did not */
+    char *end_reason; /* why the election ended on its own, NULL if it did not */
     _Atomic int64_t epoch;
     _Atomic int64_t leader_deadline; /* monotonic ns while leader, else 0 */
 
@@ -102,10 +102,12 @@ struct kl__elector_backend {
 };
 
 /* Set up the head: copies opts (without its strings), mutex, condition,
- * atomics (epoch -1), stats version. what: printf-style description. */
-void kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
-                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
-                           const char *what_fmt, ...) KL_PRINTF(5, 6);
+ * atomics (epoch -1), stats version. what: printf-style description, kept
+ * in a string of its size. 0, or K8SLEASE_ENOMEM with the message set; the
+ * head is to be destroyed either way (e zeroed before). */
+int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
+                          const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                          const char *what_fmt, ...) KL_PRINTF(5, 6);
 void kl__elector_head_destroy(k8slease_elector *e);
 
 /* Loop thread, as the backend's machine says: */

@@ -540,8 +540,9 @@ static int create(k8slease_elector **out, k8slease_client *client,
 
     if (!(e = kl__calloc(1, sizeof(*e))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    kl__elector_head_init(&e->pub, client, &kl__etcd_elector_backend, opts, "etcd election %s",
-                          opts->name);
+    if ((err = kl__elector_head_init(&e->pub, client, &kl__etcd_elector_backend, opts,
+                                     "etcd election %s", opts->name)) < 0)
+        goto out;
     /* As the Kubernetes backend: a request may take at most half the renew
      * deadline, but at least 1 s. Keepalives too: one that hangs must not
      * hold back the next one until the lease is gone. */

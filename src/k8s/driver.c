@@ -709,8 +709,9 @@ static int create(k8slease_elector **out, k8slease_client *client,
 
     if (!(e = kl__calloc(1, sizeof(*e))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts, "lease %s/%s", ns,
-                          opts->name);
+    if ((err = kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts, "lease %s/%s",
+                                     ns, opts->name)) < 0)
+        goto out;
     e->ns = kl__strdup(ns);
     e->name = kl__strdup(opts->name);
     e->identity = kl__strdup(opts->identity);
