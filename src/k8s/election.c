@@ -93,12 +93,37 @@ static void request(kl__elector *e, kl__elector_req req, const kl__lease_spec *s
     e->req_fast_path = 0;
 }
 
-static int same_name(const char *stored, size_t stored_len, uint64_t stored_hash, const char *s,
-                     size_t len, uint64_t hash)
+/* The holder kept (truncated to its buffer) is s, of FNV-1a hash. */
+static int same_holder(const kl__elector *e, const char *s, size_t len, uint64_t fnv)
 {
     size_t n = len < KL_IDENTITY_MAX - 1 ? len : KL_IDENTITY_MAX - 1;
 
-    return stored_len == len && stored_hash == hash && memcmp(stored, s, n) == 0;
+    return e->holder_id.len == len && e->holder_id.fnv == fnv && memcmp(e->holder, s, n) == 0;
+}
+
+/* A hash unrelated to FNV-1a: each byte mixed in by a multiply and a
+ * shift (the golden-ratio constant of splitmix64). */
+static uint64_t mix_hash(const char *s, size_t len)
+{
+    uint64_t h = len;
+
+    for (size_t i = 0; i < len; i++) {
+        h = (h ^ (unsigned char)s[i]) * 0x9e3779b97f4a7c15u;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static kl__name_id name_id(const char *s, size_t len, uint64_t fnv)
+{
+    kl__name_id id = {len, fnv, mix_hash(s, len)};
+
+    return id;
+}
+
+static int same_id(const kl__name_id *a, const kl__name_id *b)
+{
+    return a->len == b->len && a->fnv == b->fnv && a->mix == b->mix;
 }
 
 static void copy_name(char *dst, const char *s, size_t len)
@@ -114,7 +139,8 @@ static int holder_is_self(const kl__elector *e)
     size_t len = strlen(e->cfg.identity);
 
     /* identity is shorter than the buffer, so a match is never a prefix */
-    return e->have_observed && e->holder_len == len && memcmp(e->holder, e->cfg.identity, len) == 0;
+    return e->have_observed && e->holder_id.len == len &&
+           memcmp(e->holder, e->cfg.identity, len) == 0;
 }
 
 /* observed_time only moves when the record changes: a leader that stopped
@@ -130,16 +156,14 @@ static void observe(kl__elector *e, const kl__lease_spec *s, const char *preferr
     int preferred_other =
         e->cfg.coordinated && preferred && preferred[0] && strcmp(preferred, e->cfg.identity) != 0;
 
-    if (!written && e->have_observed &&
-        same_name(e->holder, e->holder_len, e->holder_hash, h, len, hash) &&
+    if (!written && e->have_observed && same_holder(e, h, len, hash) &&
         e->duration_s == s->duration_s && e->acquire_us == s->acquire_us &&
         e->renew_us == s->renew_us && e->transitions == s->transitions &&
         e->preferred_other == preferred_other)
         return;
     e->preferred_other = preferred_other;
     copy_name(e->holder, h, len);
-    e->holder_len = len;
-    e->holder_hash = hash;
+    e->holder_id = name_id(h, len, hash);
     e->duration_s = s->duration_s;
     e->acquire_us = s->acquire_us;
     e->renew_us = s->renew_us;
@@ -156,16 +180,13 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
      * in coordinated mode, the holder's first write after the controller
      * named it) is news to a follower that fences by epoch. */
     if (!e->have_observed || (e->have_reported && e->reported_epoch == e->transitions &&
-                              same_name(e->reported, e->reported_len, e->reported_hash, e->holder,
-                                        e->holder_len, e->holder_hash)))
+                              same_id(&e->reported, &e->holder_id)))
         return;
     e->reported_epoch = e->transitions;
-    memcpy(e->reported, e->holder, sizeof(e->reported));
-    e->reported_len = e->holder_len;
-    e->reported_hash = e->holder_hash;
+    e->reported = e->holder_id;
     e->have_reported = 1;
     a = push(out, KL_ACT_NEW_LEADER);
-    a->identity = e->reported;
+    a->identity = e->holder;
     a->epoch = e->transitions;
 }
 
@@ -174,8 +195,7 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
 static int observed_ended(const kl__elector *e)
 {
     return e->have_ended && e->have_observed && e->transitions == e->ended_transitions &&
-           same_name(e->holder, e->holder_len, e->holder_hash, e->ended, e->ended_len,
-                     e->ended_hash);
+           same_id(&e->holder_id, &e->ended);
 }
 
 /* Held by someone else, judged by our monotonic clock only. A zero duration
@@ -183,7 +203,7 @@ static int observed_ended(const kl__elector *e)
  * to have ended. */
 static int held_by_other(const kl__elector *e, int64_t now)
 {
-    return e->holder_len > 0 && !holder_is_self(e) && !observed_ended(e) &&
+    return e->holder_id.len > 0 && !holder_is_self(e) && !observed_ended(e) &&
            kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
 }
 
@@ -501,9 +521,7 @@ static void on_holder_ended(kl__elector *e, const kl__lease_spec *s, int64_t now
 
     if (e->cfg.coordinated || !len)
         return;
-    copy_name(e->ended, h, len);
-    e->ended_len = len;
-    e->ended_hash = kl__fnv1a(h, len);
+    e->ended = name_id(h, len, kl__fnv1a(h, len));
     e->ended_transitions = s->transitions;
     e->have_ended = 1;
     if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE && observed_ended(e))

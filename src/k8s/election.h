@@ -202,6 +202,15 @@ typedef struct kl__elector_actions {
     int n;
 } kl__elector_actions;
 
+/* A name the machine compares with the holder but never shows: its length
+ * and two unrelated 64-bit hashes, not its text (a text buffer each would
+ * cost every election of thousands a kilobyte). Names that differ match
+ * only if both hashes collide at the same length. */
+typedef struct kl__name_id {
+    size_t len;
+    uint64_t fnv, mix;
+} kl__name_id;
+
 typedef struct kl__elector {
     kl__elector_config cfg;
     kl__elector_state state;
@@ -212,16 +221,13 @@ typedef struct kl__elector {
     /* observed record; holder longer than the buffer is truncated, and
      * compared by (length, FNV-1a 64, prefix) */
     char holder[KL_IDENTITY_MAX];
-    size_t holder_len;
-    uint64_t holder_hash;
+    kl__name_id holder_id;
     int64_t duration_s, acquire_us, renew_us, transitions;
     int preferred_other; /* coordinated: preferredHolder names another candidate */
     int have_observed;
     int64_t observed_time;
 
-    char reported[KL_IDENTITY_MAX]; /* last holder reported by NEW_LEADER */
-    size_t reported_len;
-    uint64_t reported_hash;
+    kl__name_id reported; /* last holder reported by NEW_LEADER */
     int64_t reported_epoch;
     int have_reported;
 
@@ -242,9 +248,7 @@ typedef struct kl__elector {
                             the request in flight is one sent before stopping */
     int watch_healthy;   /* the last WATCH event said healthy (never in poll_only mode) */
     /* Crash failover: the last term reported ended (HOLDER_ENDED). */
-    char ended[KL_IDENTITY_MAX];
-    size_t ended_len;
-    uint64_t ended_hash;
+    kl__name_id ended;
     int64_t ended_transitions;
     int have_ended;
     uint64_t rng;
