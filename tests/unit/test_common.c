@@ -8,6 +8,7 @@
 #include <cmocka.h>
 
 #include "core/client.h"
+#include "core/elector.h"
 #include "k8s/api.h"
 #include "core/common.h"
 
@@ -152,6 +153,37 @@ static void log_escapes_control_characters(void **state)
     assert_string_equal(got, "plain h\xc3\xa9te"); /* UTF-8 passes through */
 }
 
+/* The elector head keeps its description and end reason in strings of
+ * their size; out of memory, the start fails and a lost reason says so. */
+static void elector_head_strings(void **state)
+{
+    k8slease_elector_options opts = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector e;
+
+    (void)state;
+    memset(&e, 0, sizeof(e));
+    kl__alloc_fail_after(0);
+    assert_int_equal(kl__elector_head_init(&e, NULL, NULL, &opts, "lease %s/%s", "ns", "x"),
+                     K8SLEASE_ENOMEM);
+    kl__alloc_fail_after(-1);
+    assert_string_equal(k8slease_error_last(), "out of memory");
+    kl__elector_head_destroy(&e);
+
+    memset(&e, 0, sizeof(e));
+    assert_int_equal(kl__elector_head_init(&e, NULL, NULL, &opts, "lease %s/%s", "ns", "x"), 0);
+    assert_string_equal(e.what, "lease ns/x");
+    assert_null(e.end_reason);
+    kl__alloc_fail_after(0);
+    kl__elector_report_error(&e, "forbidden");
+    kl__alloc_fail_after(-1);
+    assert_string_equal(e.end_reason, "out of memory keeping the reason");
+    kl__elector_report_error(&e, "forbidden");
+    assert_string_equal(e.end_reason, "forbidden");
+    kl__elector_report_error(&e, "gone"); /* the last one is kept, the first freed */
+    assert_string_equal(e.end_reason, "gone");
+    kl__elector_head_destroy(&e); /* frees both (LeakSanitizer in the sanitizer build) */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -163,6 +195,7 @@ int main(void)
         cmocka_unit_test(name_checks),
         cmocka_unit_test(utf8_validation),
         cmocka_unit_test(log_escapes_control_characters),
+        cmocka_unit_test(elector_head_strings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
