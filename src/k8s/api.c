@@ -73,13 +73,16 @@ char *kl__lease_path(const char *ns, const char *name)
 
 int kl__lease_result(const kl__http_result *res, const char *what, kl__lease **lease)
 {
+    int err;
+
     *lease = NULL;
     if (res->err)
         return kl__error_set(res->err, "%s: %s", what, res->errmsg);
     if (res->status != 200 && res->status != 201)
         return kl__http_status_error(res->status, res->body, res->body_len, what);
-    if (kl__lease_parse(lease, res->body, res->body_len) < 0)
-        return kl__error_wrap(K8SLEASE_EPROTOCOL, "%s", what);
+    /* EPROTOCOL for a body that is no Lease; ENOMEM stays ENOMEM. */
+    if ((err = kl__lease_parse(lease, res->body, res->body_len)) < 0)
+        return kl__error_wrap(err, "%s", what);
     return 0;
 }
 

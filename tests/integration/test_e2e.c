@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "core/client.h"
+#include "core/common.h"
 #include "e2e.h"
 #include "k8s/holders.h"
 #include "k8slease.h"
@@ -641,6 +642,76 @@ static void holder_reads_stop_when_idle(void **state)
     k8slease_client_free(c);
 }
 
+/* One read of the standby under the failing allocator: 0 (the Lease names
+ * "a") or K8SLEASE_ENOMEM, nothing else. */
+static int oom_read(k8slease_client *c, const char *name, long n, int i)
+{
+    k8slease_holder *h = NULL;
+    int rc = k8slease_holder_get(c, NULL, name, 2000, &h);
+
+    if (rc == 0)
+        assert_string_equal(h->identity, "a");
+    else if (rc != K8SLEASE_ENOMEM)
+        fail_msg("allocation %ld failing: read %d: %s (%s)", n, i, k8slease_strerror(rc),
+                 k8slease_error_last());
+    else
+        assert_null(h);
+    k8slease_holder_free(h);
+    return rc;
+}
+
+/* Holder reads while allocations fail, from the n-th on (n = 0, 1, ...):
+ * the first read (a GET), the second (the Lease followed on the watch, and
+ * a GET), then reads until one is answered from the watch. Each ends with
+ * the holder or K8SLEASE_ENOMEM, and the client frees everything
+ * (LeakSanitizer in the sanitizer build); the loop ends at the first n
+ * whose reads all succeed, the last from the watch. The allocations of the
+ * loop thread (the follow's list and watch, the events) fail too. */
+static void holder_reads_out_of_memory(void **state)
+{
+    const char *name = "e2e-cached-oom";
+    k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_elector *a;
+    int clean = 0;
+    long n;
+
+    (void)state;
+    co.kubeconfig = getenv("KUBECONFIG");
+    a = start(name, "a", 1);
+    elected(a);
+    for (n = 0; n < 5000 && !clean; n++) {
+        k8slease_client *c = NULL;
+        uint64_t hits = 0, misses = 0;
+        int failed = 0, reads = 2;
+        int64_t end;
+
+        if (k8slease_client_new(&c, &co) != 0)
+            fail_msg("client: %s", k8slease_error_last());
+        kl__alloc_fail_after(n);
+        failed |= oom_read(c, name, n, 1) != 0;
+        failed |= oom_read(c, name, n, 2) != 0;
+        /* Once one allocation failed, every later one does: a read then
+         * fails at once, so this waits only while the follow can work. */
+        end = now_ms() + WAIT_MS;
+        while (!failed && hits == 0 && now_ms() < end) {
+            pause_ms(5);
+            failed |= oom_read(c, name, n, ++reads) != 0;
+            kl__holders_counts(c->holders, &hits, &misses);
+        }
+        kl__alloc_fail_after(-1);
+        if (!failed && hits == 0)
+            fail_msg("allocation %ld failing: no read answered from the watch in %d ms", n,
+                     WAIT_MS);
+        clean = !failed;
+        k8slease_client_free(c);
+    }
+    printf("holder reads answered from the watch after %ld runs with a failing allocation\n",
+           n - 1);
+    assert_true(clean);
+    assert_true(n > 1); /* some runs did fail */
+    k8slease_elector_free(a);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -658,6 +729,7 @@ int main(void)
         cmocka_unit_test(holder_reads_answered_from_watch),
         cmocka_unit_test(holder_read_after_own_write),
         cmocka_unit_test(holder_reads_stop_when_idle),
+        cmocka_unit_test(holder_reads_out_of_memory),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
