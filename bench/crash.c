@@ -28,6 +28,7 @@
 #include <jansson.h>
 
 #include "bench.h"
+#include "kubelet.h"
 
 #define POD_A        "bench-crash-a"
 #define POD_B        "bench-crash-b"
@@ -76,17 +77,6 @@ static void sleep_until(int64_t t_ns)
         ;
 }
 
-/* "2026-12-02T07:00:00Z" for wall second s. */
-static const char *rfc3339(int64_t s, char *buf, size_t len)
-{
-    time_t t = (time_t)s;
-    struct tm tm;
-
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
 static int64_t rfc3339_parse(const char *s)
 {
     struct tm tm = {0};
@@ -115,10 +105,8 @@ static int pod_create(bench_ctx *ctx, const char *name)
     long status;
 
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", srv_namespace(ctx));
-    snprintf(body, sizeof(body),
-             "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\"},"
-             "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"registry.k8s.io/pause\"}]}}",
-             name);
+    if (kubelet_json_pod(body, sizeof(body), name) < 0)
+        return -1;
     status = srv_api(ctx, "POST", path, body, NULL);
     if (status == 201 || status == 409) /* 409: left by an earlier run, as good */
         return 0;
@@ -143,11 +131,8 @@ static int pod_status(bench_ctx *ctx, const char *pod, const char *container_id,
     long status;
 
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/status", srv_namespace(ctx), pod);
-    snprintf(body, sizeof(body),
-             "{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"main\","
-             "\"containerID\":\"%s\",\"ready\":true,\"restartCount\":0,\"image\":\"pause\","
-             "\"imageID\":\"pause\",\"state\":%s,\"lastState\":{}}]}}",
-             container_id, state);
+    if (kubelet_json_status(body, sizeof(body), container_id, 0, state, "{}") < 0)
+        return -1;
     if ((status = srv_api(ctx, "PATCH", path, body, NULL)) == 200)
         return 0;
     bench_log("kubelet write of pod %s: HTTP %ld", pod, status);
@@ -158,10 +143,10 @@ static int pod_status(bench_ctx *ctx, const char *pod, const char *container_id,
  * the leader checks that). */
 static int pod_running(bench_ctx *ctx, const char *pod, const char *container_id)
 {
-    char state[128], at[32];
+    char state[128];
 
-    snprintf(state, sizeof(state), "{\"running\":{\"startedAt\":\"%s\"}}",
-             rfc3339((int64_t)time(NULL) - 60, at, sizeof(at)));
+    if (kubelet_json_running(state, sizeof(state), (int64_t)time(NULL) - 60) < 0)
+        return -1;
     return pod_status(ctx, pod, container_id, state);
 }
 
@@ -170,13 +155,11 @@ static int pod_running(bench_ctx *ctx, const char *pod, const char *container_id
 static int pod_terminated(bench_ctx *ctx, const char *pod, const char *container_id,
                           int64_t finished)
 {
-    char state[512], started[32], at[32];
+    char state[512];
 
-    snprintf(state, sizeof(state),
-             "{\"terminated\":{\"exitCode\":137,\"reason\":\"Error\",\"startedAt\":\"%s\","
-             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
-             rfc3339(finished - 60, started, sizeof(started)), rfc3339(finished, at, sizeof(at)),
-             container_id);
+    if (kubelet_json_terminated(state, sizeof(state), container_id, 137, "Error", finished - 60,
+                                finished) < 0)
+        return -1;
     return pod_status(ctx, pod, container_id, state);
 }
 

@@ -77,6 +77,7 @@
 #include "chaos.h"
 #include "harness.h"
 #include "k8slease.h"
+#include "kubelet.h"
 #include "observer.h"
 #ifdef CHAOS_HAVE_ETCD
 #include "etcd_harness.h"
@@ -407,28 +408,11 @@ static int api_setup(drv *d)
     return d->api_ca[0] && d->api_token[0] ? 0 : -1;
 }
 
-/* "2026-12-02T07:00:00Z" for wall second s, as the kubelet writes times. */
-static const char *rfc3339(int64_t s, char *buf, size_t len)
-{
-    time_t t = (time_t)s;
-    struct tm tm;
-
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
-/* A terminated instance's JSON ({"terminated":{...}}). */
+/* A terminated instance's JSON ({"terminated":{...}}): SIGKILL. */
 static void terminated_json(char *buf, size_t len, const char *cid, int64_t started_s,
                             int64_t finished_s)
 {
-    char started[32], finished[32];
-
-    snprintf(buf, len,
-             "{\"terminated\":{\"exitCode\":137,\"reason\":\"Error\",\"startedAt\":\"%s\","
-             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
-             rfc3339(started_s, started, sizeof(started)),
-             rfc3339(finished_s, finished, sizeof(finished)), cid);
+    kubelet_json_terminated(buf, len, cid, 137, "Error", started_s, finished_s);
 }
 
 /* The kubelet's write of the status of container "main" of p's Pod. */
@@ -439,11 +423,7 @@ static int kubelet_status(drv *d, proc *p, const char *state, const char *last_s
     int rc;
 
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/status", d->ns, p->pod);
-    snprintf(body, sizeof(body),
-             "{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"main\","
-             "\"containerID\":\"%s\",\"ready\":true,\"restartCount\":%d,\"image\":\"x\","
-             "\"imageID\":\"x\",\"state\":%s,\"lastState\":%s}]}}",
-             p->cid, p->instances - 1, state, last_state);
+    kubelet_json_status(body, sizeof(body), p->cid, p->instances - 1, state, last_state);
     rc = api(d, "PATCH", path, body, &status, &resp);
     if (rc < 0 || status != 200) {
         d->kubelet_errors++;
@@ -461,7 +441,7 @@ static int kubelet_status(drv *d, proc *p, const char *state, const char *last_s
 static void kubelet_start(drv *d, int i)
 {
     proc *p = &d->p[i];
-    char state[128], last[512] = "{}", at[32];
+    char state[128], last[512] = "{}";
     int64_t now_s = (int64_t)time(NULL);
 
     if (!p->in_place || !p->pods) {
@@ -480,10 +460,7 @@ static void kubelet_start(drv *d, int i)
             memcpy(p->pod, name, sizeof(name));
         }
         snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", d->ns);
-        snprintf(body, sizeof(body),
-                 "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\"},"
-                 "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"x\"}]}}",
-                 p->pod);
+        kubelet_json_pod(body, sizeof(body), p->pod);
         if (api(d, "POST", path, body, &status, &resp) < 0 || status != 201) {
             d->kubelet_errors++;
             obs_violation(d->o, chaos_now_ns(), "driver: kubelet: cannot create pod %s: %ld %.120s",
@@ -508,8 +485,7 @@ static void kubelet_start(drv *d, int i)
     snprintf(p->cid, sizeof(p->cid), "containerd://%06x%04x%04x%04x%046d", d->run_id,
              (unsigned)(p - d->p), (unsigned)p->pods, (unsigned)p->instances, 0);
     p->started_s = now_s;
-    snprintf(state, sizeof(state), "{\"running\":{\"startedAt\":\"%s\"}}",
-             rfc3339(now_s, at, sizeof(at)));
+    kubelet_json_running(state, sizeof(state), now_s);
     kubelet_status(d, p, state, last);
 }
 

@@ -18,7 +18,6 @@
 #include <stdint.h>
 #include <setjmp.h>
 #include <inttypes.h>
-#include <inttypes.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -33,6 +32,7 @@
 #include <jansson.h>
 
 #include "e2e.h"
+#include "kubelet.h"
 #include "k8slease.h"
 #include "libk8s_lease_wrapper.h"
 #include "testlib.h"
@@ -58,26 +58,12 @@ static int64_t wall_s(void)
     return (int64_t)time(NULL);
 }
 
-/* "2026-12-02T07:00:00Z" for wall second s. */
-static const char *rfc3339(int64_t s, char *buf, size_t len)
-{
-    time_t t = (time_t)s;
-    struct tm tm;
-
-    gmtime_r(&t, &tm);
-    strftime(buf, len, "%Y-%m-%dT%H:%M:%SZ", &tm);
-    return buf;
-}
-
 static void create_pod(const char *name)
 {
     char path[256], body[512];
 
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods", ns);
-    snprintf(body, sizeof(body),
-             "{\"apiVersion\":\"v1\",\"kind\":\"Pod\",\"metadata\":{\"name\":\"%s\"},"
-             "\"spec\":{\"containers\":[{\"name\":\"main\",\"image\":\"registry.k8s.io/pause\"}]}}",
-             name);
+    assert_int_equal(kubelet_json_pod(body, sizeof(body), name), 0);
     if (e2e_create(path, body) != 0)
         fail_msg("cannot create pod %s/%s", ns, name);
 }
@@ -101,11 +87,9 @@ static void pod_status(const char *pod, const char *container_id, const char *st
     char *answer = NULL;
 
     snprintf(path, sizeof(path), "/api/v1/namespaces/%s/pods/%s/status", ns, pod);
-    snprintf(body, sizeof(body),
-             "{\"status\":{\"phase\":\"Running\",\"containerStatuses\":[{\"name\":\"main\","
-             "\"containerID\":\"%s\",\"ready\":true,\"restartCount\":%d,\"image\":\"pause\","
-             "\"imageID\":\"pause\",\"state\":%s,\"lastState\":%s}]}}",
-             container_id, last_state ? 1 : 0, state, last_state ? last_state : "{}");
+    assert_int_equal(kubelet_json_status(body, sizeof(body), container_id, last_state ? 1 : 0,
+                                         state, last_state ? last_state : "{}"),
+                     0);
     if (e2e_api("PATCH", path, body, &status, &answer) != 0 || status != 200)
         fail_msg("kubelet write of pod %s/%s: HTTP %ld: %s", ns, pod, status, answer ? answer : "");
     free(answer);
@@ -113,23 +97,20 @@ static void pod_status(const char *pod, const char *container_id, const char *st
 
 static void running(const char *pod, const char *container_id)
 {
-    char state[128], at[32];
+    char state[128];
 
-    snprintf(state, sizeof(state), "{\"running\":{\"startedAt\":\"%s\"}}",
-             rfc3339(wall_s() - 60, at, sizeof(at)));
+    assert_int_equal(kubelet_json_running(state, sizeof(state), wall_s() - 60), 0);
     pod_status(pod, container_id, state, NULL);
 }
 
 /* state.terminated of that instance, finished at wall second `finished`. */
 static void terminated(const char *pod, const char *container_id, int64_t finished)
 {
-    char state[512], started[32], at[32];
+    char state[512];
 
-    snprintf(state, sizeof(state),
-             "{\"terminated\":{\"exitCode\":139,\"reason\":\"Error\",\"startedAt\":\"%s\","
-             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
-             rfc3339(finished - 60, started, sizeof(started)), rfc3339(finished, at, sizeof(at)),
-             container_id);
+    assert_int_equal(kubelet_json_terminated(state, sizeof(state), container_id, 139, "Error",
+                                             finished - 60, finished),
+                     0);
     pod_status(pod, container_id, state, NULL);
 }
 
@@ -301,19 +282,16 @@ static void restart_in_place(void **state)
 {
     k8slease_elector *a, *b;
     int64_t ea, verified_s, crash_ms, took, now_s;
-    char state_json[256], last[512], at[32], started[32];
+    char state_json[256], last[512];
 
     (void)state;
     two("crash-restart", t15102, &a, &b, &ea, &verified_s);
     now_s = second_after(verified_s);
     crash_ms = e2e_mono_ms();
     k8slease_elector_free(a);
-    snprintf(state_json, sizeof(state_json), "{\"running\":{\"startedAt\":\"%s\"}}",
-             rfc3339(now_s, at, sizeof(at)));
-    snprintf(last, sizeof(last),
-             "{\"terminated\":{\"exitCode\":137,\"reason\":\"OOMKilled\",\"startedAt\":\"%s\","
-             "\"finishedAt\":\"%s\",\"containerID\":\"%s\"}}",
-             rfc3339(now_s - 60, started, sizeof(started)), rfc3339(now_s, at, sizeof(at)), ID_A);
+    assert_int_equal(kubelet_json_running(state_json, sizeof(state_json), now_s), 0);
+    assert_int_equal(
+        kubelet_json_terminated(last, sizeof(last), ID_A, 137, "OOMKilled", now_s - 60, now_s), 0);
     pod_status("crash-restart-a", ID_A2, state_json, last);
     took = b_elected_after(b, crash_ms, ea);
     print_message("restart in place: b led %lld ms after the report\n", (long long)took);
