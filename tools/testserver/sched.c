@@ -2,7 +2,7 @@
  * sched.c - suspended connections, their deadlines, and the timer thread.
  */
 #include "sched.h"
-#include "server.h"
+#include "conn.h"
 #include "util.h"
 
 #include <errno.h>

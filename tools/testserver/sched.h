@@ -3,14 +3,17 @@
  *
  * A watch stream with nothing to send, or a request held by a latency or
  * hang fault, is suspended (an HTTP/1.1 connection in libmicrohttpd, or an
- * HTTP/2 stream whose data is deferred; see ts_conn in server.h): no thread
+ * HTTP/2 stream whose data is deferred; see ts_conn in conn.h): no thread
  * blocks and no CPU is spent. It is resumed when an event arrives,
  * when it is woken explicitly, or when its deadline passes; one timer thread
  * sleeps on a condition variable until the earliest deadline.
  *
  * Every function here is called with the server lock held (sched->mu);
  * suspending and resuming under that lock is what makes a resume never race
- * a suspend.
+ * a suspend. Suspending and resuming call the connection's ops (conn.h),
+ * which the transport registered: the scheduler reaches up through them and
+ * includes nothing above it. The timer thread's tick is a callback too
+ * (registered by server.c).
  */
 #ifndef TS_SCHED_H
 #define TS_SCHED_H

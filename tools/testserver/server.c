@@ -50,11 +50,6 @@ const char *ts_request_header(const ts_request *rq, const char *key)
     return rq->conn->ops->header(rq->conn, key);
 }
 
-void ts_conn_set_reset(ts_conn *c)
-{
-    c->ops->set_reset(c);
-}
-
 static const char *bearer_token(ts_conn *c)
 {
     const char *h = c->ops->header(c, "Authorization");
