@@ -479,7 +479,7 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error_code, 
 
 /* ---- session ---------------------------------------------------------------- */
 
-ts_h2 *ts_h2_new(ts_server *srv, ts_tconn *tc)
+ts_h2 *ts_h2_new(ts_server *srv, unsigned max_streams, ts_tconn *tc)
 {
     ts_h2 *h = calloc(1, sizeof(*h));
     nghttp2_session_callbacks *cb = NULL;
@@ -499,9 +499,8 @@ ts_h2 *ts_h2_new(ts_server *srv, ts_tconn *tc)
     nghttp2_session_callbacks_del(cb);
     if (rc != 0)
         goto fail;
-    nghttp2_settings_entry iv[] = {
-        {NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, srv->cfg.h2_max_streams},
-        {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, WINDOW}};
+    nghttp2_settings_entry iv[] = {{NGHTTP2_SETTINGS_MAX_CONCURRENT_STREAMS, max_streams},
+                                   {NGHTTP2_SETTINGS_INITIAL_WINDOW_SIZE, WINDOW}};
     if (nghttp2_submit_settings(h->s, NGHTTP2_FLAG_NONE, iv, 2) != 0 ||
         nghttp2_session_set_local_window_size(h->s, NGHTTP2_FLAG_NONE, 0, 4 * WINDOW) != 0)
         goto fail;

@@ -1,33 +1,26 @@
 /*
  * server.c - the request life cycle shared by HTTP/1.1 and HTTP/2
  * (ts_exchange: authentication, faults, holding, answering, statistics),
- * libmicrohttpd glue for HTTP/1.1, and starting and stopping the server.
+ * and starting and stopping the server.
  *
  * The transport (transport.c) owns the listening socket and TLS; it serves
  * h2 connections itself (h2.c) and hands decrypted HTTP/1.1 connections to
- * libmicrohttpd, which runs MHD_USE_EPOLL_INTERNAL_THREAD with a small
- * thread pool, MHD_ALLOW_SUSPEND_RESUME and no listening socket of its own.
- * Watches and held requests are suspended connections or deferred streams,
- * not blocked threads, so thousands of idle streams cost neither threads
- * nor CPU.
+ * libmicrohttpd (h1.c). Watches and held requests are suspended
+ * connections or deferred streams, not blocked threads, so thousands of
+ * idle streams cost neither threads nor CPU.
  */
 #include "server.h"
 #include "transport.h"
 #include "util.h"
 
-#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
-
-#include <microhttpd.h>
 
 /* The apiserver's limit for a request body. */
 #define MAX_BODY (3 * 1024 * 1024)
@@ -466,213 +459,6 @@ int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const ch
     return answer(srv, x, &rs, a); /* unlocks */
 }
 
-/* ---- HTTP/1.1: libmicrohttpd ------------------------------------------------ */
-
-/* One per libmicrohttpd connection (its socket context). */
-typedef struct h1_conn {
-    ts_conn c; /* first: ts_conn * -> h1_conn * */
-    ts_server *srv;
-    struct MHD_Connection *mhd;
-} h1_conn;
-
-static const char *h1_query(ts_conn *c, const char *key)
-{
-    return MHD_lookup_connection_value(((h1_conn *)c)->mhd, MHD_GET_ARGUMENT_KIND, key);
-}
-
-static const char *h1_header(ts_conn *c, const char *key)
-{
-    return MHD_lookup_connection_value(((h1_conn *)c)->mhd, MHD_HEADER_KIND, key);
-}
-
-/* From the connection's own access handler or content reader, as MHD requires. */
-static void h1_suspend(ts_conn *c)
-{
-    MHD_suspend_connection(((h1_conn *)c)->mhd);
-}
-
-static void h1_resume(ts_conn *c)
-{
-    MHD_resume_connection(((h1_conn *)c)->mhd);
-}
-
-static void h1_set_reset(ts_conn *c)
-{
-    h1_conn *h = (h1_conn *)c;
-    ts_transport_h1_reset(h->srv->transport, c->reap_fd);
-}
-
-static int h1_stall(ts_conn *c, uint64_t rule)
-{
-    return ts_transport_h1_stall(((h1_conn *)c)->srv->transport, c->reap_fd, rule);
-}
-
-static bool h1_gone(ts_conn *c)
-{
-    return ts_transport_h1_gone(((h1_conn *)c)->srv->transport, c->reap_fd);
-}
-
-static const ts_conn_ops h1_ops = {h1_query,     h1_header, h1_suspend, h1_resume,
-                                   h1_set_reset, h1_stall,  h1_gone};
-
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    ts_server *srv = cls;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        h1_conn *h = calloc(1, sizeof(*h));
-        const union MHD_ConnectionInfo *ci =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!h)
-            return; /* on_request refuses the connection */
-        h->srv = srv;
-        h->mhd = conn;
-        h->c.ops = &h1_ops;
-        h->c.proto = "http/1.1";
-        h->c.reap_fd = ci ? ci->connect_fd : -1;
-        h->c.cert_ok = ts_transport_h1_cert_ok(srv->transport, h->c.reap_fd);
-        *socket_context = h;
-    } else {
-        free(*socket_context);
-        *socket_context = NULL;
-    }
-}
-
-static h1_conn *h1_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return ci ? ci->socket_context : NULL;
-}
-
-/* A streamed body as libmicrohttpd's content reader. */
-typedef struct h1_body {
-    ts_body b;
-} h1_body;
-
-static ssize_t h1_body_read(void *cls, uint64_t pos, char *buf, size_t max)
-{
-    h1_body *hb = cls;
-    (void)pos;
-    long n = hb->b.read(hb->b.ctx, buf, max);
-    if (n >= 0)
-        return n; /* 0: parked (suspended), called again once resumed */
-    return n == TS_BODY_END ? MHD_CONTENT_READER_END_OF_STREAM : MHD_CONTENT_READER_END_WITH_ERROR;
-}
-
-static void h1_body_free(void *cls)
-{
-    h1_body *hb = cls;
-    hb->b.free(hb->b.ctx);
-    free(hb);
-}
-
-static enum MHD_Result queue(struct MHD_Connection *conn, ts_answer *a)
-{
-    struct MHD_Response *resp;
-    if (a->body.read) {
-        h1_body *hb = malloc(sizeof(*hb));
-        if (!hb) {
-            ts_answer_free(a);
-            return MHD_NO;
-        }
-        hb->b = a->body;
-        memset(&a->body, 0, sizeof(a->body));
-        bool known = hb->b.size != UINT64_MAX;
-        resp = MHD_create_response_from_callback(known ? hb->b.size : MHD_SIZE_UNKNOWN,
-                                                 known ? 64 * 1024 : 16 * 1024, h1_body_read, hb,
-                                                 h1_body_free);
-        if (!resp) {
-            h1_body_free(hb);
-            return MHD_NO;
-        }
-    } else {
-        resp = MHD_create_response_from_buffer(a->len, a->data, MHD_RESPMEM_MUST_FREE);
-        if (!resp) {
-            ts_answer_free(a);
-            return MHD_NO;
-        }
-        a->data = NULL;
-    }
-    if (a->content_type)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, a->content_type);
-    if (a->location)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_LOCATION, a->location);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-cache, private");
-    MHD_add_response_header(resp, "Audit-Id", a->audit_id);
-    if (a->retry_after) {
-        char ra[16];
-        snprintf(ra, sizeof(ra), "%u", a->retry_after);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
-    }
-    enum MHD_Result ok = MHD_queue_response(conn, a->code, resp);
-    MHD_destroy_response(resp);
-    return ok;
-}
-
-static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
-                                  const char *method, const char *version, const char *upload_data,
-                                  size_t *upload_data_size, void **req_cls)
-{
-    ts_server *srv = cls;
-    ts_exchange *x = *req_cls;
-    ts_answer a;
-    (void)version;
-
-    if (!x) {
-        /* First call: headers only. */
-        h1_conn *h = h1_of(conn);
-        if (!h || !(x = malloc(sizeof(*x))))
-            return MHD_NO;
-        ts_exchange_init(x, &h->c);
-        *req_cls = x;
-        return MHD_YES;
-    }
-    if (*upload_data_size) {
-        if (ts_exchange_add_body(x, upload_data, *upload_data_size) < 0)
-            return MHD_NO;
-        *upload_data_size = 0;
-        return MHD_YES;
-    }
-    switch (ts_exchange_run(srv, x, method, url, &a)) {
-    case TS_X_WAIT:
-        return MHD_YES; /* suspended: called again when resumed */
-    case TS_X_ANSWER:
-        return queue(conn, &a);
-    default: /* TS_X_RESET (the relay sends RST once MHD closes), TS_X_DROP, out of memory */
-        return MHD_NO;
-    }
-}
-
-static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
-                         enum MHD_RequestTerminationCode toe)
-{
-    ts_server *srv = cls;
-    ts_exchange *x = *req_cls;
-    (void)conn;
-    if (!x)
-        return;
-    /* The relay tells the main thread once the answer is on the wire. */
-    if (x->after && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        ts_transport_h1_after(srv->transport, x->conn->reap_fd, x->after);
-    ts_exchange_free(srv, x);
-    free(x);
-    *req_cls = NULL;
-}
-
-static void on_mhd_log(void *cls, const char *fmt, va_list ap)
-{
-    (void)cls;
-    /*
-     * libmicrohttpd takes the relay's socketpair for TCP and tries TCP_NODELAY
-     * and TCP_CORK on it once per connection; a Unix socket has no Nagle to
-     * switch off, so these complaints are noise.
-     */
-    if (!strncmp(fmt, "Setting TCP_", 12) || !strncmp(fmt, "Failed to push the data", 23))
-        return;
-    ts_vlog(fmt, ap);
-}
-
 /* ---- life cycle ------------------------------------------------------------ */
 
 /* The store's change hook: watches first, then the election controller. */
@@ -733,6 +519,12 @@ int ts_server_init(ts_server *srv)
     return 0;
 }
 
+/* The transport's main-thread notification. */
+static void on_transport_notify(void *ctx, char cmd)
+{
+    ts_server_notify_main(ctx, cmd);
+}
+
 void ts_server_notify_main(ts_server *srv, char cmd)
 {
     ssize_t rc;
@@ -741,74 +533,14 @@ void ts_server_notify_main(ts_server *srv, char cmd)
     while (rc < 0 && errno == EINTR);
 }
 
-static int bind_listener(ts_server *srv, unsigned port)
-{
-    bool v6 = strchr(srv->cfg.address, ':') != NULL;
-    struct sockaddr_storage ss;
-    socklen_t sl;
-    int one = 1;
-
-    memset(&ss, 0, sizeof(ss));
-    if (v6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        if (inet_pton(AF_INET6, srv->cfg.address, &a->sin6_addr) != 1)
-            return -1;
-        sl = sizeof(*a);
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        a->sin_family = AF_INET;
-        a->sin_port = htons((uint16_t)port);
-        if (inet_pton(AF_INET, srv->cfg.address, &a->sin_addr) != 1)
-            return -1;
-        sl = sizeof(*a);
-    }
-    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
-    if (fd < 0)
-        return -1;
-    fcntl(fd, F_SETFD, FD_CLOEXEC);
-    /* Restarts rebind the same port while old connections sit in TIME_WAIT. */
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (v6)
-        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 1024) < 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    sl = sizeof(ss);
-    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
-        close(fd);
-        return -1;
-    }
-    srv->port =
-        ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
-    return fd;
-}
-
-/* As many connections as file descriptors allow, leaving some for us. */
-static unsigned connection_limit(void)
-{
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
-        rl.rlim_cur = rl.rlim_max > 65536 ? 65536 : rl.rlim_max;
-        setrlimit(RLIMIT_NOFILE, &rl);
-        getrlimit(RLIMIT_NOFILE, &rl);
-    }
-    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur < 256)
-        return 128;
-    return rl.rlim_cur > 65536 ? 65000 : (unsigned)rl.rlim_cur - 128;
-}
-
 int ts_server_start(ts_server *srv)
 {
     unsigned port = srv->port ? srv->port : srv->cfg.port;
     int fd = -1;
     /* A restart can race the kernel releasing the port: retry briefly. */
     for (int tries = 0; tries < 50; tries++) {
-        if ((fd = bind_listener(srv, port)) >= 0 || errno != EADDRINUSE || !srv->port)
+        if ((fd = ts_transport_listen(srv->cfg.address, port, &srv->port)) >= 0 ||
+            errno != EADDRINUSE || !srv->port)
             break;
         struct timespec ts = {0, 100 * 1000000L};
         nanosleep(&ts, NULL);
@@ -834,8 +566,17 @@ int ts_server_start(ts_server *srv)
         srv->server_url = url.data;
     }
     if (!srv->transport) {
+        ts_transport_config tcfg = {.srv = srv,
+                                    .threads = srv->cfg.threads,
+                                    .no_http2 = srv->cfg.no_http2,
+                                    .h2_max_streams = srv->cfg.h2_max_streams,
+                                    .server_crt = srv->pki.server_crt,
+                                    .server_key = srv->pki.server_key,
+                                    .ca_crt = srv->pki.ca_crt,
+                                    .notify = on_transport_notify,
+                                    .notify_ctx = srv};
         /* Under the lock: the timer thread already runs (ts_server_stalls_sync). */
-        ts_transport *t = ts_transport_new(srv);
+        ts_transport *t = ts_transport_new(&tcfg);
         if (!t) {
             close(fd);
             return -1;
@@ -844,38 +585,16 @@ int ts_server_start(ts_server *srv)
         srv->transport = t;
         pthread_mutex_unlock(&srv->mu);
     }
-    /*
-     * HTTP/1.1 only: no TLS (the transport decrypts) and no listening socket
-     * (the transport adds connections), so nothing here can race over a
-     * listen descriptor at restart (see ts_server_stop).
-     */
-    unsigned flags = MHD_USE_EPOLL_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_NO_LISTEN_SOCKET | MHD_USE_ITC;
-    if (!ts_log_is_quiet())
-        flags |= MHD_USE_ERROR_LOG;
-    srv->daemon = MHD_start_daemon(
-        flags, 0, NULL, NULL, on_request, srv,
-        /* The logger first, or MHD logs the options parsed before it itself. */
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_THREAD_POOL_SIZE, srv->cfg.threads,
-        MHD_OPTION_CONNECTION_LIMIT, connection_limit(), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv, MHD_OPTION_END);
-    if (!srv->daemon) {
-        ts_log("cannot start the HTTP/1.1 daemon");
-        close(fd);
+    /* libmicrohttpd (HTTP/1.1) and the I/O threads; fd is the transport's now. */
+    if (ts_transport_start(srv->transport, fd) < 0)
         return -1;
-    }
-    if (ts_transport_start(srv->transport, fd, srv->daemon) < 0) { /* owns fd now */
-        MHD_stop_daemon(srv->daemon);
-        srv->daemon = NULL;
-        return -1;
-    }
+    srv->serving = true;
     return 0;
 }
 
 void ts_server_stop(ts_server *srv)
 {
-    if (!srv->daemon)
+    if (!srv->serving)
         return;
     /*
      * Nothing may stay parked: refuse new suspensions, then resume every
@@ -891,17 +610,11 @@ void ts_server_stop(ts_server *srv)
     /*
      * The transport closes the listening socket and every connection (h2
      * sessions and the HTTP/1.1 relays, whose libmicrohttpd ends then read
-     * EOF) and joins its threads; then libmicrohttpd stops.
-     *
-     * MHD_quiesce_daemon is not used any more: it removed the listening
-     * socket from each worker's epoll set while the worker, seeing
-     * was_quiesced, could remove it too; the loser got ENOENT and MHD
-     * aborted ("Failed to remove listen FD from epoll set", daemon.c:5531 in
-     * 0.9.75). libmicrohttpd has no listening socket now.
+     * EOF) and joins its threads; then libmicrohttpd stops (see
+     * ts_transport_stop).
      */
     ts_transport_stop(srv->transport);
-    MHD_stop_daemon(srv->daemon);
-    srv->daemon = NULL;
+    srv->serving = false;
 
     pthread_mutex_lock(&srv->mu);
     srv->draining = false;

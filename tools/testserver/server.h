@@ -26,7 +26,6 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-struct MHD_Daemon;
 typedef struct ts_watch ts_watch;
 typedef struct ts_transport ts_transport;
 
@@ -80,8 +79,8 @@ typedef struct ts_server {
     uint64_t restarts;
 
     ts_pki pki;
-    struct MHD_Daemon *daemon; /* HTTP/1.1, fed decrypted connections by the transport */
-    ts_transport *transport;   /* listener, TLS, HTTP/2 (transport.c, h2.c) */
+    ts_transport *transport; /* listener, TLS, HTTP/2, HTTP/1.1 (transport.c, h2.c, h1.c) */
+    bool serving;            /* between ts_server_start and ts_server_stop (main thread) */
 
     /* Main-thread wakeups: 'T' terminate, 'R' restart (see main.c). */
     int wake_pipe[2];
@@ -89,15 +88,16 @@ typedef struct ts_server {
     int64_t restart_down_ms;
 } ts_server;
 
-/* ---- server.c: the HTTP layer ------------------------------------------ */
+/* ---- server.c: the request life cycle, start and stop ------------------ */
 
 int ts_server_init(ts_server *srv);
 /*
- * Binds (cfg address/port, or the port of a previous run) and starts MHD.
- * The first time it also sets server_url and writes the kubeconfigs.
+ * Binds (cfg address/port, or the port of a previous run) and starts the
+ * transport. The first time it also sets server_url and writes the
+ * kubeconfigs.
  */
 int ts_server_start(ts_server *srv);
-/* Ends streams, resumes parked connections and stops MHD (for exit/restart). */
+/* Ends streams, resumes parked connections and stops the transport (for exit/restart). */
 void ts_server_stop(ts_server *srv);
 void ts_server_free(ts_server *srv);
 /* Wakes the main thread with a command byte ('T' or 'R'). */

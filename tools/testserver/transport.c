@@ -11,7 +11,7 @@
  *             (h2.c) that runs the same request life cycle as HTTP/1.1
  *             (ts_exchange in server.c);
  *   http/1.1  the decrypted bytes are relayed through a socketpair whose
- *             other end was given to libmicrohttpd (MHD_add_connection;
+ *             other end was given to libmicrohttpd (h1.c, MHD_add_connection;
  *             the daemon has no TLS and no listening socket of its own), so
  *             HTTP/1.1 keeps libmicrohttpd's parser, chunking and keep-alive.
  *
@@ -45,7 +45,11 @@
  * pokes from other threads. A connection lives and dies on the thread that
  * accepted it. Restarts stop the threads and close the listener here, so
  * libmicrohttpd never owns a listening socket (the old abort in
- * MHD_quiesce_daemon cannot happen: see ts_server_stop).
+ * MHD_quiesce_daemon cannot happen: see ts_transport_stop).
+ *
+ * The server is a pointer the transport hands along to the request life
+ * cycle (ts_exchange_*); main-thread commands go through the notify
+ * callback of ts_transport_config.
  */
 #define _GNU_SOURCE /* accept4, EPOLLEXCLUSIVE */
 
@@ -53,6 +57,7 @@
 #include "server.h"
 #include "util.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -146,7 +151,12 @@ struct ts_io {
 };
 
 struct ts_transport {
-    ts_server *srv;
+    ts_server *srv; /* for the request life cycle */
+    unsigned threads;
+    bool no_http2;
+    unsigned h2_max_streams;
+    void (*notify)(void *ctx, char cmd);
+    void *notify_ctx;
     gnutls_certificate_credentials_t creds;
     gnutls_priority_t prio;
     int listen_fd;
@@ -444,7 +454,7 @@ void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd)
     }
     pthread_mutex_unlock(&t->tmu);
     if (!tc) /* the client is gone already; the command still stands */
-        ts_server_notify_main(t->srv, cmd);
+        t->notify(t->notify_ctx, cmd);
 }
 
 /* ---- connections ----------------------------------------------------------- */
@@ -523,7 +533,7 @@ static void conn_update(ts_tconn *tc)
 static void check_after(ts_tconn *tc)
 {
     if (tc->after && ts_tconn_pending(tc) == 0 && (tc->state != TC_H1 || tc->pair_drained)) {
-        ts_server_notify_main(tc->io->t->srv, tc->after);
+        tc->io->t->notify(tc->io->t->notify_ctx, tc->after);
         tc->after = 0;
     }
 }
@@ -580,7 +590,7 @@ static void conn_close(ts_tconn *tc, bool rst)
     tc->poke_after = 0;
     pthread_mutex_unlock(&io->mu);
     if (tc->after) { /* a restart asked for by this connection still happens */
-        ts_server_notify_main(t->srv, tc->after);
+        t->notify(t->notify_ctx, tc->after);
         tc->after = 0;
     }
     unpoke(tc);
@@ -664,7 +674,7 @@ static void established(ts_tconn *tc)
         tc->counted = true;
         atomic_fetch_add(&t->open_h2, 1);
         atomic_fetch_add(&t->total_h2, 1);
-        if (!(tc->h2 = ts_h2_new(t->srv, tc))) {
+        if (!(tc->h2 = ts_h2_new(t->srv, t->h2_max_streams, tc))) {
             conn_close(tc, false);
             return;
         }
@@ -949,7 +959,7 @@ static void on_accept(ts_io *io)
         gnutls_priority_set(tc->tls, t->prio);
         static const gnutls_datum_t both[] = {{(unsigned char *)"h2", 2},
                                               {(unsigned char *)"http/1.1", 8}};
-        if (t->srv->cfg.no_http2)
+        if (t->no_http2)
             gnutls_alpn_set_protocols(tc->tls, both + 1, 1, GNUTLS_ALPN_SERVER_PRECEDENCE);
         else
             gnutls_alpn_set_protocols(tc->tls, both, 2, GNUTLS_ALPN_SERVER_PRECEDENCE);
@@ -1070,19 +1080,69 @@ static void *io_main(void *arg)
 
 /* ---- life cycle ------------------------------------------------------------ */
 
-ts_transport *ts_transport_new(ts_server *srv)
+int ts_transport_listen(const char *address, unsigned port, unsigned *bound)
+{
+    bool v6 = strchr(address, ':') != NULL;
+    struct sockaddr_storage ss;
+    socklen_t sl;
+    int one = 1;
+
+    memset(&ss, 0, sizeof(ss));
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, address, &a->sin6_addr) != 1)
+            return -1;
+        sl = sizeof(*a);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET, address, &a->sin_addr) != 1)
+            return -1;
+        sl = sizeof(*a);
+    }
+    int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    fcntl(fd, F_SETFD, FD_CLOEXEC);
+    /* Restarts rebind the same port while old connections sit in TIME_WAIT. */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (v6)
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+    if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 1024) < 0) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    sl = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+        close(fd);
+        return -1;
+    }
+    *bound =
+        ntohs(v6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+    return fd;
+}
+
+ts_transport *ts_transport_new(const ts_transport_config *cfg)
 {
     ts_transport *t = calloc(1, sizeof(*t));
     if (!t)
         return NULL;
-    t->srv = srv;
+    t->srv = cfg->srv;
+    t->threads = cfg->threads;
+    t->no_http2 = cfg->no_http2;
+    t->h2_max_streams = cfg->h2_max_streams;
+    t->notify = cfg->notify;
+    t->notify_ctx = cfg->notify_ctx;
     t->listen_fd = -1;
     pthread_mutex_init(&t->tmu, NULL);
-    gnutls_datum_t crt = {(unsigned char *)srv->pki.server_crt,
-                          (unsigned)strlen(srv->pki.server_crt)};
-    gnutls_datum_t key = {(unsigned char *)srv->pki.server_key,
-                          (unsigned)strlen(srv->pki.server_key)};
-    gnutls_datum_t ca = {(unsigned char *)srv->pki.ca_crt, (unsigned)strlen(srv->pki.ca_crt)};
+    gnutls_datum_t crt = {(unsigned char *)cfg->server_crt, (unsigned)strlen(cfg->server_crt)};
+    gnutls_datum_t key = {(unsigned char *)cfg->server_key, (unsigned)strlen(cfg->server_key)};
+    gnutls_datum_t ca = {(unsigned char *)cfg->ca_crt, (unsigned)strlen(cfg->ca_crt)};
     int rc;
     if ((rc = gnutls_certificate_allocate_credentials(&t->creds)) < 0 ||
         (rc = gnutls_certificate_set_x509_key_mem(t->creds, &crt, &key, GNUTLS_X509_FMT_PEM)) < 0 ||
@@ -1095,11 +1155,14 @@ ts_transport *ts_transport_new(ts_server *srv)
     return t;
 }
 
-int ts_transport_start(ts_transport *t, int listen_fd, struct MHD_Daemon *h1)
+int ts_transport_start(ts_transport *t, int listen_fd)
 {
-    unsigned n = t->srv->cfg.threads ? t->srv->cfg.threads : 1;
+    unsigned n = t->threads ? t->threads : 1;
+    if (!(t->h1 = ts_h1_start(t, t->srv, t->threads))) {
+        close(listen_fd);
+        return -1;
+    }
     t->listen_fd = listen_fd;
-    t->h1 = h1;
     fcntl(listen_fd, F_SETFL, fcntl(listen_fd, F_GETFL) | O_NONBLOCK);
     if (!(t->ios = calloc(n, sizeof(*t->ios))))
         goto fail;
@@ -1159,6 +1222,17 @@ void ts_transport_stop(ts_transport *t)
     if (t->listen_fd >= 0)
         close(t->listen_fd);
     t->listen_fd = -1;
+    /*
+     * libmicrohttpd last: its ends of the relays read EOF once the
+     * connections above are closed. MHD_quiesce_daemon is not used any
+     * more: it removed the listening socket from each worker's epoll set
+     * while the worker, seeing was_quiesced, could remove it too; the loser
+     * got ENOENT and MHD aborted ("Failed to remove listen FD from epoll
+     * set", daemon.c:5531 in 0.9.75). libmicrohttpd has no listening socket
+     * now.
+     */
+    if (t->h1)
+        MHD_stop_daemon(t->h1);
     t->h1 = NULL;
 }
 

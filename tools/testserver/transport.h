@@ -1,8 +1,13 @@
 /*
  * transport.h - the listening socket, TLS (GnuTLS, ALPN h2 / http/1.1,
  * client certificates) and the split between HTTP/2 (h2.c, nghttp2) and
- * HTTP/1.1 (libmicrohttpd, fed decrypted bytes through a socketpair).
+ * HTTP/1.1 (h1.c: libmicrohttpd, fed decrypted bytes through a socketpair).
  * See the comment at the top of transport.c for why it is built this way.
+ *
+ * The transport gives each request a ts_conn (conn.h), runs it through the
+ * request life cycle (ts_exchange) and puts its ts_answer on the wire; what
+ * it needs of the server (options, certificates, the main-thread
+ * notification) comes in ts_transport_config.
  *
  * Threads: `threads` epoll threads own every accepted connection. The
  * ts_transport_h1_* functions are for libmicrohttpd's threads and may be
@@ -21,14 +26,35 @@ typedef struct ts_server ts_server;
 typedef struct ts_transport ts_transport;
 typedef struct ts_tconn ts_tconn;
 
-/* Loads the server's key, certificate and CA into GnuTLS. NULL on failure (logged). */
-ts_transport *ts_transport_new(ts_server *srv);
+typedef struct ts_transport_config {
+    ts_server *srv;          /* for ts_exchange_run and friends */
+    unsigned threads;        /* I/O threads, and as many libmicrohttpd workers */
+    bool no_http2;           /* ALPN offers http/1.1 only */
+    unsigned h2_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS we advertise */
+    /* PEM, read by ts_transport_new only */
+    const char *server_crt, *server_key, *ca_crt;
+    /* Any thread: a command for the main thread ('R' after a restart's
+     * answer), once what carried it is on the wire. */
+    void (*notify)(void *ctx, char cmd);
+    void *notify_ctx;
+} ts_transport_config;
+
 /*
- * Starts the I/O threads on listen_fd (owned from now on: closed by
- * ts_transport_stop). HTTP/1.1 connections are handed to h1.
+ * A listening socket on address ("127.0.0.1" or "::1") and port (0: any),
+ * with the bound port in *bound. The descriptor, or -1 with errno set.
  */
-int ts_transport_start(ts_transport *t, int listen_fd, struct MHD_Daemon *h1);
-/* Closes the listener and every connection, joins the threads (without the lock). */
+int ts_transport_listen(const char *address, unsigned port, unsigned *bound);
+/* Loads the server's key, certificate and CA into GnuTLS. NULL on failure (logged). */
+ts_transport *ts_transport_new(const ts_transport_config *cfg);
+/*
+ * Starts libmicrohttpd (h1.c) and the I/O threads on listen_fd (owned from
+ * now on: closed by ts_transport_stop, or here on failure).
+ */
+int ts_transport_start(ts_transport *t, int listen_fd);
+/*
+ * Closes the listener and every connection, joins the threads, then stops
+ * libmicrohttpd (without the lock).
+ */
 void ts_transport_stop(ts_transport *t);
 void ts_transport_free(ts_transport *t);
 
@@ -80,7 +106,7 @@ bool ts_tconn_stalled(const ts_tconn *tc);
 
 /* h2.c: one HTTP/2 server session per connection, on its I/O thread. */
 typedef struct ts_h2 ts_h2;
-ts_h2 *ts_h2_new(ts_server *srv, ts_tconn *tc);
+ts_h2 *ts_h2_new(ts_server *srv, unsigned max_streams, ts_tconn *tc);
 /* Feeds decrypted bytes. -1: the session is broken (close). */
 int ts_h2_recv(ts_h2 *h, const uint8_t *p, size_t n);
 /* Queues frames until nothing is left or the connection is full. -1: close. */
@@ -92,5 +118,13 @@ void ts_h2_wake(ts_h2 *h);
 bool ts_h2_finished(ts_h2 *h);
 /* Frees every stream (their watches, held requests) and the session. */
 void ts_h2_free(ts_h2 *h);
+
+/* ---- for h1.c ----------------------------------------------------------- */
+
+/*
+ * h1.c: the libmicrohttpd daemon that serves the HTTP/1.1 relays, with
+ * `threads` workers. NULL on failure (logged).
+ */
+struct MHD_Daemon *ts_h1_start(ts_transport *t, ts_server *srv, unsigned threads);
 
 #endif
