@@ -1,15 +1,16 @@
 /*
  * api.c - the Kubernetes REST API: discovery, Leases, Pods, Namespaces.
  *
- * Handlers run with the server lock held and answer through ts_response;
- * server.c serialises the body before it lets go of the lock (bodies share
- * values with stored objects).
+ * Handlers run with the server lock held and answer through ts_response
+ * (api.h); the dispatch layer (dispatch.c) serialises the body before it
+ * lets go of the lock (bodies share values with stored objects).
  *
  * Length: one handler per resource and verb of the API it mimics, sharing
  * the helpers at the top.
  */
-#include "server.h"
+#include "api.h"
 #include "util.h"
+#include "watch.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -37,6 +38,16 @@ typedef struct route {
     bool cluster;        /* cluster-scoped resource */
     bool status;         /* the status subresource of the object (pods/NAME/status) */
 } route;
+
+const char *ts_request_query(const ts_request *rq, const char *key)
+{
+    return rq->conn->ops->query(rq->conn, key);
+}
+
+const char *ts_request_header(const ts_request *rq, const char *key)
+{
+    return rq->conn->ops->header(rq->conn, key);
+}
 
 /* Copies one path segment; false if it is empty or too long. */
 static bool segment(const char *s, size_t n, char out[256])

@@ -12,7 +12,7 @@
  * deadlines are monotonic milliseconds.
  */
 #include "cle.h"
-#include "server.h"
+#include "state.h"
 #include "util.h"
 
 #include <stdlib.h>

@@ -1,16 +1,16 @@
 /*
- * conn.h - one request's connection and a streamed answer, as the code
- * under the transport sees them: an interface with no code behind it.
+ * conn.h - one request's connection and a streamed answer, as the layers
+ * under the transport see them: an interface with no code behind it.
  *
- * The transport implements both: a ts_conn is an HTTP/1.1 connection
- * (libmicrohttpd) or an HTTP/2 stream (h2.c), and it registers its ops when
- * it creates one. Everything below uses them without knowing the protocol:
- * the request life cycle (server.c) to read the request and hold it, the
- * handlers to read parameters and headers, watches and the scheduler
- * (sched.h) to park a stream and wake it. A ts_body is produced below
- * (watch.c, server.c) and read by the transport.
+ * The transport (transport.h) implements both: a ts_conn is an HTTP/1.1
+ * connection (h1.c, libmicrohttpd) or an HTTP/2 stream (h2.c), and it
+ * registers its ops when it creates one. Everything below uses them without
+ * knowing the protocol: the dispatch layer (dispatch.h) to read the request
+ * and hold it, the handlers (api.h) to read parameters and headers, watches
+ * and the scheduler (sched.h) to park a stream and wake it. A ts_body is
+ * produced below (watch.c, dispatch.c) and read by the transport.
  *
- * Nothing here includes another header of the server: every file may
+ * Nothing here includes another header of the server: every layer may
  * include it.
  */
 #ifndef TS_CONN_H

@@ -3,10 +3,12 @@
  *
  * Authenticated like the Kubernetes API, never subject to faults, and not
  * counted in the request statistics, so a test can always steer the server.
+ * What it needs of the transport (connection counts, stalled connections)
+ * it asks through srv->tx, the hooks server.c registers (state.h).
  */
-#include "server.h"
-#include "transport.h"
+#include "control.h"
 #include "util.h"
+#include "watch.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -50,6 +52,43 @@ static json_t *rv_json(uint64_t rv)
     return json_string(buf);
 }
 
+/* ---- stalls and connections (lock held) ------------------------------- */
+
+typedef struct stall_ctx {
+    ts_faults *faults;
+    int64_t now;
+} stall_ctx;
+
+static bool stall_alive(void *ctx, uint64_t rule)
+{
+    stall_ctx *sc = ctx;
+    return ts_faults_stall_until(sc->faults, rule, sc->now) != 0;
+}
+
+void ts_stalls_sync(ts_server *srv, int64_t now)
+{
+    stall_ctx sc = {&srv->faults, now};
+    ts_faults_expire(&srv->faults, now);
+    srv->tx->stall_sync(srv->transport, stall_alive, &sc);
+}
+
+/* Connection counts per protocol for GET /testserver/v1/stats. */
+static json_t *connections_json(ts_server *srv)
+{
+    json_t *j = srv->tx->stats_json(srv->transport);
+    json_t *h2 = json_object_get(j, "h2"), *h1 = json_object_get(j, "http1");
+    if (h2)
+        json_object_set_new(h2, "requests", json_integer((json_int_t)srv->stats.by_proto[0]));
+    if (h1)
+        json_object_set_new(h1, "requests", json_integer((json_int_t)srv->stats.by_proto[1]));
+    json_object_set_new(j, "alpn",
+                        srv->cfg.no_http2 ? json_pack("[s]", "http/1.1")
+                                          : json_pack("[s,s]", "h2", "http/1.1"));
+    return j;
+}
+
+/* ---- endpoints -------------------------------------------------------- */
+
 json_t *ts_stats_json(ts_server *srv)
 {
     int64_t now = ts_mono_ms();
@@ -85,7 +124,7 @@ json_t *ts_stats_json(ts_server *srv)
                                   rv_json(srv->store.floor), "compacted",
                                   rv_json(srv->store.compacted)));
     json_object_set_new(j, "restarts", u64(srv->restarts));
-    json_object_set_new(j, "connections", ts_server_connections_json(srv));
+    json_object_set_new(j, "connections", connections_json(srv));
     return j;
 }
 
@@ -94,14 +133,14 @@ static json_t *rule_json(ts_server *srv, const ts_rule *r, int64_t now)
 {
     json_t *j = ts_rule_json(r, now);
     if (r->kind == TS_F_STALL)
-        json_object_set_new(j, "stalled", u64(ts_transport_stalled(srv->transport, r->id)));
+        json_object_set_new(j, "stalled", u64(srv->tx->stalled(srv->transport, r->id)));
     return j;
 }
 
 static void faults_collection(ts_server *srv, const ts_request *rq, ts_response *rs)
 {
     int64_t now = ts_mono_ms();
-    ts_server_stalls_sync(srv, now);
+    ts_stalls_sync(srv, now);
     if (!strcmp(rq->method, "GET")) {
         json_t *a = json_array();
         for (const ts_rule *r = srv->faults.rules; r; r = r->next)
@@ -129,7 +168,7 @@ static void faults_collection(ts_server *srv, const ts_request *rq, ts_response 
             n++;
         ts_faults_clear(&srv->faults);
         /* Stalled connections, held requests and frozen streams go on. */
-        ts_server_stalls_sync(srv, now);
+        ts_stalls_sync(srv, now);
         ts_sched_wake_all(&srv->sched);
         reply(rs, 200, json_pack("{s:o}", "deleted", u64(n)));
     } else {
@@ -147,7 +186,7 @@ static void fault_item(ts_server *srv, const ts_request *rq, const char *id, ts_
     }
     if (!strcmp(rq->method, "GET")) {
         int64_t now = ts_mono_ms();
-        ts_server_stalls_sync(srv, now);
+        ts_stalls_sync(srv, now);
         for (const ts_rule *r = srv->faults.rules; r; r = r->next) {
             if (r->id == n) {
                 reply(rs, 200, rule_json(srv, r, now));
@@ -160,7 +199,7 @@ static void fault_item(ts_server *srv, const ts_request *rq, const char *id, ts_
             error(rs, 404, "no such fault");
             return;
         }
-        ts_server_stalls_sync(srv, ts_mono_ms());
+        ts_stalls_sync(srv, ts_mono_ms());
         ts_sched_wake_all(&srv->sched);
         reply(rs, 200, json_pack("{s:o}", "deleted", u64(1)));
     } else {
@@ -305,7 +344,7 @@ static void reset(ts_server *srv, const ts_request *rq, ts_response *rs)
         ts_store_clear(&srv->store);
     if (faults) {
         ts_faults_clear(&srv->faults);
-        ts_server_stalls_sync(srv, ts_mono_ms());
+        ts_stalls_sync(srv, ts_mono_ms());
         ts_sched_wake_all(&srv->sched);
     }
     if (stats) {

@@ -1,7 +1,7 @@
 /*
  * h1.c - HTTP/1.1 connections: libmicrohttpd, fed the decrypted bytes of
  * each connection by the transport's relay (transport.c), driving the same
- * request life cycle as HTTP/2 (ts_exchange in server.c).
+ * request life cycle as HTTP/2 (ts_exchange, dispatch.h).
  *
  * The daemon runs MHD_USE_EPOLL_INTERNAL_THREAD with a small thread pool,
  * MHD_ALLOW_SUSPEND_RESUME, no TLS (the transport decrypts) and no
@@ -10,8 +10,8 @@
  * or a watch or trickled body with nothing to send, suspends the connection
  * and is resumed from any thread.
  */
-#include "server.h"
 #include "transport.h"
+#include "dispatch.h"
 #include "util.h"
 
 #include <stdio.h>

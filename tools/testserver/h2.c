@@ -1,7 +1,7 @@
 /*
  * h2.c - HTTP/2 connections: an nghttp2 server session per connection
  * (framing, HPACK, flow control and stream states are nghttp2's), driving
- * the same request life cycle as HTTP/1.1 (ts_exchange in server.c).
+ * the same request life cycle as HTTP/1.1 (ts_exchange, dispatch.h).
  *
  * Each stream is a ts_conn: a request held by a latency or hang fault, or a
  * watch or trickled body with nothing to send, parks the stream (the body
@@ -26,8 +26,8 @@
  * a clean end of the stream, where a bare close is "stream was not closed
  * cleanly" (CURLE_HTTP2_STREAM) - a watch must see its stream fail.
  */
-#include "server.h"
 #include "transport.h"
+#include "dispatch.h"
 #include "util.h"
 
 #include <stdio.h>

@@ -9,7 +9,7 @@
  *
  *   h2        the connection is served here by an nghttp2 server session
  *             (h2.c) that runs the same request life cycle as HTTP/1.1
- *             (ts_exchange in server.c);
+ *             (ts_exchange in dispatch.c);
  *   http/1.1  the decrypted bytes are relayed through a socketpair whose
  *             other end was given to libmicrohttpd (h1.c, MHD_add_connection;
  *             the daemon has no TLS and no listening socket of its own), so
@@ -36,7 +36,7 @@
  * gives up is still noticed and its connection closed), decrypts nothing
  * already read, writes nothing (what sits in `out` stays there) and runs no
  * request; the HTTP/1.1 relay moves nothing either way. The request that
- * hit the rule is held by its exchange (server.c). When the rule ends,
+ * hit the rule is held by its exchange (dispatch.c). When the rule ends,
  * ts_transport_stall_sync clears the flag and pokes the thread, which takes
  * up everything where it stopped.
  *
@@ -47,14 +47,15 @@
  * libmicrohttpd never owns a listening socket (the old abort in
  * MHD_quiesce_daemon cannot happen: see ts_transport_stop).
  *
- * The server is a pointer the transport hands along to the request life
- * cycle (ts_exchange_*); main-thread commands go through the notify
- * callback of ts_transport_config.
+ * Layering: the transport calls down into the dispatch layer only
+ * (dispatch.h: ts_exchange_*, and ts_exchange_conn_gone); the server is an
+ * opaque pointer it hands along. Main-thread commands go through the
+ * notify callback of ts_transport_config.
  */
 #define _GNU_SOURCE /* accept4, EPOLLEXCLUSIVE */
 
 #include "transport.h"
-#include "server.h"
+#include "dispatch.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -151,7 +152,7 @@ struct ts_io {
 };
 
 struct ts_transport {
-    ts_server *srv; /* for the request life cycle */
+    ts_server *srv; /* opaque: for the dispatch layer */
     unsigned threads;
     bool no_http2;
     unsigned h2_max_streams;
@@ -570,7 +571,7 @@ static void conn_close(ts_tconn *tc, bool rst)
      * look at the suspended request that stalled it; wake it to drop it.
      */
     if (was_stalled && tc->mhd_fd >= 0)
-        ts_server_h1_gone(t->srv, tc->mhd_fd);
+        ts_exchange_conn_gone(t->srv, tc->mhd_fd);
     if (rst) {
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         setsockopt(tc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));

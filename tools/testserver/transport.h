@@ -4,10 +4,11 @@
  * HTTP/1.1 (h1.c: libmicrohttpd, fed decrypted bytes through a socketpair).
  * See the comment at the top of transport.c for why it is built this way.
  *
- * The transport gives each request a ts_conn (conn.h), runs it through the
- * request life cycle (ts_exchange) and puts its ts_answer on the wire; what
- * it needs of the server (options, certificates, the main-thread
- * notification) comes in ts_transport_config.
+ * The top layer: below it is only the dispatch layer (dispatch.h), which
+ * runs each request; the transport gives it a ts_conn per request (conn.h)
+ * and puts its ts_answer on the wire. The server it passes along is opaque
+ * here; what the transport needs of it (options, certificates, the
+ * main-thread notification) comes in ts_transport_config.
  *
  * Threads: `threads` epoll threads own every accepted connection. The
  * ts_transport_h1_* functions are for libmicrohttpd's threads and may be
@@ -22,12 +23,12 @@
 #include <stdint.h>
 
 struct MHD_Daemon;
-typedef struct ts_server ts_server;
+typedef struct ts_server ts_server; /* opaque: handed to the dispatch layer */
 typedef struct ts_transport ts_transport;
 typedef struct ts_tconn ts_tconn;
 
 typedef struct ts_transport_config {
-    ts_server *srv;          /* for ts_exchange_run and friends */
+    ts_server *srv;          /* for ts_exchange_run and friends (dispatch.h) */
     unsigned threads;        /* I/O threads, and as many libmicrohttpd workers */
     bool no_http2;           /* ALPN offers http/1.1 only */
     unsigned h2_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS we advertise */

@@ -3,13 +3,14 @@
  *
  * A stream owns no queue: it keeps a cursor (the last resourceVersion it has
  * looked at) into the store's history ring and renders what lies after it
- * when the protocol (libmicrohttpd, or an HTTP/2 stream in h2.c) asks for
- * more data. With nothing to send, the reader parks the stream (sched.h)
- * until an event, the next bookmark, the end of timeoutSeconds or of a freeze. A stream that falls
- * behind the ring gets the apiserver's ERROR 410 event and ends, like a client that is too slow for
- * the watch cache.
+ * when the transport asks for more data (a ts_body, conn.h: libmicrohttpd's
+ * content reader, or an HTTP/2 stream's). With nothing to send, the reader
+ * parks the stream (sched.h) until an event, the next bookmark, the end of
+ * timeoutSeconds or of a freeze. A stream that falls behind the ring gets
+ * the apiserver's ERROR 410 event and ends, like a client that is too slow
+ * for the watch cache.
  */
-#include "server.h"
+#include "watch.h"
 #include "util.h"
 
 #include <inttypes.h>
