@@ -389,7 +389,11 @@ K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *elector,
  *  an elector that never led, when its election ends. on_stopped_leading
  *  runs at that moment too. What the election may still do afterwards (a
  *  release, requests waiting for a server that does not answer) is not
- *  waited for: k8slease_elector_stop() waits for that.
+ *  waited for: k8slease_elector_stop() waits for that. A release waits
+ *  for the threads that were in wait_lost when the term ended: it is
+ *  written only once they have returned, so a caller knows its term is
+ *  over before another candidate can take the Lease (past the release
+ *  deadline without them, no release: the Lease expires).
  *  Returns 0 when over, K8SLEASE_ETIMEOUT, K8SLEASE_ESTATE from a callback
  *  (timeout_ms 0 may be used there). Any thread. */
 K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *elector, int64_t timeout_ms);
@@ -398,7 +402,8 @@ K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *elector, int64_t t
  *  release: 1 to write holder "" if we lead, 0 to leave the Lease to
  *  expire, -1 to follow the options. The term ends at once (is_leader
  *  false, on_stopped_leading, waiters of wait_lost woken), before the
- *  release is written; the release is bounded: on a server that does not
+ *  release is written, and the release waits until those waiters have
+ *  returned (k8slease_elector_wait_lost); it is bounded: on a server that does not
  *  answer it gives up renew_deadline after the stop (plus at most one
  *  request timeout). Only the term this elector won is released, never a
  *  later one under the same identity. Idempotent. Returns 0 or

@@ -96,7 +96,10 @@ K8SLEASE_COMPAT_API extern int K8sLeaseWaitLost(char *ns, char *leaseName, char 
 
 /** Cancel the election (releasing the Lease if leading). Idempotent; does
  * not wait: K8sLeaseWaitLost returns as soon as the term is over, before
- * the release is written; the release goes on in the background. */
+ * the release is written; the release goes on in the background, and only
+ * once every thread waiting in K8sLeaseWaitLost has returned (so the
+ * program knows before another candidate can lead; one that has not
+ * returned within renewDeadlineSec costs the release: the Lease expires). */
 K8SLEASE_COMPAT_API extern int K8sLeaseCancelElection(char *ns, char *leaseName, char **errMsg);
 
 /** Read the holder: *holderIdentity NULL when none or expired (renewTime +

@@ -96,6 +96,7 @@ void kl__elector_report_stopped(k8slease_elector *e)
         e->opts.on_stopped_leading(e->opts.user_data);
     pthread_mutex_lock(&e->mu);
     e->stopped = 1;
+    e->lost_unseen = e->lost_waiters;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
@@ -127,6 +128,54 @@ void kl__elector_report_released(k8slease_elector *e, int64_t epoch)
     note(e, &n);
 }
 
+static _Atomic int lost_waiting;
+void (*kl__elector_lost_hook)(k8slease_elector *e);
+
+int kl__elector_lost_waiting(void)
+{
+    return atomic_load(&lost_waiting);
+}
+
+static void lost_seen(void *arg)
+{
+    k8slease_elector *e = arg;
+    void (*resume)(k8slease_elector *) = NULL;
+
+    pthread_mutex_lock(&e->mu);
+    e->lost_resume_posted = 0;
+    if (!e->done)
+        resume = e->lost_resume;
+    e->lost_resume = NULL;
+    pthread_mutex_unlock(&e->mu);
+    if (resume)
+        resume(e);
+}
+
+int kl__elector_hold_release(k8slease_elector *e, void (*resume)(k8slease_elector *e))
+{
+    int hold;
+
+    pthread_mutex_lock(&e->mu);
+    hold = e->lost_unseen > 0;
+    if (hold)
+        e->lost_resume = resume;
+    pthread_mutex_unlock(&e->mu);
+    return hold;
+}
+
+/* A thread that waited in wait_lost since before STOPPED returns (mu
+ * held): the last of them lets the release go. Out of memory posting, the
+ * release waits for its deadline and is not written: the Lease expires. */
+static void lost_returns(k8slease_elector *e)
+{
+    if (e->lost_unseen == 0 || --e->lost_unseen > 0 || !e->lost_resume)
+        return;
+    if (kl__loop_post(e->client->loop, lost_seen, e) == 0)
+        e->lost_resume_posted = 1;
+    else
+        e->lost_resume = NULL;
+}
+
 void kl__elector_report_done(k8slease_elector *e)
 {
     kl__elector_note n = {.type = KL_NOTE_DONE};
@@ -137,6 +186,7 @@ void kl__elector_report_done(k8slease_elector *e)
     pthread_mutex_lock(&e->mu);
     e->stopped = 1; /* a backend's DONE always follows its STOPPED; to be sure */
     e->done = 1;
+    e->lost_resume = NULL; /* nothing is released any more */
     e->stats.watch_healthy = 0;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
@@ -344,14 +394,29 @@ K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *e)
 
 K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *e, int64_t timeout_ms)
 {
-    int err;
+    int err, counted;
 
     if (!e)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_wait_lost: elector is NULL");
     if (timeout_ms != 0 && kl__loop_on_thread(e->client->loop))
         return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_wait_lost: called from a callback");
     pthread_mutex_lock(&e->mu);
+    /* Counted if the term ends while we wait: the release waits for us. */
+    counted = !e->stopped;
+    e->lost_waiters += counted;
+    atomic_fetch_add(&lost_waiting, 1);
     err = wait_for(e, term_over, timeout_ms);
+    atomic_fetch_sub(&lost_waiting, 1);
+    if (counted && e->stopped && kl__elector_lost_hook) {
+        pthread_mutex_unlock(&e->mu);
+        kl__elector_lost_hook(e);
+        pthread_mutex_lock(&e->mu);
+    }
+    if (counted) {
+        e->lost_waiters--;
+        if (e->stopped)
+            lost_returns(e);
+    }
     pthread_mutex_unlock(&e->mu);
     if (err == K8SLEASE_ETIMEOUT)
         kl__error_set(err, "%s: term not over after %lld ms", e->what, (long long)timeout_ms);
@@ -492,8 +557,18 @@ static void free_retired(k8slease_elector *e)
 
 static void on_reap(kl__timer *t, void *arg)
 {
-    (void)t;
-    free_retired(arg);
+    k8slease_elector *e = arg;
+    int posted;
+
+    pthread_mutex_lock(&e->mu);
+    posted = e->lost_resume_posted;
+    pthread_mutex_unlock(&e->mu);
+    /* A closure for e is still queued (lost_seen): it runs this turn. */
+    if (posted) {
+        kl__timer_arm(e->client->loop, t, kl__loop_now(e->client->loop));
+        return;
+    }
+    free_retired(e);
 }
 
 static void retire_on_loop(void *arg)

@@ -64,6 +64,12 @@ struct k8slease_elector {
     int stopped;       /* STOPPED happened: the term is over (or never was) */
     int done;          /* DONE happened: nothing left in flight */
     int stop_posted;   /* a STOP was sent to the loop */
+    /* Threads in wait_lost that came before STOPPED; at STOPPED, how many
+     * of them have yet to return (kl__elector_hold_release). */
+    int lost_waiters;
+    int lost_unseen;
+    void (*lost_resume)(k8slease_elector *e); /* run on the loop once they have */
+    int lost_resume_posted;                   /* ... posted, not yet run */
     k8slease_elector_stats stats;
     char *end_reason; /* why the election ended on its own, NULL if it did not */
     _Atomic int64_t epoch;
@@ -132,6 +138,26 @@ void kl__elector_report_request(k8slease_elector *e, const char *verb, int statu
 
 /* Our release was written (the Lease now has no holder); epoch: the term's. */
 void kl__elector_report_released(k8slease_elector *e, int64_t epoch);
+
+/* Loop thread, after kl__elector_report_stopped, before the write that
+ * frees the Lease (or the etcd key): whether a thread that was waiting in
+ * wait_lost when the term ended has yet to return from it. Then the
+ * backend holds its release back, and resume(e) runs on the loop thread
+ * once the last such thread has returned (never after DONE). A program
+ * that learns the end of its term from wait_lost (the seed ABI's
+ * K8sLeaseWaitLost) knows it before another candidate can take the Lease:
+ * a release written at once is taken by the next candidate in about a
+ * millisecond, sooner than a thread woken up may run. The backend's release
+ * deadline bounds the wait: past it the election ends without a release
+ * and the Lease expires on its own. */
+int kl__elector_hold_release(k8slease_elector *e, void (*resume)(k8slease_elector *e));
+/* Tests: threads of the process waiting in k8slease_elector_wait_lost
+ * now, every elector's; and a hook that such a thread, woken by the end of
+ * the term, calls (mu not held) before it counts as returned: it stands
+ * for a thread that the scheduler has not run yet. Set before the
+ * electors start. */
+int kl__elector_lost_waiting(void);
+extern void (*kl__elector_lost_hook)(k8slease_elector *e);
 
 /* k8slease_elector_start with a note hook: cb(note, arg) runs on the loop
  * thread for every note of the election, from its start to DONE. */

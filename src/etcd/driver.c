@@ -30,6 +30,10 @@ typedef struct channel {
     int64_t started;         /* monotonic ns */
     int renewal;             /* a KEEPALIVE sent while leading */
     kl__timer failed;        /* answers a request that could not start */
+    /* A release request held until the threads that waited in wait_lost
+     * when the term ended have returned (kl__elector_hold_release). */
+    kl__etcd_election_action deferred;
+    int have_deferred;
 } channel;
 
 struct etcd_elector {
@@ -103,6 +107,7 @@ static void cancel_channel(channel *ch)
     if (ch->id == KL_EE_CH_OBSERVE && ch->kind == KL_EE_REQ_WATCH)
         set_watch_healthy(ch->e, 0);
     ch->kind = KL_EE_REQ_NONE;
+    ch->have_deferred = 0;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -402,6 +407,8 @@ static void finish(etcd_elector *e)
     kl__elector_report_done(&e->pub);
 }
 
+static void on_lost_seen(k8slease_elector *pub);
+
 static void exec_action(etcd_elector *e, const kl__etcd_election_action *a)
 {
     switch (a->type) {
@@ -425,8 +432,27 @@ static void exec_action(etcd_elector *e, const kl__etcd_election_action *a)
         finish(e);
         break;
     default:
-        start_request(e, a);
+        if (e->sm.state == KL_EE_RELEASING && kl__elector_hold_release(&e->pub, on_lost_seen)) {
+            e->ch[a->channel].deferred = *a; /* the machine waits for its answer */
+            e->ch[a->channel].have_deferred = 1;
+        } else {
+            start_request(e, a);
+        }
         break;
+    }
+}
+
+/* The threads in wait_lost have returned: the release goes out. */
+static void on_lost_seen(k8slease_elector *pub)
+{
+    etcd_elector *e = (etcd_elector *)pub;
+
+    for (int i = 0; i < KL_EE_CH_COUNT; i++) {
+        channel *ch = &e->ch[i];
+
+        if (ch->have_deferred && e->sm.state == KL_EE_RELEASING)
+            start_request(e, &ch->deferred); /* which clears have_deferred */
+        ch->have_deferred = 0;
     }
 }
 

@@ -64,8 +64,10 @@ typedef struct k8s_elector {
      * reported once it is gone, so a stopped elector leaves none behind. */
     kl__candidate *cand;
     enum { CAND_RUNNING, CAND_DELETING, CAND_GONE } cand_state;
-    int done_waits;              /* the machine is DONE; report it when the candidate is gone */
-    kl__elector_action deferred; /* a release request held until then */
+    int done_waits; /* the machine is DONE; report it when the candidate is gone */
+    /* A release request held until then, or until the threads that waited
+     * in wait_lost when the term ended have returned (resume_deferred). */
+    kl__elector_action deferred;
     int have_deferred;
 
     kl__crash *crash; /* crash failover, NULL when off */
@@ -429,14 +431,41 @@ static void detach(k8slease_elector *pub)
     kl__candidate_detach(e->cand);
 }
 
+static void on_lost_seen(k8slease_elector *pub);
+
+/* Whether the release must wait: for our LeaseCandidate's DELETE, or for a
+ * thread that waited in wait_lost when the term ended to return. */
+static int release_held(k8s_elector *e)
+{
+    return e->cand_state == CAND_DELETING || kl__elector_hold_release(&e->pub, on_lost_seen);
+}
+
+/* Start the release request held back, once nothing holds it any more. */
+static void resume_deferred(k8s_elector *e)
+{
+    if (!e->have_deferred)
+        return;
+    if (e->sm.state == KL_EL_DONE) {
+        e->have_deferred = 0;
+        return;
+    }
+    if (release_held(e))
+        return;
+    e->have_deferred = 0;
+    start_request(e, &e->deferred);
+}
+
+static void on_lost_seen(k8slease_elector *pub)
+{
+    resume_deferred((k8s_elector *)pub);
+}
+
 static void on_candidate_gone(void *arg)
 {
     k8s_elector *e = arg;
 
     e->cand_state = CAND_GONE;
-    if (e->have_deferred && e->sm.state != KL_EL_DONE)
-        start_request(e, &e->deferred);
-    e->have_deferred = 0;
+    resume_deferred(e);
     if (e->done_waits) {
         detach(&e->pub);
         kl__elector_report_done(&e->pub);
@@ -483,7 +512,7 @@ static void exec_action(k8s_elector *e, const kl__elector_action *a)
     case KL_ACT_GET:
     case KL_ACT_CREATE:
     case KL_ACT_UPDATE:
-        if (e->cand_state == CAND_DELETING && e->sm.state == KL_EL_RELEASING) {
+        if (e->sm.state == KL_EL_RELEASING && release_held(e)) {
             e->deferred = *a; /* the machine waits for its answer: one at most */
             e->have_deferred = 1;
         } else {

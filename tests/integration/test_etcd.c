@@ -1207,6 +1207,44 @@ static void frozen_etcd_reports_the_end_on_time(void **state)
     fx->passed = 1;
 }
 
+/* The release (DELETE of the key, REVOKE of the lease) waits for a thread
+ * that waited in wait_lost when the term ended: held where the end woke
+ * it, the key stays until it is let go. */
+static void release_waits_for_wait_lost(void **state)
+{
+    struct fx *fx = *state;
+    k8slease_client *client = etcd_client(fx, shared, "w");
+    struct lost_waiter w = {0}, st = {0};
+    struct kv kv[4];
+    pthread_t th, th2;
+    int64_t until;
+    struct cand *a;
+
+    a = cand_start(fx, client, "etcd-held", "held:1");
+    elected(a);
+    w.e = st.e = a->e;
+    assert_int_equal(pthread_create(&th, NULL, wait_lost_thread, &w), 0);
+    e2e_lost_await_waiting();
+    assert_int_equal(pthread_create(&th2, NULL, stop_thread, &st), 0);
+    e2e_lost_await_held();
+    assert_false(k8slease_elector_is_leader(a->e));
+    until = mono_ns() + INT64_C(1000000000);
+    do {
+        if (kv_list(shared, "etcd-held", kv, 4) != 1)
+            fail_msg("the key was deleted while a thread in wait_lost was held");
+        e2e_pause_ms(20);
+    } while (mono_ns() < until);
+    if (pthread_tryjoin_np(th2, NULL) == 0)
+        fail_msg("k8slease_elector_stop returned while a thread in wait_lost was held");
+    e2e_lost_let_go();
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(w.rc, 0);
+    assert_int_equal(pthread_join(th2, NULL), 0);
+    assert_int_equal(st.rc, 0);
+    assert_int_equal(kv_list(shared, "etcd-held", kv, 4), 0);
+    fx->passed = 1;
+}
+
 /* ------------------------------------------------------------------------ */
 /* 6. etcd restarted under a leader and a follower                          */
 /* ------------------------------------------------------------------------ */
@@ -2308,6 +2346,7 @@ int main(void)
         T(interop_with_etcdctl_elect),
         T(keepalive_blocked),
         T(frozen_etcd_reports_the_end_on_time),
+        T(release_waits_for_wait_lost),
         T(etcd_restart),
         T(tls_client_certificates),
         T(auth_user_password),

@@ -53,6 +53,7 @@
 #include "testlib.h"
 #include "k8slease.h"
 #include "libk8s_lease_wrapper.h"
+#include "core/elector.h"
 
 #define MS               INT64_C(1000000)
 #define WITHIN_MS        100 /* how late a wait may return after the term ended */
@@ -542,6 +543,185 @@ static void cancel_while_server_hangs_15102(void **state)
     cancel_while_server_hangs((timing){15, 10, 2});
 }
 
+/* ---- the release waits for the threads in wait_lost ---------------------
+ *
+ * A graceful release frees the Lease for the next candidate, which takes
+ * it within a millisecond or two; a thread woken in wait_lost may run
+ * later than that. So the release is written only once every thread that
+ * waited in wait_lost (K8sLeaseWaitLost) when the term ended has returned:
+ * the test holds such a thread where the end of the term woke it
+ * (kl__elector_lost_hook: a thread the scheduler has not run yet), and
+ * checks that the Lease names its holder until the thread is let go; and
+ * that a thread held past the release deadline costs the release, not the
+ * stop (the Lease then expires on its own). */
+
+typedef struct lost_waiter {
+    const char *lease;   /* seed ABI: K8sLeaseWaitLost on it; else ... */
+    k8slease_elector *e; /* ... k8slease_elector_wait_lost */
+    int rc;
+    int64_t returned_ns;
+    pthread_t th;
+} lost_waiter;
+
+static void *wait_lost_thread(void *arg)
+{
+    lost_waiter *w = arg;
+    char *err = NULL;
+
+    if (w->lease) {
+        w->rc = K8sLeaseWaitLost((char *)ns, (char *)w->lease, &err);
+        free(err);
+    } else {
+        w->rc = k8slease_elector_wait_lost(w->e, -1);
+    }
+    w->returned_ns = mono_ns();
+    return NULL;
+}
+
+/* Start w's thread; once it waits in wait_lost, the end of the term will
+ * hold it. */
+static void start_waiter(lost_waiter *w)
+{
+    assert_int_equal(kl__elector_lost_waiting(), 0);
+    assert_int_equal(pthread_create(&w->th, NULL, wait_lost_thread, w), 0);
+    e2e_lost_await_waiting();
+}
+
+static void let_go(lost_waiter *w, const char *what)
+{
+    e2e_lost_let_go();
+    join_within(w->th, what, 10000);
+    assert_int_equal(w->rc, 0);
+}
+
+static const char *holder_of(const char *name, char *buf, size_t size)
+{
+    json_t *lease = get_lease(name);
+    const char *h =
+        json_string_value(json_object_get(json_object_get(lease, "spec"), "holderIdentity"));
+
+    snprintf(buf, size, "%s", h ? h : "");
+    json_decref(lease);
+    return buf;
+}
+
+/* For ms, every read of the Lease names holder: no release was written. */
+static void still_held(const char *name, const char *holder, int ms)
+{
+    int64_t until = mono_ns() + ms * MS;
+    char h[128];
+
+    do {
+        if (strcmp(holder_of(name, h, sizeof(h)), holder) != 0)
+            fail_msg("lease %s: holder \"%s\" while a thread in wait_lost was held (expected "
+                     "\"%s\": released before it returned)",
+                     name, h, holder);
+        e2e_pause_ms(20);
+    } while (mono_ns() < until);
+}
+
+static void await_released(const char *name)
+{
+    int64_t until = mono_ns() + 10000 * MS;
+    char h[128];
+
+    while (holder_of(name, h, sizeof(h))[0] != '\0') {
+        if (mono_ns() > until)
+            fail_msg("lease %s not released within 10 s of the waiter's return (holder \"%s\")",
+                     name, h);
+        e2e_pause_ms(10);
+    }
+}
+
+static k8slease_elector *start_held(const char *name, const char *id, timing t)
+{
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector *e = NULL;
+
+    o.ns = ns;
+    o.name = name;
+    o.identity = id;
+    o.lease_duration_ms = t.ld * 1000;
+    o.renew_deadline_ms = t.rd * 1000;
+    o.retry_period_ms = t.rp * 1000;
+    o.release_on_cancel = 1;
+    if (k8slease_elector_start(&e, client, &o) != 0 ||
+        k8slease_elector_wait_elected(e, ELECT_S * 1000, NULL) != 0)
+        fail_msg("native %s: %s", name, k8slease_error_last());
+    return e;
+}
+
+static void release_waits_for_wait_lost(void **state)
+{
+    const timing t = {5, 3, 1};
+    const char *id = "held:9000";
+    lost_waiter seed = {.lease = "held-seed"}, native = {0};
+    stopper st = {0};
+    pthread_t th;
+    char *err = NULL;
+    long long epoch;
+    int64_t t0;
+
+    (void)state;
+    if (K8sLeaseRunElection((char *)ns, (char *)seed.lease, (char *)id, t.ld, t.rd, t.rp, &err) !=
+            0 ||
+        K8sLeaseWaitElected((char *)ns, (char *)seed.lease, ELECT_S, &epoch, &err) != 0)
+        fail_msg("seed %s: %s", seed.lease, err);
+    start_waiter(&seed);
+    t0 = mono_ns();
+    if (K8sLeaseCancelElection((char *)ns, (char *)seed.lease, &err) != 0)
+        fail_msg("K8sLeaseCancelElection: %s", err);
+    e2e_lost_await_held();
+    still_held(seed.lease, id, 1000);
+    let_go(&seed, "K8sLeaseWaitLost");
+    await_released(seed.lease);
+    print_message("  seed ABI: K8sLeaseWaitLost held 1 s in the wait, returned %.0f ms after the "
+                  "cancel; the Lease released after that\n",
+                  (double)(seed.returned_ns - t0) / MS);
+
+    native.e = st.e = start_held("held-native", id, t);
+    start_waiter(&native);
+    assert_int_equal(pthread_create(&th, NULL, stop_native, &st), 0);
+    e2e_lost_await_held();
+    assert_false(k8slease_elector_is_leader(native.e));
+    still_held("held-native", id, 1000);
+    if (pthread_tryjoin_np(th, NULL) == 0)
+        fail_msg("k8slease_elector_stop returned, its release done, while a thread in wait_lost "
+                 "was held");
+    let_go(&native, "k8slease_elector_wait_lost");
+    join_within(th, "k8slease_elector_stop", 10000);
+    await_released("held-native");
+    k8slease_elector_free(native.e);
+}
+
+/* Held past the release deadline (the renew deadline): the stop ends the
+ * election without a release, and the Lease keeps our name until it
+ * expires. */
+static void wait_lost_held_past_release_deadline(void **state)
+{
+    const timing t = {5, 3, 1};
+    const char *id = "held:9000";
+    lost_waiter native = {0};
+    stopper st = {0};
+    pthread_t th;
+    int64_t t0;
+
+    (void)state;
+    native.e = st.e = start_held("held-long", id, t);
+    start_waiter(&native);
+    t0 = mono_ns();
+    assert_int_equal(pthread_create(&th, NULL, stop_native, &st), 0);
+    e2e_lost_await_held();
+    join_within(th, "k8slease_elector_stop with a thread held in wait_lost", t.rd * 1000 * 10);
+    print_message("  k8slease_elector_stop returned %.0f ms after it was called (renew deadline "
+                  "%d s), the waiter still held\n",
+                  (double)(st.returned_ns - t0) / MS, t.rd);
+    assert_true(st.returned_ns - t0 >= (int64_t)t.rd * 1000 * MS - 2 * MS);
+    still_held("held-long", id, 100);
+    let_go(&native, "k8slease_elector_wait_lost");
+    k8slease_elector_free(native.e);
+}
+
 /* ---- the process frozen past its deadline --------------------------------
  *
  * A child process (this program, "child NS LEASE") leads through both
@@ -687,6 +867,8 @@ int main(int argc, char **argv)
         cmocka_unit_test(cancel_while_server_hangs_531),
         cmocka_unit_test(cancel_while_server_hangs_15102),
         cmocka_unit_test(process_frozen_past_deadline),
+        cmocka_unit_test(release_waits_for_wait_lost),
+        cmocka_unit_test(wait_lost_held_past_release_deadline),
     };
     ssize_t n;
 
@@ -698,5 +880,7 @@ int main(int argc, char **argv)
     self_path[n] = '\0';
     signal(SIGPIPE, SIG_IGN);
     setenv("K8SLEASE_LOG_LEVEL", "warn", 0);
+    if (getenv("K8SLEASE_TEST_FILTER") && getenv("K8SLEASE_TEST_FILTER")[0])
+        cmocka_set_test_filter(getenv("K8SLEASE_TEST_FILTER")); /* e.g. "*wait_lost*" */
     return cmocka_run_group_tests(tests, setup, teardown);
 }

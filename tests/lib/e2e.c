@@ -1,6 +1,7 @@
 #include "e2e.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include <cmocka.h>
 
 #include "harness.h"
+#include "core/elector.h"
 #include "k8s/kubeconfig.h"
 
 static ts_server *server;
@@ -500,4 +502,49 @@ void e2e_wait_fault_retired(long id, int ms)
             fail_msg("fault %ld still live after %d ms", id, ms);
         e2e_pause_ms(20);
     }
+}
+
+/* ---- a thread held in wait_lost ------------------------------------------ */
+
+static int held_in[2] = {-1, -1}, held_out[2] = {-1, -1};
+
+static void hold_here(k8slease_elector *e)
+{
+    char c = 'h';
+
+    (void)e;
+    if (write(held_in[1], &c, 1) != 1 || read(held_out[0], &c, 1) != 1)
+        abort();
+}
+
+void e2e_lost_await_waiting(void)
+{
+    int64_t until = e2e_mono_ms() + 10000;
+
+    if (held_in[0] < 0) {
+        assert_int_equal(pipe(held_in), 0);
+        assert_int_equal(pipe(held_out), 0);
+        kl__elector_lost_hook = hold_here;
+    }
+    while (kl__elector_lost_waiting() == 0) {
+        if (e2e_mono_ms() > until)
+            fail_msg("no thread waited in wait_lost within 10 s");
+        e2e_pause_ms(1);
+    }
+}
+
+void e2e_lost_await_held(void)
+{
+    struct pollfd p = {.fd = held_in[0], .events = POLLIN};
+    char c;
+
+    if (poll(&p, 1, 10000) != 1 || read(held_in[0], &c, 1) != 1)
+        fail_msg("the thread in wait_lost was not woken by the end of the term within 10 s");
+}
+
+void e2e_lost_let_go(void)
+{
+    char c = 'g';
+
+    assert_int_equal(write(held_out[1], &c, 1), 1);
 }

@@ -99,6 +99,17 @@ void e2e_cand_on_started(int64_t epoch, void *ud);
 void e2e_cand_on_stopped(void *ud);
 void e2e_cand_on_new_leader(const char *id, int64_t epoch, void *ud);
 
+/* A thread in k8slease_elector_wait_lost (or K8sLeaseWaitLost) held where
+ * the end of its term woke it, as a thread the scheduler has not run yet
+ * (kl__elector_lost_hook): the release waits for it. For cmocka tests, one
+ * such thread at a time. e2e_lost_await_waiting: wait until a thread waits
+ * in wait_lost (then the end of the term holds it); e2e_lost_await_held:
+ * until the end of the term has woken and held it; e2e_lost_let_go: let it
+ * return. Each wait is bounded (10 s) and fails the test past it. */
+void e2e_lost_await_waiting(void);
+void e2e_lost_await_held(void);
+void e2e_lost_let_go(void);
+
 /* For cmocka tests. Skip the running test unless the server under test is
  * k8slease-testserver, saying why ("skipped on a real API server: WHY"). */
 void e2e_need_testserver(const char *why);
