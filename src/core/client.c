@@ -14,7 +14,8 @@
 #define CLIENT_OPTIONS_V1_SIZE offsetof(k8slease_client_options, backend)
 #define CLIENT_OPTIONS_V2_SIZE offsetof(k8slease_client_options, crash_failover)
 
-K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts)
+static int client_new(k8slease_client **out, const k8slease_client_options *opts,
+                      kl__log_event_cb log_event_cb)
 {
     k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
     k8slease_client *c = NULL;
@@ -57,6 +58,7 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
     c->log.cb = o.log_cb;
     c->log.user_data = o.log_user_data;
     c->log.level = o.log_level;
+    c->log.event_cb = log_event_cb;
     c->be = kl__backend_get(o.backend);
     err = c->be->client_init(c, &o);
     if (err < 0)
@@ -66,6 +68,17 @@ K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_clien
 out:
     k8slease_client_free(c);
     return err;
+}
+
+K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts)
+{
+    return client_new(out, opts, NULL);
+}
+
+int kl__client_new_logged(k8slease_client **out, const k8slease_client_options *opts,
+                          kl__log_event_cb log_event_cb)
+{
+    return client_new(out, opts, log_event_cb);
 }
 
 static void reap_retired(void *arg)

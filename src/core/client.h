@@ -30,6 +30,12 @@ struct k8slease_client {
     int crash_failover;         /* holder reads follow crash failover records */
 };
 
+/* k8slease_client_new whose log lines go to log_event_cb (with
+ * opts->log_user_data, at opts->log_level and above), with what each is
+ * about, instead of opts->log_cb: the seed ABI's. Same codes. Any thread. */
+int kl__client_new_logged(k8slease_client **out, const k8slease_client_options *opts,
+                          kl__log_event_cb log_event_cb);
+
 /* Ask the loop to stop an election without waiting (release < 0: as the
  * options say). 0 or K8SLEASE_ENOMEM. Any thread. */
 int kl__elector_stop_async(k8slease_elector *e, int release);

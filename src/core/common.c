@@ -241,28 +241,125 @@ void kl__buf_free(kl__buf *b)
     b->len = b->cap = 0;
 }
 
-void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fmt, ...)
+const char *kl__after_prefix(const char *msg, const char *what)
 {
-    char msg[1024], safe[1024];
+    size_t n = strlen(what);
+
+    return strncmp(msg, what, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
+}
+
+static _Thread_local const kl__log_about *log_scope;
+
+const kl__log_about *kl__log_enter(const kl__log_about *about)
+{
+    const kl__log_about *previous = log_scope;
+
+    log_scope = about;
+    return previous;
+}
+
+void kl__log_leave(const kl__log_about *previous)
+{
+    log_scope = previous;
+}
+
+/* Messages quote what servers send (holder identities, error bodies):
+ * control characters are escaped, so none can forge a log line or drive a
+ * terminal. Returns the length written to out (NUL-terminated). */
+static size_t log_escape(char *out, size_t size, const char *in)
+{
     size_t o = 0;
+
+    for (const unsigned char *p = (const unsigned char *)in; *p && o + 5 <= size; p++) {
+        if (*p < 0x20 || *p == 0x7f)
+            o += (size_t)snprintf(out + o, size - o, "\\x%02x", *p);
+        else
+            out[o++] = (char)*p;
+    }
+    out[o] = '\0';
+    return o;
+}
+
+/* The length of msg[0..len) escaped, at most max. */
+static size_t escaped_len(const char *msg, size_t len, size_t max)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < len && n < max; i++)
+        n += (unsigned char)msg[i] < 0x20 || msg[i] == 0x7f ? 4 : 1;
+    return n < max ? n : max;
+}
+
+/* msg: the whole line; prefix: the length of its "WHAT: " (0: none). */
+static void log_emit(const kl__log *log, k8slease_log_level level, const kl__log_about *about,
+                     const char *msg, size_t prefix)
+{
+    char safe[1024], error[1024];
+    kl__log_event ev = {level, KL_LOG_OTHER, NULL, safe, safe, NULL};
+    size_t n;
+
+    n = log_escape(safe, sizeof(safe), msg);
+    if (!log->event_cb) {
+        log->cb(level, safe, log->user_data);
+        return;
+    }
+    if (about && about->subject) {
+        ev.kind = about->kind;
+        ev.subject = about->subject;
+        ev.message = safe + escaped_len(msg, prefix, n);
+        if (about->kind == KL_LOG_WATCH_FAILED) {
+            log_escape(error, sizeof(error), about->error ? about->error : msg + prefix);
+            ev.error = error;
+        }
+    }
+    log->event_cb(&ev, log->user_data);
+}
+
+void kl__log_vat(const kl__log *log, k8slease_log_level level, const kl__log_about *about,
+                 const char *fmt, va_list ap)
+{
+    char msg[1024];
+    size_t prefix = 0;
+    int n;
+
+    if (!log || (!log->cb && !log->event_cb) || level > log->level)
+        return;
+    if (about && about->what) {
+        n = snprintf(msg, sizeof(msg), "%s: ", about->what);
+        prefix = n < 0 ? 0 : (size_t)n < sizeof(msg) ? (size_t)n : sizeof(msg) - 1;
+    }
+    vsnprintf(msg + prefix, sizeof(msg) - prefix, fmt, ap);
+    log_emit(log, level, about, msg, prefix);
+}
+
+void kl__log_at(const kl__log *log, k8slease_log_level level, const kl__log_about *about,
+                const char *fmt, ...)
+{
     va_list ap;
 
-    if (!log || !log->cb || level > log->level)
+    va_start(ap, fmt);
+    kl__log_vat(log, level, about, fmt, ap);
+    va_end(ap);
+}
+
+void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fmt, ...)
+{
+    const kl__log_about *about = log_scope;
+    char msg[1024];
+    size_t prefix = 0;
+    va_list ap;
+
+    if (!log || (!log->cb && !log->event_cb) || level > log->level)
         return;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    /* Messages quote what servers send (holder identities, error bodies):
-     * control characters are escaped, so none can forge a log line or
-     * drive a terminal. */
-    for (const unsigned char *p = (const unsigned char *)msg; *p && o + 5 <= sizeof(safe); p++) {
-        if (*p < 0x20 || *p == 0x7f)
-            o += (size_t)snprintf(safe + o, sizeof(safe) - o, "\\x%02x", *p);
-        else
-            safe[o++] = (char)*p;
+    if (about && about->what) {
+        prefix = (size_t)(kl__after_prefix(msg, about->what) - msg);
+        if (prefix == 0)
+            about = NULL;
     }
-    safe[o] = '\0';
-    log->cb(level, safe, log->user_data);
+    log_emit(log, level, about, msg, prefix);
 }
 
 int kl__utf8_valid(const char *s, size_t len)

@@ -56,6 +56,8 @@ void kl__wipe(void *p, size_t n);
 /* 1 when s[0..len) is valid UTF-8 (no overlong forms, no surrogates, at
  * most U+10FFFF): what JSON strings, and so Kubernetes objects, must be. */
 int kl__utf8_valid(const char *s, size_t len);
+/* msg without its "what: " prefix (msg when it has none). */
+const char *kl__after_prefix(const char *msg, const char *what);
 /* Prefix the current message: "<prefix>: <old message>". Returns code. */
 int kl__error_wrap(int code, const char *fmt, ...) KL_PRINTF(2, 3);
 void kl__error_clear(void);
@@ -87,13 +89,67 @@ int kl__buf_append(kl__buf *b, const void *data, size_t len); /* 0 or K8SLEASE_E
 int kl__buf_printf(kl__buf *b, const char *fmt, ...) KL_PRINTF(2, 3);
 void kl__buf_free(kl__buf *b);
 
-/* Logging: a sink with a level threshold, owned by the client. */
+/* What a log line is about, as data: for an internal sink that keeps state
+ * per Lease (the seed ABI's log lines, src/compat/compat.c) without reading
+ * the text, which is the public log callback's and may change. */
+typedef enum kl__log_kind {
+    KL_LOG_OTHER,           /* no subject: the process's */
+    KL_LOG_REQUEST,         /* the outcome of a request of an election ("get lease ...") */
+    KL_LOG_ELECTION,        /* an election's own line, or one of its parts' */
+    KL_LOG_WATCH,           /* the watch of the subject: any other line */
+    KL_LOG_WATCH_HEALTHY,   /* the watch of the subject is healthy (again) */
+    KL_LOG_WATCH_UNHEALTHY, /* no event or bookmark in time */
+    KL_LOG_WATCH_FAILED     /* the watch failed: error */
+} kl__log_kind;
+
+typedef struct kl__log_about {
+    const char *what;    /* the line's "WHAT: " prefix, "lease NS/NAME" (NULL: none) */
+    const char *subject; /* "NS/NAME", "NS/" "*" for a namespace; NULL: the process */
+    kl__log_kind kind;
+    /* KL_LOG_WATCH_FAILED: what went wrong, without what is done about it
+     * ("; retrying"); NULL: the message. */
+    const char *error;
+} kl__log_about;
+
+/* A line as the internal sink gets it: the text is the one the public
+ * callback gets; message is the text after the "WHAT: " prefix. Strings
+ * borrowed for the call, control characters escaped. */
+typedef struct kl__log_event {
+    k8slease_log_level level;
+    kl__log_kind kind;   /* KL_LOG_OTHER whenever subject is NULL */
+    const char *subject; /* as in kl__log_about */
+    const char *text;
+    const char *message;
+    const char *error; /* KL_LOG_WATCH_FAILED only, else NULL */
+} kl__log_event;
+
+typedef void (*kl__log_event_cb)(const kl__log_event *ev, void *user_data);
+
+/* Logging: a sink with a level threshold, owned by the client. With
+ * event_cb (internal: kl__client_new_logged), every line goes there
+ * instead of cb, with what it is about. */
 typedef struct kl__log {
     k8slease_log_cb cb;
     void *user_data;
     k8slease_log_level level;
+    kl__log_event_cb event_cb;
 } kl__log;
+/* A line about nothing in particular (or said by code that cannot say
+ * what about: see kl__log_enter). */
 void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fmt, ...)
     KL_PRINTF(3, 4);
+/* A line about->what ": " message, about about->subject. about may be NULL
+ * (then as kl__log_printf). */
+void kl__log_at(const kl__log *log, k8slease_log_level level, const kl__log_about *about,
+                const char *fmt, ...) KL_PRINTF(4, 5);
+void kl__log_vat(const kl__log *log, k8slease_log_level level, const kl__log_about *about,
+                 const char *fmt, va_list ap) KL_PRINTF(4, 0);
+/* For lines logged through kl__log_printf by code that does not know what
+ * they are about (core/elector.c's): until kl__log_leave, on this thread,
+ * such a line that begins with about->what ": " is about about->subject,
+ * of about->kind. Returns the previous scope, for kl__log_leave; scopes
+ * nest. about must outlive the scope. */
+const kl__log_about *kl__log_enter(const kl__log_about *about);
+void kl__log_leave(const kl__log_about *previous);
 
 #endif

@@ -184,11 +184,103 @@ static void elector_head_strings(void **state)
     kl__elector_head_destroy(&e); /* frees both (LeakSanitizer in the sanitizer build) */
 }
 
+/* The internal log sink gets each line's text (the public callback's),
+ * and what it is about as data: subject, kind, the message after the
+ * "WHAT: " prefix, a watch failure's error. */
+typedef struct seen_line {
+    int n;
+    kl__log_event ev;
+    char text[256], message[256], subject[64], error[256];
+} seen_line;
+
+static void keep_event(const kl__log_event *ev, void *user_data)
+{
+    seen_line *s = user_data;
+
+    s->n++;
+    s->ev = *ev;
+    snprintf(s->text, sizeof(s->text), "%s", ev->text);
+    snprintf(s->message, sizeof(s->message), "%s", ev->message);
+    snprintf(s->subject, sizeof(s->subject), "%s", ev->subject ? ev->subject : "(none)");
+    snprintf(s->error, sizeof(s->error), "%s", ev->error ? ev->error : "(none)");
+}
+
+static void keep_text(k8slease_log_level level, const char *msg, void *user_data)
+{
+    seen_line *s = user_data;
+
+    (void)level;
+    s->n++;
+    snprintf(s->text, sizeof(s->text), "%s", msg);
+}
+
+static void log_events_carry_their_subject(void **state)
+{
+    seen_line s = {0};
+    kl__log log = {NULL, &s, K8SLEASE_LOG_DEBUG, keep_event};
+    kl__log_about lease = {"lease ns/a", "ns/a", KL_LOG_ELECTION, NULL};
+    kl__log_about watch = {"watch of lease ns/a", "ns/a", KL_LOG_WATCH_FAILED, "HTTP 500"};
+    kl__log_about no_subject = {"holder reads of lease ns/a", NULL, KL_LOG_ELECTION, NULL};
+    const kl__log_about *scope;
+
+    (void)state;
+    kl__log_at(&log, K8SLEASE_LOG_WARN, &lease, "bad \n%s", "thing");
+    assert_int_equal(s.n, 1);
+    assert_int_equal(s.ev.level, K8SLEASE_LOG_WARN);
+    assert_int_equal(s.ev.kind, KL_LOG_ELECTION);
+    assert_string_equal(s.subject, "ns/a");
+    assert_string_equal(s.text, "lease ns/a: bad \\x0athing");
+    assert_string_equal(s.message, "bad \\x0athing");
+    assert_string_equal(s.error, "(none)");
+
+    kl__log_at(&log, K8SLEASE_LOG_WARN, &watch, "%s; retrying", "HTTP 500");
+    assert_int_equal(s.ev.kind, KL_LOG_WATCH_FAILED);
+    assert_string_equal(s.text, "watch of lease ns/a: HTTP 500; retrying");
+    assert_string_equal(s.error, "HTTP 500");
+    watch.error = NULL; /* the message */
+    kl__log_at(&log, K8SLEASE_LOG_WARN, &watch, "silent for %d ms", 3);
+    assert_string_equal(s.error, "silent for 3 ms");
+
+    kl__log_at(&log, K8SLEASE_LOG_INFO, &no_subject, "x");
+    assert_int_equal(s.ev.kind, KL_LOG_OTHER);
+    assert_string_equal(s.subject, "(none)");
+    assert_string_equal(s.message, "holder reads of lease ns/a: x");
+    kl__log_at(&log, K8SLEASE_LOG_INFO, NULL, "plain");
+    assert_string_equal(s.text, "plain");
+    assert_int_equal(s.ev.kind, KL_LOG_OTHER);
+
+    /* A scope names the subject of the lines that begin with its WHAT. */
+    scope = kl__log_enter(&lease);
+    kl__log_printf(&log, K8SLEASE_LOG_INFO, "%s: elected, epoch %d", "lease ns/a", 3);
+    assert_int_equal(s.ev.kind, KL_LOG_ELECTION);
+    assert_string_equal(s.subject, "ns/a");
+    assert_string_equal(s.message, "elected, epoch 3");
+    kl__log_printf(&log, K8SLEASE_LOG_INFO, "lease ns/ab: other");
+    assert_int_equal(s.ev.kind, KL_LOG_OTHER);
+    assert_string_equal(s.subject, "(none)");
+    kl__log_leave(scope);
+    kl__log_printf(&log, K8SLEASE_LOG_INFO, "lease ns/a: after");
+    assert_int_equal(s.ev.kind, KL_LOG_OTHER);
+    assert_int_equal(s.n, 8);
+
+    /* Below the level: nothing. Without the sink: the public callback,
+     * the same text. */
+    log.level = K8SLEASE_LOG_WARN;
+    kl__log_at(&log, K8SLEASE_LOG_INFO, &lease, "quiet");
+    assert_int_equal(s.n, 8);
+    log.event_cb = NULL;
+    log.cb = keep_text;
+    kl__log_at(&log, K8SLEASE_LOG_WARN, &lease, "loud");
+    assert_int_equal(s.n, 9);
+    assert_string_equal(s.text, "lease ns/a: loud");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(error_set_and_wrap),
         cmocka_unit_test(long_messages_truncate),
+        cmocka_unit_test(log_events_carry_their_subject),
         cmocka_unit_test(strerror_names_every_code),
         cmocka_unit_test(failing_allocator),
         cmocka_unit_test(buffers_grow),
