@@ -34,6 +34,8 @@ typedef enum cand_req {
 struct kl__candidate {
     k8slease_client *client;
     char *ns, *name, *lease_name, *binary_version, *emulation_version, *strategy, *what;
+    char *subject;
+    kl__log_about about; /* its log lines' */
     int64_t retry_period_ns, request_timeout_ms;
     kl__candidate_fatal_cb fatal;
     kl__candidate_gone_cb gone;
@@ -206,8 +208,7 @@ static void start_req(kl__candidate *c, cand_req kind, const char *method, const
     c->req = kl__http_start(c->client->loop, &o, on_done, c);
     kl__free(body);
     if (!c->req) {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_ERROR, "%s: LeaseCandidate: %s", c->what,
-                       kl__error_get());
+        kl__log_at(log_of(c), K8SLEASE_LOG_ERROR, &c->about, "LeaseCandidate: %s", kl__error_get());
         c->kind = REQ_NONE;
         retry_later(c);
     }
@@ -309,30 +310,29 @@ static int on_line(const char *line, size_t len, void *arg)
     obj = json_object_get(ev, "object");
     type = json_string_value(json_object_get(ev, "type"));
     if (!type || !json_is_object(obj)) {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: LeaseCandidate watch: bad event %.100s",
-                       c->what, line);
+        kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about,
+                   "LeaseCandidate watch: bad event %.100s", line);
     } else if (!strcmp(type, "ADDED") || !strcmp(type, "MODIFIED")) {
         /* an event from before our own write's answer: already seen */
         if (c->base && kl__rv_gate_older(&c->gate, obj_string(obj, "metadata", "resourceVersion")))
             goto out;
         set_base(c, obj);
         if (pinged(c, obj)) {
-            kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG,
-                           "%s: LeaseCandidate %s/%s pinged: answering", c->what, c->ns, c->name);
+            kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about,
+                       "LeaseCandidate %s/%s pinged: answering", c->ns, c->name);
             c->renew_due = 1;
         }
     } else if (!strcmp(type, "DELETED")) {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_INFO,
-                       "%s: LeaseCandidate %s/%s was deleted: creating it again", c->what, c->ns,
-                       c->name);
+        kl__log_at(log_of(c), K8SLEASE_LOG_INFO, &c->about,
+                   "LeaseCandidate %s/%s was deleted: creating it again", c->ns, c->name);
         set_base(c, NULL);
         c->need_read = 0;
     } else if (!strcmp(type, "BOOKMARK")) {
         set_rv(c, obj_string(obj, "metadata", "resourceVersion"));
     } else if (!strcmp(type, "ERROR")) {
         /* 410 Gone and the like: read the object again, then watch */
-        kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: LeaseCandidate watch: %s", c->what,
-                       json_string_value(json_object_get(obj, "message")));
+        kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about, "LeaseCandidate watch: %s",
+                   json_string_value(json_object_get(obj, "message")));
         c->need_read = 1;
     }
 out:
@@ -382,14 +382,14 @@ static void on_watch_done(const kl__http_result *res, void *arg)
     c->watch = NULL;
     if (res->err) {
         /* a broken stream is routine (a restart, an idle timeout): resume */
-        kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: LeaseCandidate watch: %s", c->what,
-                       res->errmsg);
+        kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about, "LeaseCandidate watch: %s",
+                   res->errmsg);
         retry_later(c);
         return;
     }
     if (res->status != 200) {
         kl__http_status_error(res->status, res->body, res->body_len, "watch LeaseCandidate");
-        kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: %s", c->what, kl__error_get());
+        kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about, "%s", kl__error_get());
         c->need_read = res->status == 410;
         retry_later(c);
         return;
@@ -421,8 +421,8 @@ static int discovered(kl__candidate *c, const kl__http_result *res)
         c->collection =
             kl__sprintf(CANDIDATE_GROUP "/%s/namespaces/%s/leasecandidates", found, c->ns);
         c->path = c->collection ? kl__sprintf("%s/%s", c->collection, c->name) : NULL;
-        kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: LeaseCandidates: coordination.k8s.io/%s",
-                       c->what, found);
+        kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about,
+                   "LeaseCandidates: coordination.k8s.io/%s", found);
     }
     json_decref(group);
     if (!found)
@@ -452,9 +452,8 @@ static void on_done(const kl__http_result *res, void *arg)
                 kl__error_set(res->err, "%s: %s", what, res->errmsg);
             else
                 kl__http_status_error(res->status, res->body, res->body_len, what);
-            kl__log_printf(log_of(c), K8SLEASE_LOG_WARN,
-                           "%s: %s (left to the server's garbage collection, 30 min)", c->what,
-                           kl__error_get());
+            kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about,
+                       "%s (left to the server's garbage collection, 30 min)", kl__error_get());
         }
         on_gone_now(&c->gone_now, c);
         return;
@@ -471,11 +470,11 @@ static void on_done(const kl__http_result *res, void *arg)
                           "kube-apiserver (docs/coordinated.md)");
         } else {
             if (res->err)
-                kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: discovery of %s: %s", c->what,
-                               CANDIDATE_GROUP, res->errmsg);
+                kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about, "discovery of %s: %s",
+                           CANDIDATE_GROUP, res->errmsg);
             else if (found == 0)
-                kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: discovery of %s: HTTP %ld",
-                               c->what, CANDIDATE_GROUP, res->status);
+                kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about, "discovery of %s: HTTP %ld",
+                           CANDIDATE_GROUP, res->status);
             retry_later(c);
         }
         return;
@@ -486,8 +485,7 @@ static void on_done(const kl__http_result *res, void *arg)
                                 : "update",
              c->ns, c->name);
     if (ok && !(obj = json_loadb(res->body, res->body_len, 0, NULL))) {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: %s: the answer is not JSON", c->what,
-                       what);
+        kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about, "%s: the answer is not JSON", what);
         retry_later(c);
         return;
     }
@@ -517,14 +515,14 @@ static void on_done(const kl__http_result *res, void *arg)
             c->renew_due = 0;
             kl__timer_arm(c->client->loop, &c->renew,
                           kl__add_sat(kl__loop_now(c->client->loop), RENEW_INTERVAL_NS));
-            kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: %s: ok (rv %s)", c->what, what,
-                           c->rv ? c->rv : "");
+            kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about, "%s: ok (rv %s)", what,
+                       c->rv ? c->rv : "");
         }
         step(c);
         return;
     }
     if (res->err) {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: %s: %s", c->what, what, res->errmsg);
+        kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about, "%s: %s", what, res->errmsg);
         retry_later(c);
         return;
     }
@@ -532,7 +530,7 @@ static void on_done(const kl__http_result *res, void *arg)
     if (res->status == 409) {
         /* exists already (create), or changed since we read it (update):
          * read it, then write again */
-        kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: %s", c->what, kl__error_get());
+        kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about, "%s", kl__error_get());
         c->need_read = 1;
         c->renew_due = c->renew_due || kind == REQ_UPDATE;
         step(c);
@@ -543,7 +541,7 @@ static void on_done(const kl__http_result *res, void *arg)
     } else if (res->status == 400 || res->status == 422) {
         fail_fatal(c, "coordinated election: %s", kl__error_get());
     } else {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_WARN, "%s: %s", c->what, kl__error_get());
+        kl__log_at(log_of(c), K8SLEASE_LOG_WARN, &c->about, "%s", kl__error_get());
         retry_later(c);
     }
 }
@@ -564,8 +562,7 @@ static void step(kl__candidate *c)
         /* none yet, or deleted while we watched: create; else answer */
         body = c->base ? update_body(c) : new_object_body(c);
         if (!body) {
-            kl__log_printf(log_of(c), K8SLEASE_LOG_ERROR, "%s: LeaseCandidate: out of memory",
-                           c->what);
+            kl__log_at(log_of(c), K8SLEASE_LOG_ERROR, &c->about, "LeaseCandidate: out of memory");
             retry_later(c);
             return;
         }
@@ -603,12 +600,14 @@ int kl__candidate_new(kl__candidate **out, k8slease_client *client, const kl__ca
     c->emulation_version = kl__strdup(cfg->emulation_version);
     c->strategy = kl__strdup(cfg->strategy);
     c->what = kl__strdup(cfg->what);
+    c->subject = kl__strdup(cfg->subject);
+    c->about = (kl__log_about){c->what, c->subject, KL_LOG_ELECTION, NULL};
     kl__timer_init(&c->retry, on_retry, c);
     kl__timer_init(&c->renew, on_renew, c);
     kl__timer_init(&c->gone_now, on_gone_now, c);
     kl__line_splitter_init(&c->lines, MAX_LINE);
     if (!c->ns || !c->name || !c->lease_name || !c->binary_version || !c->emulation_version ||
-        !c->strategy || !c->what) {
+        !c->strategy || !c->what || !c->subject) {
         kl__candidate_free(c);
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     }
@@ -650,8 +649,8 @@ void kl__candidate_stop(kl__candidate *c, kl__candidate_gone_cb gone, void *arg)
     c->gone = gone;
     c->gone_arg = arg;
     if (may_exist && c->path) {
-        kl__log_printf(log_of(c), K8SLEASE_LOG_DEBUG, "%s: deleting LeaseCandidate %s/%s", c->what,
-                       c->ns, c->name);
+        kl__log_at(log_of(c), K8SLEASE_LOG_DEBUG, &c->about, "deleting LeaseCandidate %s/%s", c->ns,
+                   c->name);
         start_req(c, REQ_DELETE, "DELETE", c->path, NULL);
         if (c->req)
             return;
@@ -675,5 +674,6 @@ void kl__candidate_free(kl__candidate *c)
     kl__free(c->emulation_version);
     kl__free(c->strategy);
     kl__free(c->what);
+    kl__free(c->subject);
     kl__free(c);
 }

@@ -37,6 +37,7 @@ typedef struct kl__candidate_config {
     int64_t retry_period_ns;    /* pause after a failed request */
     int64_t request_timeout_ms; /* each request */
     const char *what;           /* "lease NS/NAME", for messages */
+    const char *subject;        /* "NS/NAME": what they are about (core/common.h) */
 } kl__candidate_config;
 
 /* The election cannot go on (message: why, naming what was refused). Called

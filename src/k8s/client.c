@@ -111,11 +111,14 @@ out:
     return err;
 }
 
+#define GET_LEASE "get lease "
+
 /* Crash failover: whether the kubelet reported the container instance of
  * the Lease's current term terminated (its record, then its Pod). A Pod
  * that cannot be read is no evidence. */
-static int holder_ended(k8slease_client *client, const char *what, const char *crash_record,
-                        const char *identity, int64_t epoch, int64_t timeout_ms)
+static int holder_ended(k8slease_client *client, const kl__log_about *about,
+                        const char *crash_record, const char *identity, int64_t epoch,
+                        int64_t timeout_ms)
 {
     kl__crash_record r = {0};
     kl__http_opts req = {0};
@@ -136,9 +139,9 @@ static int holder_ended(k8slease_client *client, const char *what, const char *c
     req.timeout_ms = timeout_ms;
     if (kl__http_sync(client->loop, &req, &status, &body, &body_len) < 0 || status != 200 ||
         kl__pod_parse(&pod, body, body_len) < 0) {
-        kl__log_printf(&client->log, K8SLEASE_LOG_DEBUG,
-                       "%s: crash failover: pod %s/%s not read (HTTP %ld): no evidence", what,
-                       r.pod_ns, r.pod, status);
+        kl__log_at(&client->log, K8SLEASE_LOG_DEBUG, about,
+                   "crash failover: pod %s/%s not read (HTTP %ld): no evidence", r.pod_ns, r.pod,
+                   status);
         goto out;
     }
     ended = kl__crash_evidence(&r, pod);
@@ -179,6 +182,8 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
     kl__holder_state s = {0};
     k8slease_holder *h = NULL;
     char what[400];
+    /* Its crash failover's lines: "lease NS/NAME: ...", about NS/NAME. */
+    kl__log_about about = {what + strlen("get "), what + strlen(GET_LEASE), KL_LOG_ELECTION, NULL};
     int err;
 
     ns = client_ns(client, ns);
@@ -186,7 +191,7 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
         return err;
     if (timeout_ms <= 0)
         timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
-    snprintf(what, sizeof(what), "get lease %s/%s", ns, name);
+    snprintf(what, sizeof(what), GET_LEASE "%s/%s", ns, name);
     if ((err = read_state(client, ns, name, what, timeout_ms, &s)) < 0)
         goto out;
     if (s.absent) {
@@ -217,7 +222,7 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
     if (client->crash_failover && h->identity[0] && !h->expired &&
         (s.ended_known
              ? s.ended
-             : holder_ended(client, what + 4, s.crash_record, h->identity, h->epoch, timeout_ms)))
+             : holder_ended(client, &about, s.crash_record, h->identity, h->epoch, timeout_ms)))
         h->ended = h->expired = 1;
     *out = h;
     h = NULL;

@@ -229,6 +229,8 @@ struct kl__crash {
     k8slease_client *client;
     kl__crash_config cfg; /* strings below */
     char *pod_ns, *pod, *container, *identity, *what;
+    char *subject;
+    kl__log_about about; /* its log lines' */
     char *pod_path;
 
     /* Loop thread only. */
@@ -265,10 +267,10 @@ static void retry_self(kl__crash *c)
 static void give_up_self(kl__crash *c, const char *why)
 {
     c->self_given_up = 1;
-    kl__log_printf(&c->client->log, K8SLEASE_LOG_WARN,
-                   "%s: crash failover: %s; this process's crash is found by the Lease's expiry "
-                   "only",
-                   c->what, why);
+    kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
+               "crash failover: %s; this process's crash is found by the Lease's expiry "
+               "only",
+               why);
 }
 
 static void on_self(const kl__http_result *res, void *arg)
@@ -282,8 +284,8 @@ static void on_self(const kl__http_result *res, void *arg)
     c->req = NULL;
     snprintf(what, sizeof(what), "get pod %s/%s", c->pod_ns, c->pod);
     if (res->err) {
-        kl__log_printf(&c->client->log, K8SLEASE_LOG_WARN, "%s: crash failover: %s; retrying",
-                       c->what, res->errmsg);
+        kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about, "crash failover: %s; retrying",
+                   res->errmsg);
         retry_self(c);
         return;
     }
@@ -292,8 +294,8 @@ static void on_self(const kl__http_result *res, void *arg)
         if (err == K8SLEASE_EAUTH || err == K8SLEASE_ENOTFOUND)
             give_up_self(c, kl__error_get());
         else {
-            kl__log_printf(&c->client->log, K8SLEASE_LOG_WARN, "%s: crash failover: %s; retrying",
-                           c->what, kl__error_get());
+            kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
+                       "crash failover: %s; retrying", kl__error_get());
             retry_self(c);
         }
         return;
@@ -304,9 +306,9 @@ static void on_self(const kl__http_result *res, void *arg)
         if (err == K8SLEASE_EINVAL) {
             give_up_self(c, kl__error_get());
         } else {
-            kl__log_printf(&c->client->log, K8SLEASE_LOG_DEBUG,
-                           "%s: crash failover: pod %s/%s: %s; reading it again", c->what,
-                           c->pod_ns, c->pod, kl__error_get());
+            kl__log_at(&c->client->log, K8SLEASE_LOG_DEBUG, &c->about,
+                       "crash failover: pod %s/%s: %s; reading it again", c->pod_ns, c->pod,
+                       kl__error_get());
             retry_self(c);
         }
         kl__pod_free(pod);
@@ -327,9 +329,9 @@ static void on_self(const kl__http_result *res, void *arg)
         return;
     }
     c->self_known = 1;
-    kl__log_printf(&c->client->log, K8SLEASE_LOG_INFO,
-                   "%s: crash failover: this process runs in container %s (%s) of pod %s/%s",
-                   c->what, c->self.container, c->self.container_id, c->pod_ns, c->pod);
+    kl__log_at(&c->client->log, K8SLEASE_LOG_INFO, &c->about,
+               "crash failover: this process runs in container %s (%s) of pod %s/%s",
+               c->self.container, c->self.container_id, c->pod_ns, c->pod);
 }
 
 static void read_self(kl__crash *c)
@@ -373,10 +375,12 @@ int kl__crash_new(kl__crash **out, k8slease_client *client, const kl__crash_conf
     c->container = cfg->container ? kl__strdup(cfg->container) : NULL;
     c->identity = kl__strdup(cfg->identity);
     c->what = kl__strdup(cfg->what);
+    c->subject = kl__strdup(cfg->subject);
+    c->about = (kl__log_about){c->what, c->subject, KL_LOG_ELECTION, NULL};
     c->pod_path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", cfg->pod_ns, cfg->pod);
     kl__timer_init(&c->retry, on_retry, c);
     if (!c->pod_ns || !c->pod || (cfg->container && !c->container) || !c->identity || !c->what ||
-        !c->pod_path) {
+        !c->subject || !c->pod_path) {
         kl__crash_free(c);
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     }
@@ -430,11 +434,10 @@ static void judge(kl__crash *c)
     if (!c->following || c->reported || !c->last || !kl__crash_evidence(r, c->last))
         return;
     c->reported = 1;
-    kl__log_printf(&c->client->log, K8SLEASE_LOG_INFO,
-                   "%s: the kubelet reported container %s (%s) of pod %s/%s terminated: the term "
-                   "of \"%s\" (epoch %lld) is over",
-                   c->what, r->container, r->container_id, r->pod_ns, r->pod, r->holder,
-                   (long long)r->epoch);
+    kl__log_at(&c->client->log, K8SLEASE_LOG_INFO, &c->about,
+               "the kubelet reported container %s (%s) of pod %s/%s terminated: the term "
+               "of \"%s\" (epoch %lld) is over",
+               r->container, r->container_id, r->pod_ns, r->pod, r->holder, (long long)r->epoch);
     c->cfg.ended(r->holder, r->epoch, c->cfg.arg);
 }
 
@@ -492,9 +495,9 @@ void kl__crash_observe(kl__crash *c, const kl__lease *lease)
     c->sub =
         kl__sub_start(c->client->pod_informer, r.pod_ns, r.pod, c->cfg.retry_period_ns, on_pod, c);
     if (!c->sub)
-        kl__log_printf(&c->client->log, K8SLEASE_LOG_WARN,
-                       "%s: crash failover: cannot watch pod %s/%s: %s; the Lease's expiry rules",
-                       c->what, r.pod_ns, r.pod, kl__error_get());
+        kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
+                   "crash failover: cannot watch pod %s/%s: %s; the Lease's expiry rules", r.pod_ns,
+                   r.pod, kl__error_get());
 }
 
 void kl__crash_stop(kl__crash *c)
@@ -521,6 +524,7 @@ void kl__crash_free(kl__crash *c)
     kl__free(c->container);
     kl__free(c->identity);
     kl__free(c->what);
+    kl__free(c->subject);
     kl__free(c->pod_path);
     kl__free(c);
 }

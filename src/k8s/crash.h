@@ -73,7 +73,8 @@ typedef struct kl__crash_config {
     const char *identity;     /* the elector's */
     int64_t retry_period_ns;
     int64_t request_timeout_ms;
-    const char *what; /* "lease NS/NAME", for messages */
+    const char *what;    /* "lease NS/NAME", for messages */
+    const char *subject; /* "NS/NAME": what they are about (core/common.h) */
     kl__crash_ended_cb ended;
     void *arg;
 } kl__crash_config;

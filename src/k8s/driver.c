@@ -71,7 +71,12 @@ typedef struct k8s_elector {
     int have_deferred;
 
     kl__crash *crash; /* crash failover, NULL when off */
+
+    /* Its log lines' subject: the Lease (pub.what is LEASE_WHAT "NS/NAME"). */
+    kl__log_about about;
 } k8s_elector;
+
+#define LEASE_WHAT "lease "
 
 static void run(k8s_elector *e, const kl__elector_event *ev);
 
@@ -129,7 +134,8 @@ static void count(k8s_elector *e, const kl__http_result *res, int status)
 /* A GET answered with an older state than the watch already showed (the
  * server read it before the change the event reported): answer with the
  * newer state instead, so the machine never steps back. */
-static int newer_than_get(k8s_elector *e, kl__lease *got, kl__lease **newer, kl__elector_event *ev)
+static int newer_than_get(k8s_elector *e, const kl__log_about *req, kl__lease *got,
+                          kl__lease **newer, kl__elector_event *ev)
 {
     if (e->req_kind != KL_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
         return 0;
@@ -142,8 +148,8 @@ static int newer_than_get(k8s_elector *e, kl__lease *got, kl__lease **newer, kl_
         ev->spec = &(*newer)->spec;
         ev->preferred_holder = (*newer)->preferred_holder;
     }
-    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG,
-                   "get %s: rv %s is older than the watch's: using that", e->pub.what, got->rv);
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, req,
+               "rv %s is older than the watch's: using that", got->rv);
     return 1;
 }
 
@@ -158,20 +164,12 @@ static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
 {
     if (!kl__rv_gate_older(&e->gate_at_start, got->rv))
         return;
-    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN,
-                   "%s: resourceVersion went back from %llu to %s (the server's storage was "
-                   "restored or replaced): starting over from the server's answer",
-                   e->pub.what, (unsigned long long)e->gate_at_start.last, got->rv);
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->about,
+               "resourceVersion went back from %llu to %s (the server's storage was restored or "
+               "replaced): starting over from the server's answer",
+               (unsigned long long)e->gate_at_start.last, got->rv);
     kl__rv_gate_set(&e->gate, got->rv);
     kl__sub_relist(e->sub);
-}
-
-/* msg without its "what: " prefix. */
-static const char *after_prefix(const char *msg, const char *what)
-{
-    size_t n = strlen(what);
-
-    return strncmp(msg, what, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
 }
 
 static void on_result(const kl__http_result *res, void *arg)
@@ -183,6 +181,7 @@ static void on_result(const kl__http_result *res, void *arg)
     const char *verb = e->req_kind == KL_REQ_GET      ? "get"
                        : e->req_kind == KL_REQ_CREATE ? "create"
                                                       : "update";
+    kl__log_about req = {what, e->about.subject, KL_LOG_REQUEST, NULL};
 
     e->req = NULL;
     snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
@@ -193,7 +192,7 @@ static void on_result(const kl__http_result *res, void *arg)
         kl__holders_note(e->pub.client->holders, lease);
     if (ev.status == 0)
         check_rv_went_back(e, lease);
-    if (ev.status == 0 && newer_than_get(e, lease, &newer, &ev)) {
+    if (ev.status == 0 && newer_than_get(e, &req, lease, &newer, &ev)) {
         /* ev now carries the newer state */
     } else if (ev.status == 0) {
         /* A write answered after an event of a later change (someone else's
@@ -213,17 +212,17 @@ static void on_result(const kl__http_result *res, void *arg)
         }
         ev.spec = &lease->spec;
         ev.preferred_holder = lease->preferred_holder;
-        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: ok, holder \"%s\" rv %s", what,
-                       lease->spec.holder ? lease->spec.holder : "", lease->rv);
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "ok, holder \"%s\" rv %s",
+                   lease->spec.holder ? lease->spec.holder : "", lease->rv);
     } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
         set_absent(e);
-        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: not found", what);
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "not found");
     } else {
-        kl__log_printf(&e->pub.client->log,
-                       ev.status == K8SLEASE_ECONFLICT ? K8SLEASE_LOG_INFO : K8SLEASE_LOG_WARN,
-                       "%s", kl__error_get());
+        kl__log_at(&e->pub.client->log,
+                   ev.status == K8SLEASE_ECONFLICT ? K8SLEASE_LOG_INFO : K8SLEASE_LOG_WARN, &req,
+                   "%s", kl__after_prefix(kl__error_get(), what));
     }
-    kl__elector_report_request(&e->pub, verb, ev.status, after_prefix(kl__error_get(), what));
+    kl__elector_report_request(&e->pub, verb, ev.status, kl__after_prefix(kl__error_get(), what));
     if (ev.status == 0 && e->req_kind == KL_REQ_UPDATE && e->sm.state == KL_EL_RELEASING &&
         (!lease->spec.holder || !lease->spec.holder[0]))
         kl__elector_report_released(&e->pub, lease->spec.transitions);
@@ -262,14 +261,13 @@ static void on_watch(const kl__sub_event *sev, void *arg)
             set_absent(e);
         ev.spec = &sev->lease->spec;
         ev.preferred_holder = sev->lease->preferred_holder;
-        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: holder \"%s\" rv %s",
-                       e->pub.what, sev->lease->spec.holder ? sev->lease->spec.holder : "",
-                       sev->rv);
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->about, "watch: holder \"%s\" rv %s",
+                   sev->lease->spec.holder ? sev->lease->spec.holder : "", sev->rv);
     } else {
         set_absent(e);
         ev.status = K8SLEASE_ENOTFOUND;
-        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_DEBUG, "%s: watch: no lease (rv %s)",
-                       e->pub.what, sev->rv);
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->about, "watch: no lease (rv %s)",
+                   sev->rv);
     }
     pthread_mutex_lock(&e->pub.mu);
     e->pub.stats.watch_events++;
@@ -405,8 +403,8 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
     if (e->req)
         return;
 fail:
-    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR, "%s: cannot start request: %s",
-                   e->pub.what, kl__error_get());
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->about, "cannot start request: %s",
+               kl__error_get());
     /* A timer of our own (no allocation) answers on the next loop turn. */
     kl__timer_arm(e->pub.client->loop, &e->failed, kl__loop_now(e->pub.client->loop));
 }
@@ -463,6 +461,7 @@ static void on_lost_seen(k8slease_elector *pub)
 static void on_candidate_gone(void *arg)
 {
     k8s_elector *e = arg;
+    const kl__log_about *scope = kl__log_enter(&e->about);
 
     e->cand_state = CAND_GONE;
     resume_deferred(e);
@@ -470,6 +469,7 @@ static void on_candidate_gone(void *arg)
         detach(&e->pub);
         kl__elector_report_done(&e->pub);
     }
+    kl__log_leave(scope);
 }
 
 static void stop_candidate(k8s_elector *e)
@@ -500,7 +500,7 @@ static void on_candidate_fatal(const char *message, void *arg)
     k8s_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_STOP, .release = e->pub.opts.release_on_cancel};
 
-    kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_ERROR, "%s: %s", e->pub.what, message);
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->about, "%s", message);
     kl__elector_report_error(&e->pub, message);
     stop_candidate(e);
     run(e, &ev);
@@ -536,7 +536,7 @@ static void exec_action(k8s_elector *e, const kl__elector_action *a)
 }
 
 /* Feed one event to the state machine and carry out what it says. */
-static void run(k8s_elector *e, const kl__elector_event *ev)
+static void step(k8s_elector *e, const kl__elector_event *ev)
 {
     kl__elector_actions acts;
     int64_t at;
@@ -557,6 +557,16 @@ static void run(k8s_elector *e, const kl__elector_event *ev)
         kl__timer_arm(e->pub.client->loop, &e->timer, at);
 }
 
+/* core/elector.c's lines, logged as it reports what the machine said,
+ * are about our Lease. */
+static void run(k8s_elector *e, const kl__elector_event *ev)
+{
+    const kl__log_about *scope = kl__log_enter(&e->about);
+
+    step(e, ev);
+    kl__log_leave(scope);
+}
+
 static void start(k8slease_elector *pub)
 {
     k8s_elector *e = (k8s_elector *)pub;
@@ -566,8 +576,8 @@ static void start(k8slease_elector *pub)
     if (!e->pub.opts.poll_only && e->sm.state == KL_EL_IDLE &&
         !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
                                  on_watch, e)))
-        kl__log_printf(&e->pub.client->log, K8SLEASE_LOG_WARN, "%s: %s; polling without a watch",
-                       e->pub.what, kl__error_get());
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->about, "%s; polling without a watch",
+                   kl__error_get());
     if (e->cand)
         kl__candidate_start(e->cand);
     if (e->crash)
@@ -666,6 +676,7 @@ static int new_candidate(k8s_elector *e, const char *ns, const k8slease_elector_
     cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
     cc.request_timeout_ms = e->request_timeout_ms;
     cc.what = e->pub.what;
+    cc.subject = e->about.subject;
     return kl__candidate_new(&e->cand, e->pub.client, &cc, on_candidate_fatal, e);
 }
 
@@ -700,6 +711,7 @@ static int new_crash(k8s_elector *e, const char *ns, const k8slease_elector_opti
     cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
     cc.request_timeout_ms = e->request_timeout_ms;
     cc.what = e->pub.what;
+    cc.subject = e->about.subject;
     cc.ended = on_holder_ended;
     cc.arg = e;
     return kl__crash_new(&e->crash, e->pub.client, &cc);
@@ -738,9 +750,12 @@ static int create(k8slease_elector **out, k8slease_client *client,
 
     if (!(e = kl__calloc(1, sizeof(*e))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    if ((err = kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts, "lease %s/%s",
-                                     ns, opts->name)) < 0)
+    if ((err = kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts,
+                                     LEASE_WHAT "%s/%s", ns, opts->name)) < 0)
         goto out;
+    e->about.what = e->pub.what;
+    e->about.subject = e->pub.what + strlen(LEASE_WHAT);
+    e->about.kind = KL_LOG_ELECTION;
     e->ns = kl__strdup(ns);
     e->name = kl__strdup(opts->name);
     e->identity = kl__strdup(opts->identity);

@@ -592,16 +592,50 @@ static int64_t connect_timeout_ms(const stream *st)
     return ms > 1000 ? ms : 1000;
 }
 
+/* A line of the stream's, "WHAT: ...", about its Lease ("NS/NAME"), or
+ * the Leases of its namespace ("NS/" "*"); a Pod stream's are about no
+ * Lease. error: KL_LOG_WATCH_FAILED's, NULL for the message. */
+static void st_log(const stream *st, k8slease_log_level level, kl__log_kind line_kind,
+                   const char *error, const char *fmt, ...) KL_PRINTF(5, 6);
+
+static void st_log(const stream *st, k8slease_log_level level, kl__log_kind line_kind,
+                   const char *error, const char *fmt, ...)
+{
+    char subject[300];
+    kl__log_about about = {st->what, NULL, line_kind, error};
+    va_list ap;
+
+    if (!st->inf->pods) {
+        snprintf(subject, sizeof(subject), "%s/%s", st->nsi->ns, st->name ? st->name : "*");
+        about.subject = subject;
+    }
+    va_start(ap, fmt);
+    kl__log_vat(st->inf->log, level, &about, fmt, ap);
+    va_end(ap);
+}
+
+/* The stream failed (the message is set, naming it): "WHAT: ERROR; THEN". */
+static void st_failed(const stream *st, const char *then)
+{
+    const char *error = kl__after_prefix(kl__error_get(), st->what);
+
+    st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, error, "%s; %s", error, then);
+}
+
 /* forbidden is only ever set on Pod streams (st->forbidden). */
 static void set_health(stream *st, int healthy, int forbidden)
 {
     kl__sub_event ev = {KL_SUB_HEALTH, NULL, NULL, NULL, healthy, forbidden};
 
     if (healthy != st->healthy || forbidden != st->told_forbidden)
-        kl__log_printf(st->inf->log, K8SLEASE_LOG_DEBUG, "%s: %s", st->what,
-                       healthy     ? "healthy"
-                       : forbidden ? "not healthy (forbidden)"
-                                   : "not healthy");
+        st_log(st, K8SLEASE_LOG_DEBUG,
+               healthy     ? KL_LOG_WATCH_HEALTHY
+               : forbidden ? KL_LOG_WATCH
+                           : KL_LOG_WATCH_UNHEALTHY,
+               NULL, "%s",
+               healthy     ? "healthy"
+               : forbidden ? "not healthy (forbidden)"
+                           : "not healthy");
     st->healthy = healthy;
     st->told_forbidden = forbidden;
     st->mixed = 0;
@@ -720,7 +754,7 @@ static void on_probe(const kl__http_result *res, void *arg)
     if (res->err) {
         /* It timed out: its connection is abandoned, and the stream with
          * it if it was there (it then resumes on a new one). */
-        kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: probe: %s", st->what, res->errmsg);
+        st_log(st, K8SLEASE_LOG_DEBUG, KL_LOG_WATCH, NULL, "probe: %s", res->errmsg);
     } else if (res->status == 200 && st->req && !st->behind &&
                object_parse(inf, res->body, res->body_len, &o) == 0 && rv_parse(o.rv, &seen) &&
                rv_parse(st->rv, &streamed)) {
@@ -752,11 +786,9 @@ static void check_expected(stream *st, int64_t now)
     if (!st->expect_rv || now < st->expect_by)
         return;
     if (st->req && (!rv_parse(st->rv, &streamed) || streamed < st->expect_rv)) {
-        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN,
-                       "%s: silent while its %s changed (resourceVersion %llu, it showed %s); "
-                       "resuming it",
-                       st->what, st->inf->kind->noun, (unsigned long long)st->expect_rv,
-                       st->rv ? st->rv : "none");
+        st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL,
+               "silent while its %s changed (resourceVersion %llu, it showed %s); resuming it",
+               st->inf->kind->noun, (unsigned long long)st->expect_rv, st->rv ? st->rv : "none");
         st->behind = 1;
         st->expect_rv = 0;
         restart(st);
@@ -798,8 +830,8 @@ static void on_health(kl__timer *t, void *arg)
         now - st->last_probe >= probe_after(st))
         probe(st);
     if (st->connected && quiet >= restart_after(st)) {
-        kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s: silent for %lld ms; restarting it",
-                       st->what, (long long)(quiet / KL_NS_PER_MS));
+        st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL,
+               "silent for %lld ms; restarting it", (long long)(quiet / KL_NS_PER_MS));
         restart(st);
     } else {
         update_health(st);
@@ -1007,7 +1039,7 @@ static void list(stream *st)
     kl__free(esc);
     kl__free(base);
     if (!st->req) {
-        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: cannot list: out of memory", st->what);
+        st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL, "cannot list: out of memory");
         fail(st);
     }
 }
@@ -1020,9 +1052,8 @@ static void go_narrow(stream *wide)
     entry *en, *next;
 
     wide->nsi->no_wide = 1;
-    kl__log_printf(wide->inf->log, K8SLEASE_LOG_WARN,
-                   "%s: forbidden; watching each %s on its own instead", wide->what,
-                   wide->inf->kind->noun);
+    st_log(wide, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL,
+           "forbidden; watching each %s on its own instead", wide->inf->kind->noun);
     for (en = wide->entries; en; en = next) {
         stream *st = stream_new(wide->inf, wide->nsi, en->name);
 
@@ -1075,7 +1106,7 @@ static int list_page(stream *st, const char *body, size_t len)
 
         /* One bad object of the namespace must not blind us to the others. */
         if (object_from_json(st->inf, item, &o) < 0) {
-            kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: %s", st->what, kl__error_get());
+            st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL, "%s", kl__error_get());
             continue;
         }
         if ((en = find_entry(st, o.name))) {
@@ -1145,10 +1176,10 @@ static void on_list(const kl__http_result *res, void *arg)
     if (err < 0) {
         set_rv(&st->cont, NULL); /* a continue token may have expired: start over */
         if (res->status == 403 && !st->name) {
-            kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; retrying", kl__error_get());
+            st_failed(st, "retrying");
             go_narrow(st);
         } else if (!note_forbidden(st, res->status)) {
-            kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; retrying", kl__error_get());
+            st_failed(st, "retrying");
         }
         if (st->entries)
             fail(st);
@@ -1175,7 +1206,7 @@ static int on_line(const char *line, size_t len, void *arg)
 
     st->got_line = 1;
     if (event_parse(st->inf, line, len, &ev) < 0) {
-        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: %s", st->what, kl__error_get());
+        st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL, "%s", kl__error_get());
         return K8SLEASE_EPROTOCOL;
     }
     switch (ev.type) {
@@ -1205,8 +1236,8 @@ static int on_line(const char *line, size_t len, void *arg)
     }
     case KL_WATCH_ERROR:
         /* 410 Gone (or anything else odd): the resume point is useless. */
-        kl__log_printf(st->inf->log, K8SLEASE_LOG_INFO, "%s: server ended it: %d %s", st->what,
-                       ev.status.code, ev.status.message);
+        st_log(st, K8SLEASE_LOG_INFO, KL_LOG_WATCH, NULL, "server ended it: %d %s", ev.status.code,
+               ev.status.message);
         st->relist = 1;
         event_clear(&ev);
         return K8SLEASE_EPROTOCOL;
@@ -1279,7 +1310,7 @@ static void on_watch_end(const kl__http_result *res, void *arg)
             kl__http_status_error(res->status, res->body, res->body_len, "watch");
         kl__error_wrap(0, "%s", st->what);
         if (!note_forbidden(st, res->status))
-            kl__log_printf(inf->log, K8SLEASE_LOG_WARN, "%s; resuming", kl__error_get());
+            st_failed(st, "resuming");
         if (res->status == 410)
             set_rv(&st->rv, NULL);
         fail(st);
@@ -1313,8 +1344,7 @@ static void watch(stream *st)
     kl__free(path);
     kl__free(base);
     if (!st->req) {
-        kl__log_printf(st->inf->log, K8SLEASE_LOG_WARN, "%s: cannot watch: out of memory",
-                       st->what);
+        st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL, "cannot watch: out of memory");
         kl__line_splitter_free(&st->lines);
         fail(st);
     }
@@ -1341,8 +1371,8 @@ static stream *go_wide(kl__informer *inf, nsinfo *nsi)
         }
         stream_free(st);
     }
-    kl__log_printf(inf->log, K8SLEASE_LOG_DEBUG, "%s: more than %d %s followed", wide->what,
-                   KL_INFORMER_NS_THRESHOLD, inf->kind->plural);
+    st_log(wide, K8SLEASE_LOG_DEBUG, KL_LOG_WATCH, NULL, "more than %d %s followed",
+           KL_INFORMER_NS_THRESHOLD, inf->kind->plural);
     return wide;
 }
 

@@ -52,6 +52,17 @@ static void on_event(const kl__sub_event *ev, void *arg)
 
 /* The GET only matters until something was reported: the stream's events
  * are newer than it from then on. */
+/* The message of the call that failed: "watch lease NS/NAME: ERROR; retrying". */
+static void failed(const k8s_watch *w)
+{
+    char what[320], subject[300];
+    kl__log_about about = {what, subject, KL_LOG_WATCH_FAILED, kl__error_get()};
+
+    snprintf(what, sizeof(what), "watch %s", w->what);
+    snprintf(subject, sizeof(subject), "%s/%s", w->ns, w->name);
+    kl__log_at(&w->client->log, K8SLEASE_LOG_WARN, &about, "%s; retrying", kl__error_get());
+}
+
 static void on_get(const kl__http_result *res, void *arg)
 {
     k8s_watch *w = arg;
@@ -70,8 +81,7 @@ static void on_get(const kl__http_result *res, void *arg)
     } else if (err == K8SLEASE_ENOTFOUND) {
         w->report(w->pub, "", -1);
     } else {
-        kl__log_printf(&w->client->log, K8SLEASE_LOG_WARN, "watch %s: %s; retrying", w->what,
-                       kl__error_get());
+        failed(w);
         kl__timer_arm(w->client->loop, &w->retry,
                       kl__loop_now(w->client->loop) + WATCH_RETRY_MS * KL_NS_PER_MS);
     }
@@ -104,8 +114,7 @@ static void begin(void *arg)
     if (w->cancelled)
         return;
     if (!w->sub && !(w->sub = kl__sub_start(w->client->informer, w->ns, w->name, 0, on_event, w)))
-        kl__log_printf(&w->client->log, K8SLEASE_LOG_WARN, "watch %s: %s; retrying", w->what,
-                       kl__error_get());
+        failed(w);
     if (!kl__watch_reported(w->pub) && !w->req)
         get(w);
     if (!w->sub)
