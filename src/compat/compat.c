@@ -79,12 +79,13 @@ static entry *g_watches;
  * What the lines are made of: the seed calls themselves (attempting,
  * cancel), each election's notes (core/elector.h: acquired, lost, holder
  * changes, the outcome of its requests, its end), and the client's log
- * callback, whose messages name the Lease they are about
- * (docs/operations.md, "Logs"): the library's own lines are printed at
- * debug level (warnings and errors of "lease NS/NAME: ..." at theirs),
- * and "watch of lease NS/NAME: ...", "watch of the leases in namespace
- * NS: ..." and "watch lease NS/NAME: ..." tell the watch's health. The
- * client logs everything to us (debug); we choose. A failed request is
+ * lines, which come with what they are about as data (kl__log_event,
+ * core/common.h; never parsed from their text): the library's own lines
+ * are printed at debug level under the Lease they are about (an
+ * election's warnings and errors at theirs, without their "lease
+ * NS/NAME: " prefix), and the kind of the lines of a watch tells its
+ * health (healthy, not healthy, failed with an error). The client logs
+ * everything to us (debug); we choose. A failed request is
  * named once per distinct error; the same error again is printed only
  * after a success of that election's requests. */
 
@@ -432,92 +433,63 @@ static void lg_on_note(const kl__elector_note *n, void *arg)
     pthread_mutex_unlock(&lg_mu);
 }
 
-/* "NS/NAME: rest" after prefix: the subject into key, the rest returned. */
-static const char *lg_after(const char *msg, const char *prefix, char *key, size_t size,
-                            int whole_namespace)
+/* The health of the watch of a Lease (or of a namespace), as the library
+ * tells it. */
+static void lg_watch(log_subject *s, const kl__log_event *ev)
 {
-    size_t plen = strlen(prefix), n;
-    const char *colon;
-
-    if (strncmp(msg, prefix, plen) != 0 || !(colon = strstr(msg + plen, ": ")))
-        return NULL;
-    n = (size_t)(colon - (msg + plen));
-    if (n == 0 || n + 3 > size || memchr(msg + plen, ' ', n))
-        return NULL;
-    memcpy(key, msg + plen, n);
-    key[n] = '\0';
-    if (whole_namespace)
-        strcat(key, "/*");
-    else if (!strchr(key, '/'))
-        return NULL;
-    return colon + 2;
-}
-
-static void lg_strip(char *s, const char *suffix)
-{
-    size_t n = strlen(s), m = strlen(suffix);
-
-    if (n >= m && strcmp(s + n - m, suffix) == 0)
-        s[n - m] = '\0';
-}
-
-/* A message of the watch of a Lease (or of a namespace). */
-static void lg_watch(log_subject *s, k8slease_log_level level, const char *rest)
-{
-    char err[LINE_MAX_BYTES / 2];
-
-    if (level == K8SLEASE_LOG_DEBUG && strcmp(rest, "healthy") == 0) {
+    switch (ev->kind) {
+    case KL_LOG_WATCH_HEALTHY:
         if (s->watch_trouble)
             lg_write(K8SLEASE_LOG_INFO, s->key, "watch is back: no more polling");
         s->watch_trouble = 0;
         s->nwerrs = 0;
-    } else if (level == K8SLEASE_LOG_DEBUG && strcmp(rest, "not healthy") == 0) {
+        break;
+    case KL_LOG_WATCH_UNHEALTHY:
         if (!s->watch_trouble)
             lg_write(K8SLEASE_LOG_WARN, s->key,
                      "watch not healthy (no event or bookmark in time): polling the lease until "
                      "it is back");
         s->watch_trouble = 1;
-    } else if (level <= K8SLEASE_LOG_WARN) {
-        snprintf(err, sizeof(err), "%s", rest);
-        lg_strip(err, "; retrying");
-        lg_strip(err, "; resuming");
-        if (!lg_first_time(s->werrs, &s->nwerrs, lg_hash("watch", err)))
-            return;
+        break;
+    case KL_LOG_WATCH_FAILED:
+        if (!lg_first_time(s->werrs, &s->nwerrs, lg_hash("watch", ev->error)))
+            break;
         lg_write(K8SLEASE_LOG_WARN, s->key, "watch failed: %s: polling the lease until it is back",
-                 err);
+                 ev->error);
         s->watch_trouble = 1;
+        break;
+    default:
+        break;
     }
 }
 
-/* The client's log callback (any library thread, mostly the loop). */
-static void lg_native(k8slease_log_level level, const char *msg, void *user_data)
+/* The client's log lines, with what each is about (any library thread,
+ * mostly the loop). */
+static void lg_event(const kl__log_event *ev, void *user_data)
 {
-    static const char *const verbs[] = {"get", "create", "update"};
-    char key[300], prefix[32];
-    const char *rest = NULL;
-
     (void)user_data;
     pthread_mutex_lock(&lg_mu);
-    /* An election's requests: what they mean is in its notes. */
-    for (int i = 0; i < 3 && !rest; i++) {
-        snprintf(prefix, sizeof(prefix), "%s lease ", verbs[i]);
-        if ((rest = lg_after(msg, prefix, key, sizeof(key), 0)))
-            lg_write(K8SLEASE_LOG_DEBUG, key, "%s", msg);
-    }
-    if (rest) {
-        /* done */
-    } else if ((rest = lg_after(msg, "lease ", key, sizeof(key), 0))) {
-        /* The elector's: what it says at info level is said in its notes
-         * in the words of the seed's users; its warnings and errors as
-         * they are. */
-        lg_write(level <= K8SLEASE_LOG_WARN ? level : K8SLEASE_LOG_DEBUG, key, "%s", rest);
-    } else if ((rest = lg_after(msg, "watch of lease ", key, sizeof(key), 0)) ||
-               (rest = lg_after(msg, "watch lease ", key, sizeof(key), 0)) ||
-               (rest = lg_after(msg, "watch of the leases in namespace ", key, sizeof(key), 1))) {
-        lg_write(K8SLEASE_LOG_DEBUG, key, "%s", msg);
-        lg_watch(lg_subject(key), level, rest);
-    } else {
-        lg_write(level, "-", "%s", msg);
+    switch (ev->kind) {
+    case KL_LOG_REQUEST:
+        /* An election's requests: what they mean is in its notes. */
+        lg_write(K8SLEASE_LOG_DEBUG, ev->subject, "%s", ev->text);
+        break;
+    case KL_LOG_ELECTION:
+        /* What an election says at info level is said in its notes in the
+         * words of the seed's users; its warnings and errors as they are. */
+        lg_write(ev->level <= K8SLEASE_LOG_WARN ? ev->level : K8SLEASE_LOG_DEBUG, ev->subject, "%s",
+                 ev->message);
+        break;
+    case KL_LOG_WATCH:
+    case KL_LOG_WATCH_HEALTHY:
+    case KL_LOG_WATCH_UNHEALTHY:
+    case KL_LOG_WATCH_FAILED:
+        lg_write(K8SLEASE_LOG_DEBUG, ev->subject, "%s", ev->text);
+        lg_watch(lg_subject(ev->subject), ev);
+        break;
+    case KL_LOG_OTHER:
+        lg_write(ev->level, "-", "%s", ev->text);
+        break;
     }
     pthread_mutex_unlock(&lg_mu);
 }
@@ -590,16 +562,14 @@ static int ensure_client(char **errMsg)
     int err = 0;
 
     setup();
-    if (lg_level != LOG_OFF) {
-        opts.log_cb = lg_native;
-        opts.log_level = K8SLEASE_LOG_DEBUG; /* lg_native picks what to print */
-    }
+    if (lg_level != LOG_OFF)
+        opts.log_level = K8SLEASE_LOG_DEBUG; /* lg_event picks what to print */
     if ((opts.crash_failover = crash_env(errMsg)) < 0)
         return -1;
     pthread_once(&at_exit_once, register_at_exit);
     pthread_mutex_lock(&g_mu);
     if (!g_client)
-        err = k8slease_client_new(&g_client, &opts);
+        err = kl__client_new_logged(&g_client, &opts, lg_level != LOG_OFF ? lg_event : NULL);
     pthread_mutex_unlock(&g_mu);
     if (err < 0)
         return fail(errMsg, "failed to build k8s config: %s", k8slease_error_last());
@@ -660,13 +630,23 @@ static void free_entry(void *arg)
  * is done. */
 static void unref_election(entry *e)
 {
+    char what[sizeof("lease ") + 600], subject[600];
+    /* What kl__elector_retire may log is about the Lease (copies: e may be
+     * freed before it returns). */
+    kl__log_about about = {what, subject, KL_LOG_ELECTION, NULL};
+    const kl__log_about *scope;
     int last;
 
     pthread_mutex_lock(&g_mu);
     last = --e->refs == 0;
     pthread_mutex_unlock(&g_mu);
-    if (last)
-        kl__elector_retire(e->elector, free_entry, e);
+    if (!last)
+        return;
+    snprintf(what, sizeof(what), "%s", e->elector->what);
+    snprintf(subject, sizeof(subject), "%s", e->key);
+    scope = kl__log_enter(&about);
+    kl__elector_retire(e->elector, free_entry, e);
+    kl__log_leave(scope);
 }
 
 K8SLEASE_COMPAT_API int K8sLeaseInit(char **errMsg)
