@@ -630,11 +630,6 @@ static void free_entry(void *arg)
  * is done. */
 static void unref_election(entry *e)
 {
-    char what[sizeof("lease ") + 600], subject[600];
-    /* What kl__elector_retire may log is about the Lease (copies: e may be
-     * freed before it returns). */
-    kl__log_about about = {what, subject, KL_LOG_ELECTION, NULL};
-    const kl__log_about *scope;
     int last;
 
     pthread_mutex_lock(&g_mu);
@@ -642,11 +637,7 @@ static void unref_election(entry *e)
     pthread_mutex_unlock(&g_mu);
     if (!last)
         return;
-    snprintf(what, sizeof(what), "%s", e->elector->what);
-    snprintf(subject, sizeof(subject), "%s", e->key);
-    scope = kl__log_enter(&about);
     kl__elector_retire(e->elector, free_entry, e);
-    kl__log_leave(scope);
 }
 
 K8SLEASE_COMPAT_API int K8sLeaseInit(char **errMsg)

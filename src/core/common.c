@@ -248,21 +248,6 @@ const char *kl__after_prefix(const char *msg, const char *what)
     return strncmp(msg, what, n) == 0 && msg[n] == ':' && msg[n + 1] == ' ' ? msg + n + 2 : msg;
 }
 
-static _Thread_local const kl__log_about *log_scope;
-
-const kl__log_about *kl__log_enter(const kl__log_about *about)
-{
-    const kl__log_about *previous = log_scope;
-
-    log_scope = about;
-    return previous;
-}
-
-void kl__log_leave(const kl__log_about *previous)
-{
-    log_scope = previous;
-}
-
 /* Messages quote what servers send (holder identities, error bodies):
  * control characters are escaped, so none can forge a log line or drive a
  * terminal. Returns the length written to out (NUL-terminated). */
@@ -344,9 +329,7 @@ void kl__log_at(const kl__log *log, k8slease_log_level level, const kl__log_abou
 
 void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fmt, ...)
 {
-    const kl__log_about *about = log_scope;
     char msg[1024];
-    size_t prefix = 0;
     va_list ap;
 
     if (!log || (!log->cb && !log->event_cb) || level > log->level)
@@ -354,12 +337,7 @@ void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fm
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    if (about && about->what) {
-        prefix = (size_t)(kl__after_prefix(msg, about->what) - msg);
-        if (prefix == 0)
-            about = NULL;
-    }
-    log_emit(log, level, about, msg, prefix);
+    log_emit(log, level, NULL, msg, 0);
 }
 
 int kl__utf8_valid(const char *s, size_t len)

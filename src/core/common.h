@@ -134,8 +134,7 @@ typedef struct kl__log {
     k8slease_log_level level;
     kl__log_event_cb event_cb;
 } kl__log;
-/* A line about nothing in particular (or said by code that cannot say
- * what about: see kl__log_enter). */
+/* A line about nothing in particular. */
 void kl__log_printf(const kl__log *log, k8slease_log_level level, const char *fmt, ...)
     KL_PRINTF(3, 4);
 /* A line about->what ": " message, about about->subject. about may be NULL
@@ -144,12 +143,5 @@ void kl__log_at(const kl__log *log, k8slease_log_level level, const kl__log_abou
                 const char *fmt, ...) KL_PRINTF(4, 5);
 void kl__log_vat(const kl__log *log, k8slease_log_level level, const kl__log_about *about,
                  const char *fmt, va_list ap) KL_PRINTF(4, 0);
-/* For lines logged through kl__log_printf by code that does not know what
- * they are about (core/elector.c's): until kl__log_leave, on this thread,
- * such a line that begins with about->what ": " is about about->subject,
- * of about->kind. Returns the previous scope, for kl__log_leave; scopes
- * nest. about must outlive the scope. */
-const kl__log_about *kl__log_enter(const kl__log_about *about);
-void kl__log_leave(const kl__log_about *previous);
 
 #endif

@@ -40,6 +40,8 @@ int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
     va_start(ap, what_fmt);
     e->what = kl__vsprintf(what_fmt, ap);
     va_end(ap);
+    e->about.what = e->what;
+    e->about.kind = KL_LOG_ELECTION;
     return e->what ? 0 : kl__error_set(K8SLEASE_ENOMEM, "out of memory");
 }
 
@@ -62,8 +64,8 @@ void kl__elector_report_started(k8slease_elector *e, int64_t epoch, int64_t dead
 {
     kl__elector_note n = {.type = KL_NOTE_STARTED, .epoch = epoch};
 
-    kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: elected, epoch %lld", e->what,
-                   (long long)epoch);
+    kl__log_at(&e->client->log, K8SLEASE_LOG_INFO, &e->about, "elected, epoch %lld",
+               (long long)epoch);
     atomic_store(&e->epoch, epoch);
     atomic_store(&e->leader_deadline, deadline);
     note(e, &n);
@@ -89,7 +91,7 @@ void kl__elector_report_stopped(k8slease_elector *e)
 {
     kl__elector_note n = {.type = KL_NOTE_STOPPED};
 
-    kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: stopped leading", e->what);
+    kl__log_at(&e->client->log, K8SLEASE_LOG_INFO, &e->about, "stopped leading");
     atomic_store(&e->leader_deadline, 0);
     note(e, &n);
     if (e->opts.on_stopped_leading)
@@ -105,8 +107,8 @@ void kl__elector_report_new_leader(k8slease_elector *e, const char *identity, in
 {
     kl__elector_note n = {.type = KL_NOTE_LEADER, .identity = identity, .epoch = epoch};
 
-    kl__log_printf(&e->client->log, K8SLEASE_LOG_INFO, "%s: leader is \"%s\" (epoch %lld)", e->what,
-                   identity, (long long)epoch);
+    kl__log_at(&e->client->log, K8SLEASE_LOG_INFO, &e->about, "leader is \"%s\" (epoch %lld)",
+               identity, (long long)epoch);
     note(e, &n);
     if (e->opts.on_new_leader)
         e->opts.on_new_leader(identity, epoch, e->opts.user_data);
@@ -180,7 +182,7 @@ void kl__elector_report_done(k8slease_elector *e)
 {
     kl__elector_note n = {.type = KL_NOTE_DONE};
 
-    kl__log_printf(&e->client->log, K8SLEASE_LOG_DEBUG, "%s: election over", e->what);
+    kl__log_at(&e->client->log, K8SLEASE_LOG_DEBUG, &e->about, "election over");
     atomic_store(&e->leader_deadline, 0);
     note(e, &n);
     pthread_mutex_lock(&e->mu);
@@ -603,8 +605,8 @@ void kl__elector_retire(k8slease_elector *e, void (*reaped)(void *arg), void *ar
     if (!kl__loop_on_thread(e->client->loop))
         kl__loop_call(e->client->loop, retire_on_loop, e);
     else if (kl__loop_post(e->client->loop, retire_on_loop, e) < 0)
-        kl__log_printf(&e->client->log, K8SLEASE_LOG_ERROR,
-                       "%s: out of memory retiring the election: it is left running", e->what);
+        kl__log_at(&e->client->log, K8SLEASE_LOG_ERROR, &e->about,
+                   "out of memory retiring the election: it is left running");
 }
 
 typedef struct drain {

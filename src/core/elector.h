@@ -54,7 +54,10 @@ typedef void (*kl__elector_note_cb)(const kl__elector_note *note, void *arg);
 struct k8slease_elector {
     k8slease_client *client;
     const kl__elector_backend *backend;
-    char *what;                    /* "lease NS/NAME", "etcd election NAME": for messages */
+    char *what; /* "lease NS/NAME", "etcd election NAME": for messages */
+    /* What its log lines are about: what, and the subject a backend sets
+     * (the Kubernetes one: "NS/NAME"; NULL: none). */
+    kl__log_about about;
     k8slease_elector_options opts; /* callbacks and user_data; strings not kept */
 
     /* Shared with the threads that wait. */

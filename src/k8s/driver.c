@@ -71,9 +71,6 @@ typedef struct k8s_elector {
     int have_deferred;
 
     kl__crash *crash; /* crash failover, NULL when off */
-
-    /* Its log lines' subject: the Lease (pub.what is LEASE_WHAT "NS/NAME"). */
-    kl__log_about about;
 } k8s_elector;
 
 #define LEASE_WHAT "lease "
@@ -164,7 +161,7 @@ static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
 {
     if (!kl__rv_gate_older(&e->gate_at_start, got->rv))
         return;
-    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->about,
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
                "resourceVersion went back from %llu to %s (the server's storage was restored or "
                "replaced): starting over from the server's answer",
                (unsigned long long)e->gate_at_start.last, got->rv);
@@ -181,7 +178,7 @@ static void on_result(const kl__http_result *res, void *arg)
     const char *verb = e->req_kind == KL_REQ_GET      ? "get"
                        : e->req_kind == KL_REQ_CREATE ? "create"
                                                       : "update";
-    kl__log_about req = {what, e->about.subject, KL_LOG_REQUEST, NULL};
+    kl__log_about req = {what, e->pub.about.subject, KL_LOG_REQUEST, NULL};
 
     e->req = NULL;
     snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
@@ -261,13 +258,14 @@ static void on_watch(const kl__sub_event *sev, void *arg)
             set_absent(e);
         ev.spec = &sev->lease->spec;
         ev.preferred_holder = sev->lease->preferred_holder;
-        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->about, "watch: holder \"%s\" rv %s",
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->pub.about,
+                   "watch: holder \"%s\" rv %s",
                    sev->lease->spec.holder ? sev->lease->spec.holder : "", sev->rv);
     } else {
         set_absent(e);
         ev.status = K8SLEASE_ENOTFOUND;
-        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->about, "watch: no lease (rv %s)",
-                   sev->rv);
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->pub.about,
+                   "watch: no lease (rv %s)", sev->rv);
     }
     pthread_mutex_lock(&e->pub.mu);
     e->pub.stats.watch_events++;
@@ -403,7 +401,7 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
     if (e->req)
         return;
 fail:
-    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->about, "cannot start request: %s",
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->pub.about, "cannot start request: %s",
                kl__error_get());
     /* A timer of our own (no allocation) answers on the next loop turn. */
     kl__timer_arm(e->pub.client->loop, &e->failed, kl__loop_now(e->pub.client->loop));
@@ -461,7 +459,6 @@ static void on_lost_seen(k8slease_elector *pub)
 static void on_candidate_gone(void *arg)
 {
     k8s_elector *e = arg;
-    const kl__log_about *scope = kl__log_enter(&e->about);
 
     e->cand_state = CAND_GONE;
     resume_deferred(e);
@@ -469,7 +466,6 @@ static void on_candidate_gone(void *arg)
         detach(&e->pub);
         kl__elector_report_done(&e->pub);
     }
-    kl__log_leave(scope);
 }
 
 static void stop_candidate(k8s_elector *e)
@@ -500,7 +496,7 @@ static void on_candidate_fatal(const char *message, void *arg)
     k8s_elector *e = arg;
     kl__elector_event ev = {.type = KL_EV_STOP, .release = e->pub.opts.release_on_cancel};
 
-    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->about, "%s", message);
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->pub.about, "%s", message);
     kl__elector_report_error(&e->pub, message);
     stop_candidate(e);
     run(e, &ev);
@@ -536,7 +532,7 @@ static void exec_action(k8s_elector *e, const kl__elector_action *a)
 }
 
 /* Feed one event to the state machine and carry out what it says. */
-static void step(k8s_elector *e, const kl__elector_event *ev)
+static void run(k8s_elector *e, const kl__elector_event *ev)
 {
     kl__elector_actions acts;
     int64_t at;
@@ -557,16 +553,6 @@ static void step(k8s_elector *e, const kl__elector_event *ev)
         kl__timer_arm(e->pub.client->loop, &e->timer, at);
 }
 
-/* core/elector.c's lines, logged as it reports what the machine said,
- * are about our Lease. */
-static void run(k8s_elector *e, const kl__elector_event *ev)
-{
-    const kl__log_about *scope = kl__log_enter(&e->about);
-
-    step(e, ev);
-    kl__log_leave(scope);
-}
-
 static void start(k8slease_elector *pub)
 {
     k8s_elector *e = (k8s_elector *)pub;
@@ -576,8 +562,8 @@ static void start(k8slease_elector *pub)
     if (!e->pub.opts.poll_only && e->sm.state == KL_EL_IDLE &&
         !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
                                  on_watch, e)))
-        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->about, "%s; polling without a watch",
-                   kl__error_get());
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
+                   "%s; polling without a watch", kl__error_get());
     if (e->cand)
         kl__candidate_start(e->cand);
     if (e->crash)
@@ -676,7 +662,7 @@ static int new_candidate(k8s_elector *e, const char *ns, const k8slease_elector_
     cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
     cc.request_timeout_ms = e->request_timeout_ms;
     cc.what = e->pub.what;
-    cc.subject = e->about.subject;
+    cc.subject = e->pub.about.subject;
     return kl__candidate_new(&e->cand, e->pub.client, &cc, on_candidate_fatal, e);
 }
 
@@ -711,7 +697,7 @@ static int new_crash(k8s_elector *e, const char *ns, const k8slease_elector_opti
     cc.retry_period_ns = rp_ms * KL_NS_PER_MS;
     cc.request_timeout_ms = e->request_timeout_ms;
     cc.what = e->pub.what;
-    cc.subject = e->about.subject;
+    cc.subject = e->pub.about.subject;
     cc.ended = on_holder_ended;
     cc.arg = e;
     return kl__crash_new(&e->crash, e->pub.client, &cc);
@@ -753,9 +739,8 @@ static int create(k8slease_elector **out, k8slease_client *client,
     if ((err = kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts,
                                      LEASE_WHAT "%s/%s", ns, opts->name)) < 0)
         goto out;
-    e->about.what = e->pub.what;
-    e->about.subject = e->pub.what + strlen(LEASE_WHAT);
-    e->about.kind = KL_LOG_ELECTION;
+    /* Its lines are about the Lease (pub.what is LEASE_WHAT "NS/NAME"). */
+    e->pub.about.subject = e->pub.what + strlen(LEASE_WHAT);
     e->ns = kl__strdup(ns);
     e->name = kl__strdup(opts->name);
     e->identity = kl__strdup(opts->identity);
