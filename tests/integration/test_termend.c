@@ -213,17 +213,24 @@ typedef struct side {
     pthread_t native_waiter, seed_waiter;
 } side;
 
-static k8slease_elector *start_native(side *s, const char *name, int record)
+static k8slease_elector_options native_options(const char *name, const char *id, timing t)
 {
     k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+
+    o.ns = ns;
+    o.name = name;
+    o.identity = id;
+    o.lease_duration_ms = t.ld * 1000;
+    o.renew_deadline_ms = t.rd * 1000;
+    o.retry_period_ms = t.rp * 1000;
+    return o;
+}
+
+static k8slease_elector *start_native(side *s, const char *name, int record)
+{
+    k8slease_elector_options o = native_options(name, s->id, s->t);
     k8slease_elector *e = NULL;
 
-    o.name = name;
-    o.identity = s->id;
-    o.lease_duration_ms = s->t.ld * 1000;
-    o.renew_deadline_ms = s->t.rd * 1000;
-    o.retry_period_ms = s->t.rp * 1000;
-    o.ns = ns;
     if (record) {
         o.on_started_leading = e2e_cand_on_started;
         o.on_stopped_leading = e2e_cand_on_stopped;
@@ -635,15 +642,9 @@ static void await_released(const char *name)
 
 static k8slease_elector *start_held(const char *name, const char *id, timing t)
 {
-    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector_options o = native_options(name, id, t);
     k8slease_elector *e = NULL;
 
-    o.ns = ns;
-    o.name = name;
-    o.identity = id;
-    o.lease_duration_ms = t.ld * 1000;
-    o.renew_deadline_ms = t.rd * 1000;
-    o.retry_period_ms = t.rp * 1000;
     o.release_on_cancel = 1;
     if (k8slease_elector_start(&e, client, &o) != 0 ||
         k8slease_elector_wait_elected(e, ELECT_S * 1000, NULL) != 0)
