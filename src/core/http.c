@@ -49,11 +49,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <jansson.h>
+#include <nghttp2/nghttp2.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 
 #include "core/clock.h"
 #include "core/credential.h"
+#include "core/h2.h"
 
 #if LIBCURL_VERSION_NUM < 0x074d00
 #error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"
@@ -145,7 +151,23 @@ typedef struct http {
     uint64_t abandoned;  /* connections abandoned after a timeout */
     long hedging;        /* hedges in flight */
     uint64_t hedges_won; /* answers that came on a hedge's new connection first */
-    char *token;         /* static or token-file bearer token, NULL: none */
+    /* The native transport (K8SLEASE_TRANSPORT=native, core/h2.c): the
+     * configured server's requests, but hedges, on HTTP/2 connections of our
+     * own; libcurl for the rest. Off (0) when not asked for, when the
+     * configuration needs what only libcurl does (a host name to resolve,
+     * a proxy, exec credentials), or once the server did not offer HTTP/2. */
+    int native;
+    SSL_CTX *ssl_ctx;
+    struct sockaddr_storage addr; /* the configured server's address */
+    socklen_t addrlen;
+    char *authority;   /* :authority, as libcurl's Host header */
+    char *verify_host; /* tls_server_name, else the host */
+    kl__h2 *h2;        /* the connection new requests go on, NULL: none */
+    kl__h2 **h2_old;   /* connections that took no new stream (GOAWAY) */
+    size_t nh2_old;
+    kl__http_req *h2_done; /* native requests whose stream ended: to finish */
+    uint64_t h2_opened;    /* native connections opened */
+    char *token;           /* static or token-file bearer token, NULL: none */
     int64_t token_read_at;
     kl__exec_credential cred;
     int have_cred;
@@ -198,6 +220,18 @@ struct kl__http_req {
     int err;
     int unsent;   /* err: resolving or connecting failed, nothing was sent */
     char *errmsg; /* why err, on the heap: most requests never need one */
+    /* Native transport (loop->native when it started). */
+    int native;
+    kl__h2 *h2;    /* its stream's connection, NULL: none in flight */
+    int32_t h2_id; /* its stream */
+    int h2_status; /* the answer's status */
+    char *h2_type; /* the answer's content type */
+    kl__http_req *h2_done_next;
+    int on_h2_done;     /* in loop->h2_done */
+    int h2_refused;     /* err: the server refused the stream unprocessed */
+    int h2_no_h2;       /* err: the server does not speak HTTP/2 */
+    int h2_resent;      /* the one resend after a refusal is spent */
+    kl__timer deadline; /* native: timeout_ms */
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -520,8 +554,14 @@ static unsigned local_port(int fd)
  * new connection for the next request. Over HTTP/1.1 libcurl has closed it
  * already; over HTTP/2 a timed-out stream would otherwise leave the
  * connection in the cache, and the next requests would wait on it too. */
+static void native_abandon(http *loop, kl__http_req *req, const char *why);
+
 static void abandon_connection(http *loop, kl__http_req *req, const char *why)
 {
+    if (req->native) {
+        native_abandon(loop, req, why);
+        return;
+    }
     if (!req->conn)
         return;
     for (size_t i = 0; i < loop->nsocks; i++) {
@@ -774,6 +814,37 @@ out:
     return err;
 }
 
+static int native_launch(http *loop, kl__http_req *req);
+
+/* What is left of the caller's deadline (a retry gets no more), 0: none. */
+static int64_t req_time_left_ms(http *loop, const kl__http_req *req)
+{
+    int64_t ms;
+
+    if (req->timeout_ms <= 0)
+        return 0;
+    ms = req->timeout_ms - (kl__loop_now(loop->loop) - req->started_at) / KL_NS_PER_MS;
+    return ms < 1 ? 1 : ms;
+}
+
+/* The connect phase's bound for a request. */
+static int64_t req_connect_ms(http *loop, const kl__http_req *req)
+{
+    int64_t timeout_ms = req_time_left_ms(loop, req);
+    int64_t connect_ms = req->connect_timeout_ms > 0 ? req->connect_timeout_ms : CONNECT_TIMEOUT_MS;
+
+    return timeout_ms > 0 && timeout_ms < connect_ms ? timeout_ms : connect_ms;
+}
+
+/* The idle timeout of a stream, or the first hedge. */
+static void arm_req_timer(http *loop, kl__http_req *req)
+{
+    if (req->idle_ns > 0)
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->idle_ns);
+    else if (req->hedge_ns > 0 && req->nhedged < HEDGES_PER_REQUEST)
+        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->hedge_ns);
+}
+
 /* (Re)send a request with the current credentials. On failure req->err and
  * req->errmsg say why; the caller delivers it. */
 static int req_launch(http *loop, kl__http_req *req)
@@ -786,6 +857,8 @@ static int req_launch(http *loop, kl__http_req *req)
         set_req_error(req, err, "%s", kl__error_get());
         goto out;
     }
+    if (req->native)
+        return native_launch(loop, req);
     if ((err = build_headers(loop, req, &h)) < 0 || (err = set_client_cert(loop, req->easy)) < 0 ||
         curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, h) != CURLE_OK) {
         set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", req_server(loop, req),
@@ -796,21 +869,9 @@ static int req_launch(http *loop, kl__http_req *req)
     curl_slist_free_all(req->headers);
     req->headers = h;
     h = NULL;
-    if (req->timeout_ms > 0) {
-        /* A retry gets what is left of the caller's deadline. */
-        timeout_ms = req->timeout_ms - (kl__loop_now(loop->loop) - req->started_at) / KL_NS_PER_MS;
-        if (timeout_ms < 1)
-            timeout_ms = 1;
-    }
+    timeout_ms = req_time_left_ms(loop, req);
     curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
-    {
-        int64_t connect_ms =
-            req->connect_timeout_ms > 0 ? req->connect_timeout_ms : CONNECT_TIMEOUT_MS;
-
-        if (timeout_ms > 0 && timeout_ms < connect_ms)
-            connect_ms = timeout_ms;
-        curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
-    }
+    curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)req_connect_ms(loop, req));
     req->auth_gen = loop->auth_gen;
     req->errbuf[0] = '\0';
     req->resp.len = 0;
@@ -825,10 +886,7 @@ static int req_launch(http *loop, kl__http_req *req)
         goto out;
     }
     req->in_multi = 1;
-    if (req->idle_ns > 0)
-        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->idle_ns);
-    else if (req->hedge_ns > 0 && req->nhedged < HEDGES_PER_REQUEST)
-        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->hedge_ns);
+    arm_req_timer(loop, req);
 out:
     curl_slist_free_all(h);
     return err;
@@ -909,6 +967,17 @@ static void req_free(http *loop, kl__http_req *req)
             p = &(*p)->ready_next;
         *p = req->ready_next;
     }
+    if (req->on_h2_done) {
+        kl__http_req **p = &loop->h2_done;
+
+        while (*p != req)
+            p = &(*p)->h2_done_next;
+        *p = req->h2_done_next;
+    }
+    if (req->h2)
+        kl__h2_cancel(req->h2, req->h2_id);
+    kl__timer_cancel(loop->loop, &req->deadline);
+    kl__free(req->h2_type);
     kl__timer_cancel(loop->loop, &req->timer);
     hedges_drop(loop, req);
     if (req->original)
@@ -959,9 +1028,15 @@ static void req_complete(http *loop, kl__http_req *req)
         req->in_multi = 0;
     }
     kl__timer_cancel(loop->loop, &req->timer);
+    kl__timer_cancel(loop->loop, &req->deadline);
     hedges_drop(loop, req);
-    curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-    curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
+    if (req->native) {
+        status = req->h2_status;
+        content_type = req->h2_type;
+    } else if (req->easy) {
+        curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
+        curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
+    }
     res.err = req->err;
     res.errmsg = req->err ? req_errmsg(req) : "";
     res.unsent = req->err && req->unsent;
@@ -994,7 +1069,9 @@ static void on_req_timer(kl__timer *t, void *arg)
     http *loop = req->loop;
     char msg[1024];
 
-    if (!req->in_multi) {
+    if (req->on_h2_done) /* its stream ended: finished by the next io run */
+        return;
+    if (!req->in_multi && !req->h2) {
         /* The launch (or the set-up of a waiting request) failed. */
         req_complete(loop, req);
         return;
@@ -1025,8 +1102,38 @@ static void note_version(http *loop, CURL *e)
     }
 }
 
-/* A transfer ended: retry once after a 401 with fresh credentials, else
+/* A request failed (req->err set): report, unless a hedge may still
+ * answer. */
+static void req_failed(http *loop, kl__http_req *req)
+{
+    if (req->hedges) {
+        /* A hedge may still answer: the error waits for the last. */
+        req->lost = 1;
+        req->conn = 0;
+        return;
+    }
+    req_complete(loop, req);
+}
+
+/* An answer arrived: retry once after a 401 with fresh credentials, else
  * report. */
+static void req_answered(http *loop, kl__http_req *req, long status)
+{
+    if (status == 401 && !req->retried && !req->authorization && (loop->token_file || loop->exec)) {
+        req->retried = 1;
+        /* Requests that left with older credentials must not refresh again. */
+        if (req->auth_gen == loop->auth_gen)
+            loop->auth_stale = 1;
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
+                       "%s %s%s: HTTP 401; retrying with fresh credentials", req->method,
+                       req_server(loop, req), req->path);
+        if (req_launch(loop, req) == 0)
+            return;
+    }
+    req_complete(loop, req);
+}
+
+/* A transfer ended. */
 static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
 {
     long status = 0;
@@ -1044,29 +1151,12 @@ static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
             map_curl_error(loop, req, rc);
         if (rc == CURLE_OPERATION_TIMEDOUT)
             abandon_connection(loop, req, "answered nothing in time");
-        if (req->hedges) {
-            /* A hedge may still answer: the error waits for the last. */
-            req->lost = 1;
-            req->conn = 0;
-            return;
-        }
-        req_complete(loop, req);
+        req_failed(loop, req);
         return;
     }
     curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
     note_version(loop, req->easy);
-    if (status == 401 && !req->retried && !req->authorization && (loop->token_file || loop->exec)) {
-        req->retried = 1;
-        /* Requests that left with older credentials must not refresh again. */
-        if (req->auth_gen == loop->auth_gen)
-            loop->auth_stale = 1;
-        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
-                       "%s %s%s: HTTP 401; retrying with fresh credentials", req->method,
-                       req_server(loop, req), req->path);
-        if (req_launch(loop, req) == 0)
-            return;
-    }
-    req_complete(loop, req);
+    req_answered(loop, req, status);
 }
 
 /* The options every request of this loop shares, set once per easy handle. */
@@ -1204,9 +1294,9 @@ static void easy_put(http *loop, CURL *e)
     loop->spare[loop->nspare++] = e;
 }
 
-/* Give a request its easy handle and launch it. -1 (error set, nothing to
- * undo but the request itself) when it cannot be set up. */
-static int dispatch(http *loop, kl__http_req *req)
+/* Give a request an easy handle set up for it. -1 (error set) when it
+ * cannot be. */
+static int curl_attach(http *loop, kl__http_req *req)
 {
     char *url = kl__sprintf("%s%s", req->server ? req->server : loop->base, req->path);
     CURLcode rc = CURLE_OUT_OF_MEMORY;
@@ -1220,6 +1310,18 @@ static int dispatch(http *loop, kl__http_req *req)
         return -1;
     }
     kl__free(url);
+    return 0;
+}
+
+/* Launch a request on its transport: the native one for the configured
+ * server (not a hedge: those want a new connection each), else libcurl.
+ * -1 (error set, nothing to undo but the request itself) when it cannot be
+ * set up. */
+static int dispatch(http *loop, kl__http_req *req)
+{
+    req->native = loop->native && !req->server && !req->original;
+    if (!req->native && curl_attach(loop, req) < 0)
+        return -1;
     if (!req->on_data) {
         req->counted = 1;
         loop->active++;
@@ -1229,6 +1331,308 @@ static int dispatch(http *loop, kl__http_req *req)
     if (req_launch(loop, req) < 0)
         kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop));
     return 0;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The native transport (core/h2.c)                                         */
+/* ------------------------------------------------------------------------ */
+
+/* A native request's stream ended (or was reset): finished by the next io
+ * run (finish_native), outside the connection's callbacks. */
+static void h2_queue_done(http *loop, kl__http_req *req)
+{
+    kl__timer_cancel(loop->loop, &req->deadline);
+    req->h2 = NULL;
+    req->h2_id = 0;
+    if (req->on_h2_done)
+        return;
+    req->on_h2_done = 1;
+    req->h2_done_next = loop->h2_done;
+    loop->h2_done = req;
+}
+
+static void h2_on_response(void *arg, int status, const char *content_type)
+{
+    kl__http_req *req = arg;
+    http *loop = req->loop;
+
+    req->h2_status = status;
+    kl__free(req->h2_type);
+    /* Out of memory: reported as none. */
+    req->h2_type = content_type[0] ? kl__strdup(content_type) : NULL;
+    req->last_byte = kl__loop_now(loop->loop);
+    req->streaming = req->on_data && status == 200;
+    if (req->streaming && req->on_open && !req->opened) {
+        req->opened = 1;
+        req->open_pending = 1;
+        make_ready(loop, req);
+    }
+}
+
+static int h2_on_body(void *arg, const char *data, size_t len)
+{
+    kl__http_req *req = arg;
+    http *loop = req->loop;
+
+    req->last_byte = kl__loop_now(loop->loop);
+    if (req->resp.len + len > BODY_MAX)
+        set_req_error(req, K8SLEASE_EPROTOCOL, "response body from %s%s larger than 16 MiB",
+                      req_server(loop, req), req->path);
+    else if (kl__buf_append(&req->resp, data, len) < 0)
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory for the response body",
+                      req_server(loop, req), req->path);
+    if (req->err) {
+        h2_queue_done(loop, req);
+        return -1;
+    }
+    if (req->streaming)
+        make_ready(loop, req);
+    return 0;
+}
+
+static void h2_on_close(void *arg, const kl__h2_end *end)
+{
+    kl__http_req *req = arg;
+    http *loop = req->loop;
+
+    if (end->err) {
+        set_req_error(req, end->err, "%s%s: %s: %s", req_server(loop, req),
+                      end->connection ? "" : req->path, end->kind, end->detail);
+        req->unsent = end->unsent && end->connection;
+        req->h2_refused = end->unsent && !end->connection;
+        req->h2_no_h2 = end->no_h2;
+    }
+    h2_queue_done(loop, req);
+}
+
+static const kl__h2_ops h2_ops = {h2_on_response, h2_on_body, h2_on_close};
+
+/* The connection a new stream goes on: the current one, or a new one.
+ * NULL: error set. */
+static kl__h2 *native_conn(http *loop, const kl__http_req *req, int *err)
+{
+    kl__h2_config cfg = {0};
+    int64_t connect_ms = req_connect_ms(loop, req);
+
+    if (loop->h2 && kl__h2_usable(loop->h2)) {
+        kl__h2_connect_deadline(loop->h2, connect_ms);
+        return loop->h2;
+    }
+    if (loop->h2) {
+        /* Its streams end there (after a GOAWAY), or it failed: reaped by
+         * the io run once nothing is on it. */
+        kl__h2 **grown = kl__realloc(loop->h2_old, (loop->nh2_old + 1) * sizeof(*grown));
+
+        if (!grown) {
+            kl__h2_fail(loop->h2, K8SLEASE_ENOMEM, "out of memory",
+                        "no room to keep the connection");
+            kl__h2_free(loop->h2);
+        } else {
+            loop->h2_old = grown;
+            loop->h2_old[loop->nh2_old++] = loop->h2;
+        }
+        loop->h2 = NULL;
+    }
+    cfg.loop = loop->loop;
+    cfg.log = loop->log;
+    cfg.epfd = loop->epfd;
+    cfg.addr = (const struct sockaddr *)&loop->addr;
+    cfg.addrlen = loop->addrlen;
+    cfg.ctx = loop->ssl_ctx;
+    cfg.verify_host = loop->insecure ? NULL : loop->verify_host;
+    cfg.connect_timeout_ms = connect_ms;
+    cfg.dead_ms = loop->dead_ms;
+    cfg.ops = &h2_ops;
+    if ((*err = kl__h2_open(&loop->h2, &cfg)) == 0) {
+        loop->h2_opened++;
+        kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG, "%s: a new HTTP/2 connection (native)",
+                       loop->server);
+    }
+    return loop->h2;
+}
+
+#define NV(n, v)                                                                                   \
+    {                                                                                              \
+        (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
+    }
+
+static int native_launch(http *loop, kl__http_req *req)
+{
+    const char *token = bearer_token(loop);
+    char length[24], *auth = NULL;
+    nghttp2_nv nv[10] = {
+        NV(":method", req->method),         NV(":scheme", "https"),
+        NV(":authority", loop->authority),  NV(":path", req->path),
+        NV("user-agent", loop->user_agent), NV("accept", "application/json"),
+    };
+    size_t n = 6;
+    int64_t timeout_ms = req_time_left_ms(loop, req);
+    kl__h2 *c;
+    int32_t id;
+    int err = 0;
+
+    if (req->content_type)
+        nv[n++] = (nghttp2_nv)NV("content-type", req->content_type);
+    if (req->has_body) {
+        snprintf(length, sizeof(length), "%zu", req->body_len);
+        nv[n++] = (nghttp2_nv)NV("content-length", length);
+    }
+    if (token) {
+        if (!(auth = kl__sprintf("Bearer %s", token))) {
+            set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", loop->server, req->path);
+            return req->err;
+        }
+        nv[n++] = (nghttp2_nv)NV("authorization", auth);
+    }
+    if (!(c = native_conn(loop, req, &err))) {
+        set_req_error(req, err, "%s: %s", loop->server, kl__error_get());
+        req->unsent = err == K8SLEASE_ETRANSPORT; /* no socket: nothing sent */
+        id = err;
+    } else {
+        id = kl__h2_submit(c, nv, n, req->body, req->body_len, req->has_body, req);
+        if (id < 0)
+            set_req_error(req, (int)id, "%s%s: %s", loop->server, req->path,
+                          id == K8SLEASE_ENOMEM ? "out of memory" : "no HTTP/2 stream to be had");
+    }
+    if (auth) {
+        kl__wipe(auth, strlen(auth));
+        kl__free(auth);
+    }
+    if (id < 0)
+        return req->err;
+    req->h2 = c;
+    req->h2_id = id;
+    req->auth_gen = loop->auth_gen;
+    req->resp.len = 0;
+    req->streaming = 0;
+    req->opened = req->open_pending = 0;
+    req->h2_status = 0;
+    req->last_byte = kl__loop_now(loop->loop);
+    if (timeout_ms > 0)
+        kl__timer_arm(loop->loop, &req->deadline,
+                      kl__loop_now(loop->loop) + timeout_ms * KL_NS_PER_MS);
+    arm_req_timer(loop, req);
+    return 0;
+}
+
+/* A native request's connection answered nothing in time: fail everything
+ * on it, so that the next requests open a new one (abandon_connection). */
+static void native_abandon(http *loop, kl__http_req *req, const char *why)
+{
+    kl__h2 *c = req->h2;
+
+    if (!c)
+        return;
+    kl__h2_cancel(c, req->h2_id);
+    req->h2 = NULL;
+    req->h2_id = 0;
+    loop->abandoned++;
+    kl__log_printf(loop->log, K8SLEASE_LOG_WARN,
+                   "%s: the connection from local port %u %s: abandoned; the next requests "
+                   "open a new one",
+                   loop->server, kl__h2_port(c), why);
+    kl__h2_fail(c, K8SLEASE_ETIMEOUT, "timeout",
+                "its connection answered nothing in time and was abandoned");
+}
+
+/* timeout_ms passed (libcurl's CURLOPT_TIMEOUT_MS for the others). */
+static void on_deadline(kl__timer *t, void *arg)
+{
+    kl__http_req *req = arg;
+    http *loop = req->loop;
+
+    (void)t;
+    set_req_error(req, K8SLEASE_ETIMEOUT, "%s%s: timeout: no answer after %lld ms", loop->server,
+                  req->path, (long long)req->timeout_ms);
+    abandon_connection(loop, req, "answered nothing in time");
+    req_failed(loop, req);
+}
+
+static void clear_req_error(kl__http_req *req)
+{
+    req->err = 0;
+    req->unsent = req->h2_refused = req->h2_no_h2 = 0;
+    kl__free(req->errmsg);
+    req->errmsg = NULL;
+}
+
+/* Native requests whose stream ended: resend one the server refused
+ * unprocessed (once), hand them all to libcurl when the server does not
+ * speak HTTP/2, else as a libcurl transfer's end. */
+static void finish_native(http *loop)
+{
+    kl__http_req *req;
+
+    while ((req = loop->h2_done)) {
+        loop->h2_done = req->h2_done_next;
+        req->h2_done_next = NULL;
+        req->on_h2_done = 0;
+        if (req->err && req->h2_no_h2) {
+            if (loop->native)
+                kl__log_printf(loop->log, K8SLEASE_LOG_INFO,
+                               "%s: no HTTP/2 offered; requests go through libcurl", loop->server);
+            loop->native = 0;
+            clear_req_error(req);
+            req->native = 0;
+            if (curl_attach(loop, req) < 0)
+                set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", loop->server, req->path,
+                              kl__error_get());
+            else if (req_launch(loop, req) == 0)
+                continue;
+            req_complete(loop, req);
+            continue;
+        }
+        if (req->err && req->h2_refused && !req->h2_resent) {
+            req->h2_resent = 1;
+            clear_req_error(req);
+            if (req_launch(loop, req) == 0)
+                continue;
+        }
+        if (req->err)
+            req_failed(loop, req);
+        else
+            req_answered(loop, req, req->h2_status);
+    }
+}
+
+/* Free the connections nothing is on any more. */
+static void reap_native(http *loop)
+{
+    if (loop->h2 && kl__h2_dead(loop->h2)) {
+        kl__h2_free(loop->h2);
+        loop->h2 = NULL;
+    }
+    for (size_t i = 0; i < loop->nh2_old;) {
+        kl__h2 *c = loop->h2_old[i];
+
+        if (kl__h2_dead(c) || kl__h2_idle(c)) {
+            kl__h2_free(c);
+            loop->h2_old[i] = loop->h2_old[--loop->nh2_old];
+        } else {
+            i++;
+        }
+    }
+}
+
+static void native_io(http *loop, int fd, uint32_t events)
+{
+    if (loop->h2 && kl__h2_fd(loop->h2) == fd) {
+        kl__h2_io(loop->h2, events);
+        return;
+    }
+    for (size_t i = 0; i < loop->nh2_old; i++)
+        if (kl__h2_fd(loop->h2_old[i]) == fd) {
+            kl__h2_io(loop->h2_old[i], events);
+            return;
+        }
+}
+
+static void native_flush(http *loop)
+{
+    if (loop->h2)
+        kl__h2_flush(loop->h2);
+    for (size_t i = 0; i < loop->nh2_old; i++)
+        kl__h2_flush(loop->h2_old[i]);
 }
 
 /* A new request; original: it is a hedge of that one (sent at once, on a
@@ -1249,6 +1653,7 @@ static kl__http_req *req_start(http *loop, const kl__http_opts *opts, kl__http_d
         loop->reqs->prev = req;
     loop->reqs = req;
     kl__timer_init(&req->timer, on_req_timer, req);
+    kl__timer_init(&req->deadline, on_deadline, req);
     req->done = done;
     req->arg = original ? req : arg; /* a hedge's done is hedge_done */
     req->on_data = opts->on_data;
@@ -1389,6 +1794,20 @@ uint64_t kl__loop_hedges_won(const kl__loop *l)
     return loop->hedges_won;
 }
 
+const char *kl__loop_transport(const kl__loop *l)
+{
+    const http *loop = kl__loop_io_data(l);
+
+    return loop->native ? "native" : "libcurl";
+}
+
+uint64_t kl__loop_h2_connections(const kl__loop *l)
+{
+    const http *loop = kl__loop_io_data(l);
+
+    return loop->h2_opened;
+}
+
 void kl__http_cancel(kl__loop *l, kl__http_req *req)
 {
     http *loop = kl__loop_io_data(l);
@@ -1525,6 +1944,10 @@ static void io_run(void *data)
         uint32_t ev = loop->ready_ev[i].events;
         int mask = 0;
 
+        if (loop->ready_ev[i].data.u64 & KL__H2_EPOLL_TAG) {
+            native_io(loop, (int)(loop->ready_ev[i].data.u64 & 0xffffffffu), ev);
+            continue;
+        }
         if (loop->ready_ev[i].data.fd == loop->wakefd)
             continue;
         /* as libcurl's own poll would say it (Curl_socket_check) */
@@ -1540,7 +1963,9 @@ static void io_run(void *data)
         curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
     }
     deliver_streams(loop);
+    finish_native(loop);
     finish_transfers(loop);
+    reap_native(loop);
 }
 
 static long io_timeout_ms(void *data)
@@ -1548,6 +1973,8 @@ static long io_timeout_ms(void *data)
     http *loop = data;
     int64_t left;
 
+    if (loop->h2_done || loop->ready)
+        return 0;
     if (loop->curl_due < 0)
         return -1;
     left = loop->curl_due - kl__clock_mono_ns();
@@ -1557,7 +1984,13 @@ static long io_timeout_ms(void *data)
 static void io_wait(void *data, int timeout_ms)
 {
     http *loop = data;
-    int n = epoll_wait(loop->epfd, loop->ready_ev, EPOLL_EVENTS, timeout_ms);
+    int n;
+
+    /* What the loop's callbacks queued goes out now, as one write. */
+    native_flush(loop);
+    if (loop->h2_done || loop->ready)
+        timeout_ms = 0;
+    n = epoll_wait(loop->epfd, loop->ready_ev, EPOLL_EVENTS, timeout_ms);
 
     loop->nready_ev = n > 0 ? n : 0;
     for (int i = 0; i < loop->nready_ev; i++) {
@@ -1607,6 +2040,38 @@ static int dup_blob(char **dst, size_t *dst_len, const char *src, size_t len)
     return 0;
 }
 
+/* The configured server's address for the native transport, when its host
+ * is one (a name would need a resolver off the loop thread: libcurl's). */
+static void native_address(http *loop, const char *host, const char *port)
+{
+    char ip[64];
+    size_t len = strlen(host);
+    long p = strtol(port, NULL, 10);
+
+    if (host[0] == '[' && len > 2 && len - 2 < sizeof(ip)) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&loop->addr;
+
+        memcpy(ip, host + 1, len - 2);
+        ip[len - 2] = '\0';
+        if (inet_pton(AF_INET6, ip, &a->sin6_addr) == 1) {
+            a->sin6_family = AF_INET6;
+            a->sin6_port = htons((uint16_t)p);
+            loop->addrlen = sizeof(*a);
+        }
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&loop->addr;
+
+        if (inet_pton(AF_INET, host, &a->sin_addr) == 1) {
+            a->sin_family = AF_INET;
+            a->sin_port = htons((uint16_t)p);
+            loop->addrlen = sizeof(*a);
+        }
+        snprintf(ip, sizeof(ip), "%s", host);
+    }
+    if (loop->addrlen && !(loop->verify_host = kl__strdup(ip)))
+        loop->addrlen = 0;
+}
+
 /* Parse the server URL into the request base and, with tls_server_name, a
  * CONNECT_TO rule: the URL carries that name (so SNI and verification use
  * it) while the connection goes to the configured host. */
@@ -1638,6 +2103,12 @@ static int parse_server(http *loop, const kl__restconfig *cfg)
         err = kl__error_set(K8SLEASE_ECONFIG, "%s: server \"%s\": scheme must be https or http",
                             source, cfg->server);
         goto out;
+    }
+    native_address(loop, host, port);
+    if (loop->addrlen && cfg->tls_server_name && cfg->tls_server_name[0]) {
+        kl__free(loop->verify_host);
+        if (!(loop->verify_host = kl__strdup(cfg->tls_server_name)))
+            loop->addrlen = 0;
     }
     if (cfg->tls_server_name && cfg->tls_server_name[0]) {
         struct curl_slist *l;
@@ -1704,6 +2175,125 @@ static int copy_config(http *loop, const kl__restconfig *cfg)
     return parse_server(loop, cfg);
 }
 
+/* Certificates of a PEM blob into the context: the first as its own and
+ * the rest as its chain (leaf 1), or all as trust anchors (leaf 0). The
+ * number read, 0 on failure. */
+static int pem_certs(SSL_CTX *ctx, const char *pem, size_t len, int leaf)
+{
+    BIO *bio = BIO_new_mem_buf(pem, (int)len);
+    X509 *x;
+    int n = 0, ok = 1;
+
+    if (!bio)
+        return 0;
+    while (ok && (x = PEM_read_bio_X509(bio, NULL, NULL, NULL))) {
+        if (!leaf)
+            ok = X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), x) == 1;
+        else if (n == 0)
+            ok = SSL_CTX_use_certificate(ctx, x) == 1;
+        else if ((ok = SSL_CTX_add_extra_chain_cert(ctx, x) == 1))
+            x = NULL; /* the context owns it */
+        X509_free(x);
+        n++;
+    }
+    BIO_free(bio);
+    ERR_clear_error(); /* the end of the PEM data */
+    return ok ? n : 0;
+}
+
+/* The TLS context of the native transport, as easy_setup and
+ * set_client_cert configure libcurl's; NULL when a part is unusable (libcurl
+ * then says what, per request). */
+static SSL_CTX *native_ctx(const http *loop, const char **why)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
+    const char *part = "out of memory";
+    int ok = 1;
+
+    if (!ctx) {
+        *why = part;
+        return NULL;
+    }
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_read_ahead(ctx, 1);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    if (loop->insecure) {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
+    } else {
+        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
+        part = "the certificate authority";
+        /* A configured CA is the only trust anchor (easy_setup). */
+        if (loop->ca_pem)
+            ok = pem_certs(ctx, loop->ca_pem, loop->ca_pem_len, 0) > 0;
+        else if (loop->ca_file)
+            ok = SSL_CTX_load_verify_locations(ctx, loop->ca_file, NULL) == 1;
+        else
+            ok = SSL_CTX_set_default_verify_paths(ctx) == 1;
+    }
+    if (ok && (loop->cert_pem || loop->cert_file)) {
+        part = "the client certificate";
+        ok = loop->cert_pem ? pem_certs(ctx, loop->cert_pem, loop->cert_pem_len, 1) > 0
+                            : SSL_CTX_use_certificate_chain_file(ctx, loop->cert_file) == 1;
+    }
+    if (ok && (loop->key_pem || loop->key_file)) {
+        part = "the client key";
+        if (loop->key_pem) {
+            BIO *bio = BIO_new_mem_buf(loop->key_pem, (int)loop->key_pem_len);
+            EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
+
+            ok = key && SSL_CTX_use_PrivateKey(ctx, key) == 1;
+            EVP_PKEY_free(key);
+            BIO_free(bio);
+        } else {
+            ok = SSL_CTX_use_PrivateKey_file(ctx, loop->key_file, SSL_FILETYPE_PEM) == 1;
+        }
+        ok = ok && SSL_CTX_check_private_key(ctx) == 1;
+    }
+    ERR_clear_error();
+    if (!ok) {
+        *why = part;
+        SSL_CTX_free(ctx);
+        return NULL;
+    }
+    return ctx;
+}
+
+/* Whether the native transport is asked for (K8SLEASE_TRANSPORT=native)
+ * and can serve this configuration; libcurl serves it otherwise. */
+static void native_setup(http *loop)
+{
+    static const char *const proxies[] = {"https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"};
+    const char *mode = getenv("K8SLEASE_TRANSPORT");
+    const char *why = NULL;
+
+    if (!mode || strcmp(mode, "native") != 0)
+        return;
+    if (strcmp(loop->protocols, "https") != 0)
+        why = "the server is not https";
+    else if (!loop->addrlen)
+        why = "the server's host is not an IP address";
+    else if (strchr(loop->base + strlen("https://"), '/'))
+        why = "the server's URL has a path";
+    else if (loop->exec)
+        why = "exec credentials";
+    for (size_t i = 0; !why && i < KL_ARRAY_LEN(proxies); i++)
+        if (getenv(proxies[i]) && getenv(proxies[i])[0])
+            why = "a proxy is set";
+    if (!why && !(loop->authority = kl__strdup(loop->base + strlen("https://"))))
+        why = "out of memory";
+    if (!why && !(loop->ssl_ctx = native_ctx(loop, &why))) {
+        kl__log_printf(loop->log, K8SLEASE_LOG_INFO,
+                       "%s: native transport not used: OpenSSL cannot use %s", loop->server, why);
+        return;
+    }
+    if (why) {
+        kl__log_printf(loop->log, K8SLEASE_LOG_INFO, "%s: native transport not used: %s",
+                       loop->server, why);
+        return;
+    }
+    loop->native = 1;
+}
+
 static void io_destroy(void *data)
 {
     http *loop = data;
@@ -1711,6 +2301,14 @@ static void io_destroy(void *data)
     loop->destroying = 1;
     while (loop->reqs)
         req_free(loop, loop->reqs);
+    kl__h2_free(loop->h2);
+    for (size_t i = 0; i < loop->nh2_old; i++)
+        kl__h2_free(loop->h2_old[i]);
+    kl__free(loop->h2_old);
+    if (loop->ssl_ctx)
+        SSL_CTX_free(loop->ssl_ctx);
+    kl__free(loop->authority);
+    kl__free(loop->verify_host);
     while (loop->nspare > 0)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
@@ -1790,6 +2388,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
     curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     loop->dead_ms = DEFAULT_DEAD_MS;
     set_limits(loop);
+    native_setup(loop);
     if ((err = kl__loop_start(&loop->loop, &http_io, loop, log)) < 0)
         goto out;
     *out = loop->loop;

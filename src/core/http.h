@@ -107,6 +107,14 @@ uint64_t kl__loop_abandoned(const kl__loop *loop);
 /* Requests answered on a hedge's new connection first (kl__http_opts). */
 uint64_t kl__loop_hedges_won(const kl__loop *loop);
 
+/* The transport of the configured server's requests: "native" (an HTTP/2
+ * connection of our own, core/h2.c) or "libcurl" (K8SLEASE_TRANSPORT, or
+ * what the configuration allows; the native transport gives way to libcurl
+ * for good once the server did not offer HTTP/2). Loop thread. */
+const char *kl__loop_transport(const kl__loop *loop);
+/* Native HTTP/2 connections opened so far. Loop thread. */
+uint64_t kl__loop_h2_connections(const kl__loop *loop);
+
 /* Cancel (loop thread); done is not called. Accepts NULL. */
 void kl__http_cancel(kl__loop *loop, kl__http_req *req);
 
