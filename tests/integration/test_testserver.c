@@ -1641,6 +1641,255 @@ static void test_fault_reset_latency_hang(void **state)
     watch_stop(w);
 }
 
+/* ---- goaway: a request refused unprocessed -------------------------------- */
+
+/* libcurl's informational lines (CURLOPT_VERBOSE) into the ts_buf ud. */
+static int curl_text(CURL *h, curl_infotype type, char *data, size_t size, void *ud)
+{
+    (void)h;
+    if (type == CURLINFO_TEXT)
+        ts_buf_write(data, 1, size, ud);
+    return 0;
+}
+
+/*
+ * An easy handle for a request to srv (a POST of post if not NULL) over
+ * HTTP version `version`, its body into *body and libcurl's informational
+ * lines, where it reports the GOAWAY frames it gets, into *log.
+ */
+static CURL *goaway_easy(const char *path, const char *post, struct curl_slist *hdr, long version,
+                         ts_buf *body, ts_buf *log)
+{
+    char *url = tc_fmt("%s%s", ts_url(srv), path);
+    CURL *h = curl_easy_init();
+    assert_non_null(h);
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_CAINFO, ts_ca_file(srv));
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hdr);
+    curl_easy_setopt(h, CURLOPT_HTTP_VERSION, version);
+    curl_easy_setopt(h, CURLOPT_USERAGENT, "goaway-client");
+    curl_easy_setopt(h, CURLOPT_TIMEOUT, 30L);
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, ts_buf_write);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, body);
+    curl_easy_setopt(h, CURLOPT_VERBOSE, 1L);
+    curl_easy_setopt(h, CURLOPT_DEBUGFUNCTION, curl_text);
+    curl_easy_setopt(h, CURLOPT_DEBUGDATA, log);
+    if (post)
+        curl_easy_setopt(h, CURLOPT_COPYPOSTFIELDS, post);
+    free(url);
+    return h;
+}
+
+/* Drives m (bounded) until h is done; its result, or -1 on time-out. */
+static int multi_until_done(CURLM *m, CURL *h, long ms)
+{
+    long long deadline = tc_now_ms() + ms;
+    while (tc_now_ms() < deadline) {
+        int running, left;
+        CURLMsg *msg;
+        curl_multi_perform(m, &running);
+        while ((msg = curl_multi_info_read(m, &left)))
+            if (msg->msg == CURLMSG_DONE && msg->easy_handle == h)
+                return (int)msg->data.result;
+        curl_multi_poll(m, NULL, 0, 50, NULL);
+    }
+    return -1;
+}
+
+/* Drives m (bounded) until buf holds needle. */
+static bool multi_until_seen(CURLM *m, const ts_buf *buf, const char *needle, long ms)
+{
+    long long deadline = tc_now_ms() + ms;
+    while (tc_now_ms() < deadline) {
+        int running;
+        if (buf->data && strstr(buf->data, needle))
+            return true;
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 50, NULL);
+    }
+    return buf->data && strstr(buf->data, needle);
+}
+
+static char *lease_body(const char *name)
+{
+    return tc_fmt("{\"apiVersion\":\"coordination.k8s.io/v1\",\"kind\":\"Lease\",\"metadata\":"
+                  "{\"name\":\"%s\"},\"spec\":{\"holderIdentity\":\"a\","
+                  "\"leaseDurationSeconds\":15}}",
+                  name);
+}
+
+/* The Lease name exists exactly once, and it is the last write: its resourceVersion. */
+static unsigned long long lease_once(const char *name)
+{
+    long st;
+    char *path = tc_fmt(LEASES "?fieldSelector=metadata.name%%3D%s", name);
+    json_t *l = api("GET", path, NULL, NULL, &st);
+    assert_int_equal(st, 200);
+    assert_int_equal(json_array_size(tc_at(l, "items")), 1);
+    unsigned long long rv = rv_of(tc_at(l, "items.0"));
+    assert_true(rv > 0);
+    json_t *s = tc_stats(srv);
+    assert_int_equal(strtoull(str(s, "resourceVersion"), NULL, 10), rv);
+    json_decref(s);
+    json_decref(l);
+    free(path);
+    return rv;
+}
+
+static unsigned long long store_rv(void)
+{
+    json_t *s = tc_stats(srv);
+    unsigned long long rv = strtoull(str(s, "resourceVersion"), NULL, 10);
+    json_decref(s);
+    return rv;
+}
+
+static void test_fault_goaway(void **state)
+{
+    long st;
+    (void)state;
+    char *tok = ts_token(srv);
+    char *auth = tc_fmt("Authorization: Bearer %s", tok);
+    struct curl_slist *hdr = curl_slist_append(NULL, auth);
+    hdr = curl_slist_append(hdr, "Content-Type: application/json");
+    long long hits = tc_stat_or0(srv, "faults.goaway");
+    long long refused = tc_stat_or0(srv, "requests.by_status.goaway");
+    long long open0 = tc_stat_int(srv, "connections.h2.open");
+
+    /*
+     * 1. A POST multiplexed on a connection that carries a watch (stream 1)
+     * is stream 3: the GOAWAY says last_stream=1, so libcurl retries it on a
+     * new connection by itself, and the Lease is created once. The watch,
+     * below the last stream, goes on over the old connection.
+     */
+    CURLM *m = curl_multi_init();
+    ts_buf wbody = {NULL, 0}, pbody = {NULL, 0}, log = {NULL, 0};
+    CURL *w = goaway_easy(LEASES "?watch=1&fieldSelector=metadata.name%3Dgoaway-a", NULL, hdr,
+                          CURL_HTTP_VERSION_2TLS, &wbody, &log);
+    curl_easy_setopt(w, CURLOPT_USERAGENT, "goaway-watch");
+    curl_easy_setopt(w, CURLOPT_TIMEOUT, 0L);
+    curl_multi_add_handle(m, w);
+    long code = 0;
+    for (long long end = tc_now_ms() + 10000; !code && tc_now_ms() < end;) {
+        int running;
+        curl_multi_perform(m, &running);
+        curl_multi_poll(m, NULL, 0, 20, NULL);
+        curl_easy_getinfo(w, CURLINFO_RESPONSE_CODE, &code);
+    }
+    assert_int_equal(code, 200);
+
+    json_t *r =
+        call(srv, "POST", "/testserver/v1/faults", NULL, "{\"kind\":\"goaway\",\"count\":1}", &st);
+    assert_int_equal(st, 201);
+    assert_string_equal(str(r, "kind"), "goaway");
+    assert_int_equal(json_integer_value(tc_at(r, "count")), 1);
+    assert_int_equal(json_integer_value(tc_at(r, "hits")), 0);
+    json_decref(r);
+    unsigned long long rv0 = store_rv();
+    char *body = lease_body("goaway-a");
+    CURL *p = goaway_easy(LEASES, body, hdr, CURL_HTTP_VERSION_2TLS, &pbody, &log);
+    free(body);
+    curl_easy_setopt(p, CURLOPT_PIPEWAIT, 1L); /* on the watch's connection */
+    curl_multi_add_handle(m, p);
+    assert_int_equal(multi_until_done(m, p, 20000), CURLE_OK);
+    curl_easy_getinfo(p, CURLINFO_RESPONSE_CODE, &code);
+    assert_int_equal(code, 201);
+    long version = 0, connects = -1;
+    curl_easy_getinfo(p, CURLINFO_HTTP_VERSION, &version);
+    curl_easy_getinfo(p, CURLINFO_NUM_CONNECTS, &connects);
+    assert_int_equal(version, CURL_HTTP_VERSION_2_0);
+    assert_int_equal(connects, 1); /* the retry's: the first try went on the watch's */
+    assert_non_null(log.data);
+    assert_non_null(strstr(log.data, "GOAWAY, error=0, last_stream=1"));
+    assert_int_equal(tc_stat_or0(srv, "faults.goaway"), hits + 1);
+    assert_int_equal(tc_stat_or0(srv, "requests.by_status.goaway"), refused + 1);
+    assert_int_equal(lease_once("goaway-a"), rv0 + 1);
+    json_t *f = api("GET", "/testserver/v1/faults", NULL, NULL, &st);
+    assert_int_equal(json_array_size(tc_at(f, "faults")), 0); /* count used up */
+    json_decref(f);
+    /* Stream 1 is still served after the GOAWAY: the watch sees the Lease... */
+    assert_true(multi_until_seen(m, &wbody, "\"ADDED\"", 10000));
+    /* ...until it ends; then the old connection closes (FIN, not a reset). */
+    tc_control(srv, "POST", "/testserver/v1/watches/close",
+               "{\"match\":{\"user_agent\":\"goaway-watch\"}}", 200);
+    assert_int_equal(multi_until_done(m, w, 10000), CURLE_OK);
+    curl_multi_remove_handle(m, w);
+    curl_multi_remove_handle(m, p);
+    curl_easy_cleanup(w);
+    curl_easy_cleanup(p);
+    curl_multi_cleanup(m);
+    free(wbody.data);
+    free(pbody.data);
+    tc_wait_stat_at_most(srv, "connections.h2.open", open0, 10000);
+
+    /*
+     * 2. A lone request on a fresh connection is stream 1: last_stream=0.
+     * libcurl 7.88 does not retry then: with the refused stream gone the
+     * session has nothing left, and it reports CURLE_HTTP2 before it looks
+     * at why the stream ended (the REFUSED_STREAM retry path that case 1
+     * takes). Nothing was applied; a retry by the caller applies it once.
+     */
+    free(log.data);
+    log = (ts_buf){NULL, 0};
+    pbody = (ts_buf){NULL, 0};
+    tc_control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"goaway\",\"count\":1}", 201);
+    rv0 = store_rv();
+    body = lease_body("goaway-b");
+    p = goaway_easy(LEASES, body, hdr, CURL_HTTP_VERSION_2TLS, &pbody, &log);
+    free(body);
+    CURLcode rc = curl_easy_perform(p);
+    code = -1;
+    curl_easy_getinfo(p, CURLINFO_RESPONSE_CODE, &code);
+    assert_non_null(log.data);
+    assert_non_null(strstr(log.data, "GOAWAY, error=0, last_stream=0"));
+    assert_int_equal(tc_stat_or0(srv, "faults.goaway"), hits + 2);
+    assert_int_equal(tc_stat_or0(srv, "requests.by_status.goaway"), refused + 2);
+    if (curl_version_info(CURLVERSION_NOW)->version_num < 0x080000) {
+        assert_int_equal(rc, CURLE_HTTP2);
+        assert_int_equal(code, 0);
+        json_decref(api("GET", LEASES "/goaway-b", NULL, NULL, &st));
+        assert_int_equal(st, 404);
+        assert_int_equal(store_rv(), rv0);
+        rc = curl_easy_perform(p); /* a new connection: the old one is closed */
+        curl_easy_getinfo(p, CURLINFO_RESPONSE_CODE, &code);
+    }
+    /* (A libcurl that retries a refused lone stream itself gets here at once.) */
+    assert_int_equal(rc, CURLE_OK);
+    assert_int_equal(code, 201);
+    assert_int_equal(lease_once("goaway-b"), rv0 + 1);
+    curl_easy_cleanup(p);
+    free(pbody.data);
+    free(log.data);
+    tc_wait_stat_at_most(srv, "connections.h2.open", open0, 10000);
+
+    /* 3. HTTP/1.1 cannot say "not processed": the connection is reset, as by `reset`. */
+    log = (ts_buf){NULL, 0};
+    pbody = (ts_buf){NULL, 0};
+    tc_control(srv, "POST", "/testserver/v1/faults", "{\"kind\":\"goaway\",\"count\":1}", 201);
+    rv0 = store_rv();
+    body = lease_body("goaway-c");
+    p = goaway_easy(LEASES, body, hdr, CURL_HTTP_VERSION_1_1, &pbody, &log);
+    free(body);
+    assert_int_not_equal(curl_easy_perform(p), CURLE_OK);
+    code = -1;
+    curl_easy_getinfo(p, CURLINFO_RESPONSE_CODE, &code);
+    assert_int_equal(code, 0);
+    assert_int_equal(tc_stat_or0(srv, "faults.goaway"), hits + 3);
+    assert_int_equal(tc_stat_or0(srv, "requests.by_status.goaway"), refused + 3);
+    json_decref(api("GET", LEASES "/goaway-c", NULL, NULL, &st));
+    assert_int_equal(st, 404);
+    assert_int_equal(store_rv(), rv0);
+    curl_easy_cleanup(p);
+    free(pbody.data);
+    free(log.data);
+
+    clear_faults();
+    curl_slist_free_all(hdr);
+    free(auth);
+    free(tok);
+}
+
 static void test_fault_client_scope(void **state)
 {
     long st;
@@ -2673,6 +2922,7 @@ int main(void)
         cmocka_unit_test(test_pod_status_transitions),
         cmocka_unit_test(test_fault_errors),
         cmocka_unit_test(test_fault_reset_latency_hang),
+        cmocka_unit_test(test_fault_goaway),
         cmocka_unit_test(test_fault_client_scope),
         cmocka_unit_test(test_fault_watch_freeze_and_close),
         cmocka_unit_test(test_token_rotation),

@@ -312,6 +312,19 @@ static int reset(ts_server *srv, ts_exchange *x)
     return TS_X_RESET;
 }
 
+/*
+ * Refuses the request unprocessed (a `goaway` fault): the protocol sends the
+ * GOAWAY, or resets an HTTP/1.1 connection. Lock held, released.
+ */
+static int goaway(ts_server *srv, ts_exchange *x)
+{
+    count_request(srv, x, "goaway");
+    if (srv->cfg.verbose)
+        ts_log("%s %s %s -> goaway fault", x->conn->proto, x->client.method, x->client.path);
+    pthread_mutex_unlock(&srv->mu);
+    return TS_X_GOAWAY;
+}
+
 void ts_exchange_init(ts_exchange *x, ts_conn *c)
 {
     memset(x, 0, sizeof(*x));
@@ -367,7 +380,10 @@ int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const ch
     if (x->phase == PH_HOLD) {
         if (!x->control) {
             int64_t until = x->latency_until;
-            int64_t hang = ts_faults_hang_until(&srv->faults, &x->client, now, !x->hang_counted);
+            /* A refused request is not held (below): not caught by a hang either. */
+            int64_t hang =
+                x->d.goaway ? 0
+                            : ts_faults_hang_until(&srv->faults, &x->client, now, !x->hang_counted);
             if (hang) {
                 x->hang_counted = true;
                 if (hang > until)
@@ -383,6 +399,14 @@ int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const ch
                 pthread_mutex_unlock(&srv->mu);
                 return rc;
             }
+            /*
+             * Refused at once, not after latency or a hang: over HTTP/2 the
+             * GOAWAY tells the client that no stream above the one before
+             * this was processed, which stays true only if it goes before
+             * the streams opened after this one are handled.
+             */
+            if (x->d.goaway)
+                return goaway(srv, x);
             if (now < until && ts_sched_suspend(&srv->sched, &x->sl, until)) {
                 pthread_mutex_unlock(&srv->mu);
                 return TS_X_WAIT; /* run again when resumed */

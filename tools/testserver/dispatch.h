@@ -54,7 +54,13 @@ typedef struct ts_exchange {
     char after;       /* main-thread command to send once the answer is out */
 } ts_exchange;
 
-enum { TS_X_WAIT, TS_X_RESET, TS_X_ANSWER, TS_X_DROP /* going down: see TS_BODY_DROP */ };
+enum {
+    TS_X_WAIT,
+    TS_X_RESET,
+    TS_X_ANSWER,
+    TS_X_DROP,  /* going down: see TS_BODY_DROP */
+    TS_X_GOAWAY /* refused unprocessed: h2 GOAWAY below the stream; HTTP/1.1: as TS_X_RESET */
+};
 
 void ts_exchange_init(ts_exchange *x, ts_conn *c);
 /* Adds body bytes; beyond the apiserver's limit the request gets a 413. */
@@ -62,7 +68,10 @@ int ts_exchange_add_body(ts_exchange *x, const void *p, size_t n);
 /*
  * Runs the request (call without the lock). TS_X_WAIT: parked, run it again
  * when x->conn is resumed; TS_X_RESET: close with a reset, no answer;
- * TS_X_ANSWER: send *a. -1: out of memory (close).
+ * TS_X_ANSWER: send *a; TS_X_GOAWAY: a `goaway` fault refuses the request,
+ * which was not processed (nothing stored, no answer): the protocol tells the
+ * client so (HTTP/2: GOAWAY with a last-stream-id below the request's
+ * stream; HTTP/1.1 cannot, and closes with a reset). -1: out of memory (close).
  */
 int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const char *path,
                     ts_answer *a);

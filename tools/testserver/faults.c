@@ -16,6 +16,7 @@ static const char *const kind_names[TS_F_NKINDS] = {
     [TS_F_FREEZE_WATCH] = "freeze_watch",
     [TS_F_RESPOND] = "respond",
     [TS_F_STALL] = "stall",
+    [TS_F_GOAWAY] = "goaway",
     [TS_F_CLOSE_WATCH] = "close_watch",
     [TS_F_COMPACT] = "compact",
     [TS_F_ROTATE_TOKEN] = "rotate_token",
@@ -30,7 +31,8 @@ const char *ts_fault_kind_name(ts_fault_kind k)
 /* Kinds that act on single requests (probability, count, hits). */
 static bool per_request(ts_fault_kind k)
 {
-    return k == TS_F_ERROR || k == TS_F_RESET || k == TS_F_LATENCY || k == TS_F_RESPOND;
+    return k == TS_F_ERROR || k == TS_F_RESET || k == TS_F_LATENCY || k == TS_F_RESPOND ||
+           k == TS_F_GOAWAY;
 }
 
 /* Kinds whose rules end with their window, not with their count. */
@@ -226,8 +228,8 @@ ts_rule *ts_faults_add(ts_faults *f, const json_t *body, int64_t now, char **err
             kid = i;
     if (kid < 0) {
         fail(err,
-             "kind must be one of error, reset, latency, hang, freeze_watch, respond, stall "
-             "(got %s)",
+             "kind must be one of error, reset, latency, hang, freeze_watch, respond, stall, "
+             "goaway (got %s)",
              kind ? kind : "nothing");
         return NULL;
     }
@@ -425,8 +427,9 @@ void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision
             d->stall = r->id;
         }
         if (per_request(r->kind) && r->expires_ms > now && ts_match_client(&r->match, c)) {
-            /* An error, a reset and a canned answer are exclusive: the older rule wins. */
-            bool applies = r->kind == TS_F_LATENCY || (!d->reset && !d->status && !d->canned);
+            /* An error, reset, canned answer or goaway excludes the others: the older rule wins. */
+            bool applies =
+                r->kind == TS_F_LATENCY || (!d->reset && !d->status && !d->canned && !d->goaway);
             if (applies && (r->probability >= 1.0 || ts_rng_unit(&f->rng) < r->probability)) {
                 hit = true;
                 r->hits++;
@@ -435,6 +438,8 @@ void ts_faults_decide(ts_faults *f, const ts_client *c, int64_t now, ts_decision
                     d->latency_ms += r->delay_ms;
                 } else if (r->kind == TS_F_RESET) {
                     d->reset = true;
+                } else if (r->kind == TS_F_GOAWAY) {
+                    d->goaway = true;
                 } else if (r->kind == TS_F_RESPOND) {
                     d->canned = ts_canned_ref(r->canned);
                 } else {

@@ -2,9 +2,9 @@
  * faults.h - fault-injection rules and the counters behind /testserver/v1/stats.
  *
  * Three families of rules:
- *   per-request  error, reset, latency, respond: each matching request rolls the
- *                rule's probability; a hit consumes one of its count (0 =
- *                unlimited) and is counted;
+ *   per-request  error, reset, latency, respond, goaway: each matching request
+ *                rolls the rule's probability; a hit consumes one of its
+ *                count (0 = unlimited) and is counted;
  *   windows      hang, freeze_watch: while the rule lives (duration_ms, or
  *                until deleted), every matching request is held / every
  *                matching watch stream delivers nothing;
@@ -38,6 +38,7 @@ typedef enum ts_fault_kind {
     TS_F_FREEZE_WATCH, /* matching watch streams send nothing until the rule ends */
     TS_F_RESPOND,      /* answer with a canned response (body, redirect, trickle, huge) */
     TS_F_STALL,        /* the request's connection carries nothing more while the rule lives */
+    TS_F_GOAWAY,       /* refuse the request with an HTTP/2 GOAWAY below its stream (h1: reset) */
     TS_F_NRULEKINDS,
     /* Actions from the control API; counted, never stored as rules. */
     TS_F_CLOSE_WATCH = TS_F_NRULEKINDS, /* watch streams ended on request */
@@ -111,6 +112,7 @@ typedef struct ts_faults {
 typedef struct ts_decision {
     int64_t latency_ms;
     bool reset;
+    bool goaway;     /* refuse it unprocessed: GOAWAY over h2, a reset over HTTP/1.1 */
     unsigned status; /* 0: no injected error */
     unsigned retry_after;
     ts_canned *canned; /* a respond rule's answer (a reference the request owns), or NULL */

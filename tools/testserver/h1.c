@@ -194,6 +194,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES; /* suspended: called again when resumed */
     case TS_X_ANSWER:
         return queue(conn, &a);
+    case TS_X_GOAWAY:
+        /* HTTP/1.1 has no way to say "not processed": closed as a reset would. */
+        ts_conn_set_reset(x->conn);
+        return MHD_NO;
     default: /* TS_X_RESET (the relay sends RST once MHD closes), TS_X_DROP, out of memory */
         return MHD_NO;
     }

@@ -16,6 +16,20 @@
  * was read before are deferred, not run; woken streams wait in `woken`.
  * When the stall ends, ts_h2_wake takes them up in order.
  *
+ * GOAWAY: a `goaway` fault refuses its request unprocessed (RFC 9113
+ * §6.8): a GOAWAY (NO_ERROR) whose last-stream-id is the client's stream
+ * before it (id - 2, or 0): the client may retry it, and every stream after
+ * it, on a new connection, writes included (libcurl 7.88 does while another
+ * of its streams keeps the connection busy; see README.md). The request is not
+ * run; neither is any stream above the last-stream-id (nghttp2 closes those
+ * as refused once the GOAWAY is out, and ignores new ones), while the
+ * streams below it finish; then the session wants nothing more and the
+ * connection ends cleanly (TLS close_notify, FIN). Only the first hit on a
+ * connection sends a GOAWAY; a later one, or one that would falsely refuse a
+ * stream already answered above it (a request that completed out of order),
+ * refuses its own stream alone with RST_STREAM (REFUSED_STREAM), which
+ * means the same for that request.
+ *
  * Resets: a `reset` fault, a watch closed with `abort`, and a body that
  * fails end the stream with RST_STREAM (INTERNAL_ERROR): the client sees a
  * stream error (libcurl: CURLE_HTTP2_STREAM; Go: "stream error ...
@@ -77,8 +91,9 @@ struct ts_h2 {
     pthread_mutex_t wmu; /* guards woken and the streams' woken flags */
     int32_t *woken;
     size_t nwoken, capwoken;
-    ts_buf pbuf;   /* frames not yet encrypted */
-    bool deferred; /* complete requests wait for the end of a stall */
+    ts_buf pbuf;         /* frames not yet encrypted */
+    bool deferred;       /* complete requests wait for the end of a stall */
+    int32_t goaway_last; /* last-stream-id of the GOAWAY a fault submitted, -1: none */
 };
 
 /* ---- requests ------------------------------------------------------------- */
@@ -341,8 +356,25 @@ static void submit(ts_h2 *h, h2_stream *st)
         nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
 }
 
+/* A `goaway` fault hit st: refuse it, and the streams after it (see the top). */
+static void refuse(ts_h2 *h, h2_stream *st)
+{
+    int32_t last = st->id > 2 ? st->id - 2 : 0;
+    bool honest = h->goaway_last < 0;
+    for (h2_stream *o = h->streams; o && honest; o = o->next)
+        honest = !(o->id > last && o->answered);
+    if (honest &&
+        nghttp2_submit_goaway(h->s, NGHTTP2_FLAG_NONE, last, NGHTTP2_NO_ERROR, NULL, 0) == 0) {
+        h->goaway_last = last;
+        return;
+    }
+    nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_REFUSED_STREAM);
+}
+
 static void run(ts_h2 *h, h2_stream *st)
 {
+    if (h->goaway_last >= 0 && st->id > h->goaway_last)
+        return; /* refused by our GOAWAY: closed when it goes out */
     st->started = true;
     if (!st->method || !st->path) {
         nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_PROTOCOL_ERROR);
@@ -356,7 +388,10 @@ static void run(ts_h2 *h, h2_stream *st)
         return;
     case TS_X_DROP:
         return; /* the connection closes under it */
-    default:    /* TS_X_RESET, or out of memory */
+    case TS_X_GOAWAY:
+        refuse(h, st);
+        return;
+    default: /* TS_X_RESET, or out of memory */
         nghttp2_submit_rst_stream(h->s, NGHTTP2_FLAG_NONE, st->id, NGHTTP2_INTERNAL_ERROR);
         return;
     }
@@ -487,6 +522,7 @@ ts_h2 *ts_h2_new(ts_server *srv, unsigned max_streams, ts_tconn *tc)
         return NULL;
     h->srv = srv;
     h->tc = tc;
+    h->goaway_last = -1;
     pthread_mutex_init(&h->wmu, NULL);
     if (nghttp2_session_callbacks_new(&cb) != 0)
         goto fail;
