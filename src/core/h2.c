@@ -48,7 +48,7 @@ typedef struct h2_stream {
     int status;
     int responded;
     char *content_type;
-    char *body;
+    const char *body; /* borrowed (kl__h2_submit) */
     size_t body_len, body_off;
 } h2_stream;
 
@@ -108,9 +108,6 @@ static void stream_free(kl__h2 *c, h2_stream *s)
     if (s->next)
         s->next->prev = s->prev;
     kl__free(s->content_type);
-    if (s->body)
-        kl__wipe(s->body, s->body_len);
-    kl__free(s->body);
     kl__free(s);
 }
 
@@ -320,7 +317,8 @@ static ssize_t read_body(nghttp2_session *session, int32_t id, uint8_t *buf, siz
     (void)ud;
     if (n > length)
         n = length;
-    memcpy(buf, s->body + s->body_off, n);
+    if (n > 0)
+        memcpy(buf, s->body + s->body_off, n);
     s->body_off += n;
     if (s->body_off == s->body_len)
         *flags |= NGHTTP2_DATA_FLAG_EOF;
@@ -727,20 +725,13 @@ int32_t kl__h2_submit(kl__h2 *c, const nghttp2_nv *nva, size_t nvlen, const char
         return K8SLEASE_ESTATE;
     if (!(s = kl__calloc(1, sizeof(*s))))
         return K8SLEASE_ENOMEM;
-    if (has_body && body_len > 0) {
-        if (!(s->body = kl__malloc(body_len))) {
-            kl__free(s);
-            return K8SLEASE_ENOMEM;
-        }
-        memcpy(s->body, body, body_len);
-        s->body_len = body_len;
-    }
+    s->body = body;
+    s->body_len = has_body ? body_len : 0;
     s->arg = arg;
     prd.source.ptr = s;
     prd.read_callback = read_body;
     id = nghttp2_submit_request(c->session, NULL, nva, nvlen, has_body ? &prd : NULL, s);
     if (id < 0) {
-        kl__free(s->body);
         kl__free(s);
         return id == NGHTTP2_ERR_NOMEM ? K8SLEASE_ENOMEM : K8SLEASE_ESTATE;
     }

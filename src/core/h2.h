@@ -1,6 +1,7 @@
 /* One HTTP/2 connection over TLS, on nghttp2 and OpenSSL, driven by the
  * loop's epoll: the native transport of core/http.c for the configured API
- * server (K8SLEASE_TRANSPORT=native). It knows streams, not requests: http.c
+ * server (unless K8SLEASE_TRANSPORT=libcurl; see http.c's native_setup for
+ * when libcurl serves it instead). It knows streams, not requests: http.c
  * keeps the requests, their timeouts, credentials and retries.
  *
  * What it does for the cost of a request: the frames queued during a loop
@@ -85,7 +86,10 @@ unsigned kl__h2_port(const kl__h2 *c);
 void kl__h2_connect_deadline(kl__h2 *c, int64_t ms);
 
 /* Queue a request; sent by the next kl__h2_flush. nva: the headers
- * (:method, :scheme, :authority, :path first). The body is copied. Returns
+ * (:method, :scheme, :authority, :path first; copied). The body is
+ * borrowed: it must stay until the stream ends or is cancelled (nghttp2
+ * reads it only while the stream is open, and a cancelled stream's reset
+ * goes out before any more of its data). Returns
  * the stream id (> 0), or K8SLEASE_ENOMEM / K8SLEASE_ESTATE (not usable). */
 int32_t kl__h2_submit(kl__h2 *c, const nghttp2_nv *nva, size_t nvlen, const char *body,
                       size_t body_len, int has_body, void *arg);

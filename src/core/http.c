@@ -1,5 +1,7 @@
 /* HTTPS requests to the API server (or etcd's gateway) with the rest
- * config's TLS and credentials, over libcurl multi; the I/O of the event loop
+ * config's TLS and credentials: the configured API server's on an HTTP/2
+ * connection of our own (core/h2.c, "The native transport" below) when the
+ * configuration allows, the others over libcurl multi; the I/O of the event loop
  * (core/loop.c), plugged in through kl__loop_io: kl__loop_new builds a loop
  * whose waits are epoll_wait on the sockets libcurl asks for
  * (CURLMOPT_SOCKETFUNCTION) and an eventfd for wake-ups, and which drives
@@ -26,10 +28,11 @@
  * connection it went on is abandoned (abandon_connection), so that every
  * request and stream on it fails at once and the next ones open a new
  * connection, through the balancer to a replica that answers.
- *
- * Length (about 1,500 lines): a request's whole life (waiting for a slot,
+ * * Length (about 2,400 lines): a request's whole life (waiting for a slot,
  * credentials, TLS setup, streaming, completion, retry after a 401) works on
- * one request struct and one multi handle; the loop is apart (core/loop.c). */
+ * one request struct whichever transport carries it, and one multi handle;
+ * the loop is apart (core/loop.c), and so is the HTTP/2 connection of the
+ * native transport (core/h2.c). */
 /* TCP_KEEPIDLE, TCP_USER_TIMEOUT & co. are not POSIX: glibc shows them with
  * _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1
@@ -65,7 +68,9 @@
 #error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"
 #endif
 
-#define BODY_MAX       (16 * 1024 * 1024)
+#define BODY_MAX (16 * 1024 * 1024)
+/* The content type of every answer of the API server: not copied. */
+#define JSON_TYPE      "application/json"
 #define TOKEN_FILE_MAX (64 * 1024)
 /* Bound service-account tokens rotate; client-go re-reads them every minute. */
 #define TOKEN_REREAD_NS (60 * KL_NS_PER_S)
@@ -97,6 +102,11 @@
  * flight in the loop at once. A thousand elections waiting on one hung
  * HTTP/2 connection need one copy that answers, not a thousand: the winner
  * abandons the connection, and the others retry on the winner's. */
+/* Streams (watches) on the native transport at most: with MAX_ACTIVE
+ * requests they fit in the fewest concurrent streams a server we know
+ * allows (H2_STREAMS), so that requests never wait behind streams on its one
+ * connection. More go through libcurl, which opens connections for them. */
+#define NATIVE_STREAMS     (H2_STREAMS - MAX_ACTIVE - 4)
 #define HEDGES_PER_REQUEST 3
 #define HEDGES_PER_LOOP    4
 /* Easy handles kept for reuse: a new one costs an allocation of its buffers
@@ -167,7 +177,10 @@ typedef struct http {
     size_t nh2_old;
     kl__http_req *h2_done; /* native requests whose stream ended: to finish */
     uint64_t h2_opened;    /* native connections opened */
-    char *token;           /* static or token-file bearer token, NULL: none */
+    long native_streams;   /* live requests with on_data on the native transport */
+    char *auth_header;     /* "Bearer TOKEN" for auth_header_gen, NULL: none built */
+    unsigned auth_header_gen;
+    char *token; /* static or token-file bearer token, NULL: none */
     int64_t token_read_at;
     kl__exec_credential cred;
     int have_cred;
@@ -222,16 +235,18 @@ struct kl__http_req {
     char *errmsg; /* why err, on the heap: most requests never need one */
     /* Native transport (loop->native when it started). */
     int native;
-    kl__h2 *h2;    /* its stream's connection, NULL: none in flight */
-    int32_t h2_id; /* its stream */
-    int h2_status; /* the answer's status */
-    char *h2_type; /* the answer's content type */
+    kl__h2 *h2;          /* its stream's connection, NULL: none in flight */
+    int32_t h2_id;       /* its stream */
+    int h2_status;       /* the answer's status */
+    const char *h2_type; /* the answer's content type, NULL: none */
+    int h2_type_owned;   /* h2_type is on the heap (not JSON_TYPE) */
     kl__http_req *h2_done_next;
-    int on_h2_done;     /* in loop->h2_done */
-    int h2_refused;     /* err: the server refused the stream unprocessed */
-    int h2_no_h2;       /* err: the server does not speak HTTP/2 */
-    int h2_resent;      /* the one resend after a refusal is spent */
-    kl__timer deadline; /* native: timeout_ms */
+    int on_h2_done;      /* in loop->h2_done */
+    int h2_refused;      /* err: the server refused the stream unprocessed */
+    int h2_no_h2;        /* err: the server does not speak HTTP/2 */
+    int h2_resent;       /* the one resend after a refusal is spent */
+    int64_t deadline_at; /* native: when timeout_ms ends (monotonic ns), 0: never;
+                            the request's timer fires then at the latest */
     char errbuf[CURL_ERROR_SIZE];
 };
 
@@ -836,13 +851,27 @@ static int64_t req_connect_ms(http *loop, const kl__http_req *req)
     return timeout_ms > 0 && timeout_ms < connect_ms ? timeout_ms : connect_ms;
 }
 
+/* Arm a request's timer at at (0: only for its deadline), or earlier at
+ * its deadline (native requests: one timer for both). */
+static void req_timer_arm(http *loop, kl__http_req *req, int64_t at)
+{
+    if (req->deadline_at && (at == 0 || req->deadline_at < at))
+        at = req->deadline_at;
+    if (at)
+        kl__timer_arm(loop->loop, &req->timer, at);
+}
+
 /* The idle timeout of a stream, or the first hedge. */
 static void arm_req_timer(http *loop, kl__http_req *req)
 {
+    int64_t now = kl__loop_now(loop->loop);
+
     if (req->idle_ns > 0)
-        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->idle_ns);
+        req_timer_arm(loop, req, now + req->idle_ns);
     else if (req->hedge_ns > 0 && req->nhedged < HEDGES_PER_REQUEST)
-        kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop) + req->hedge_ns);
+        req_timer_arm(loop, req, now + req->hedge_ns);
+    else
+        req_timer_arm(loop, req, 0);
 }
 
 /* (Re)send a request with the current credentials. On failure req->err and
@@ -976,8 +1005,8 @@ static void req_free(http *loop, kl__http_req *req)
     }
     if (req->h2)
         kl__h2_cancel(req->h2, req->h2_id);
-    kl__timer_cancel(loop->loop, &req->deadline);
-    kl__free(req->h2_type);
+    if (req->h2_type_owned)
+        kl__free((char *)req->h2_type);
     kl__timer_cancel(loop->loop, &req->timer);
     hedges_drop(loop, req);
     if (req->original)
@@ -990,6 +1019,8 @@ static void req_free(http *loop, kl__http_req *req)
         loop->streams--;
         set_limits(loop);
     }
+    if (req->native && req->on_data)
+        loop->native_streams--;
     curl_slist_free_all(req->headers);
     if (req->prev)
         req->prev->next = req->next;
@@ -1020,7 +1051,7 @@ static void req_free(http *loop, kl__http_req *req)
 static void req_complete(http *loop, kl__http_req *req)
 {
     kl__http_result res = {0};
-    char *content_type = NULL;
+    const char *content_type = NULL;
     long status = 0;
 
     if (req->in_multi) {
@@ -1028,14 +1059,16 @@ static void req_complete(http *loop, kl__http_req *req)
         req->in_multi = 0;
     }
     kl__timer_cancel(loop->loop, &req->timer);
-    kl__timer_cancel(loop->loop, &req->deadline);
     hedges_drop(loop, req);
     if (req->native) {
         status = req->h2_status;
         content_type = req->h2_type;
     } else if (req->easy) {
+        char *type = NULL;
+
         curl_easy_getinfo(req->easy, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &content_type);
+        curl_easy_getinfo(req->easy, CURLINFO_CONTENT_TYPE, &type);
+        content_type = type;
     }
     res.err = req->err;
     res.errmsg = req->err ? req_errmsg(req) : "";
@@ -1062,6 +1095,7 @@ static void req_fail(http *loop, kl__http_req *req, int err, const char *msg)
 }
 
 static void hedge_tick(http *loop, kl__http_req *req);
+static void native_deadline(http *loop, kl__http_req *req);
 
 static void on_req_timer(kl__timer *t, void *arg)
 {
@@ -1069,6 +1103,7 @@ static void on_req_timer(kl__timer *t, void *arg)
     http *loop = req->loop;
     char msg[1024];
 
+    (void)t;
     if (req->on_h2_done) /* its stream ended: finished by the next io run */
         return;
     if (!req->in_multi && !req->h2) {
@@ -1076,12 +1111,19 @@ static void on_req_timer(kl__timer *t, void *arg)
         req_complete(loop, req);
         return;
     }
+    if (req->deadline_at && kl__loop_now(loop->loop) >= req->deadline_at) {
+        native_deadline(loop, req);
+        return;
+    }
     if (req->idle_ns == 0) {
-        hedge_tick(loop, req);
+        if (req->hedge_ns > 0)
+            hedge_tick(loop, req);
+        else
+            req_timer_arm(loop, req, 0);
         return;
     }
     if (kl__loop_now(loop->loop) - req->last_byte < req->idle_ns) {
-        kl__timer_arm(loop->loop, t, req->last_byte + req->idle_ns);
+        req_timer_arm(loop, req, req->last_byte + req->idle_ns);
         return;
     }
     snprintf(msg, sizeof(msg), "%s%s: timeout: no data for %lld ms", req_server(loop, req),
@@ -1319,7 +1361,10 @@ static int curl_attach(http *loop, kl__http_req *req)
  * set up. */
 static int dispatch(http *loop, kl__http_req *req)
 {
-    req->native = loop->native && !req->server && !req->original;
+    req->native = loop->native && !req->server && !req->original &&
+                  (!req->on_data || loop->native_streams < NATIVE_STREAMS);
+    if (req->native && req->on_data)
+        loop->native_streams++;
     if (!req->native && curl_attach(loop, req) < 0)
         return -1;
     if (!req->on_data) {
@@ -1341,7 +1386,6 @@ static int dispatch(http *loop, kl__http_req *req)
  * run (finish_native), outside the connection's callbacks. */
 static void h2_queue_done(http *loop, kl__http_req *req)
 {
-    kl__timer_cancel(loop->loop, &req->deadline);
     req->h2 = NULL;
     req->h2_id = 0;
     if (req->on_h2_done)
@@ -1355,11 +1399,17 @@ static void h2_on_response(void *arg, int status, const char *content_type)
 {
     kl__http_req *req = arg;
     http *loop = req->loop;
-
     req->h2_status = status;
-    kl__free(req->h2_type);
-    /* Out of memory: reported as none. */
-    req->h2_type = content_type[0] ? kl__strdup(content_type) : NULL;
+    if (req->h2_type_owned)
+        kl__free((char *)req->h2_type);
+    req->h2_type_owned = 0;
+    if (strcmp(content_type, JSON_TYPE) == 0) {
+        req->h2_type = JSON_TYPE;
+    } else {
+        /* Out of memory: reported as none. */
+        req->h2_type = content_type[0] ? kl__strdup(content_type) : NULL;
+        req->h2_type_owned = req->h2_type != NULL;
+    }
     req->last_byte = kl__loop_now(loop->loop);
     req->streaming = req->on_data && status == 200;
     if (req->streaming && req->on_open && !req->opened) {
@@ -1406,6 +1456,41 @@ static void h2_on_close(void *arg, const kl__h2_end *end)
 }
 
 static const kl__h2_ops h2_ops = {h2_on_response, h2_on_body, h2_on_close};
+
+/* The Authorization header's value for the current credentials, built once
+ * per change of them. 0 (*out NULL: no token) or K8SLEASE_ENOMEM. */
+static int native_auth(http *loop, const char **out)
+{
+    const char *token = bearer_token(loop);
+
+    *out = NULL;
+    if (!token)
+        return 0;
+    if (!loop->auth_header || loop->auth_header_gen != loop->auth_gen) {
+        if (loop->auth_header) {
+            kl__wipe(loop->auth_header, strlen(loop->auth_header));
+            kl__free(loop->auth_header);
+        }
+        if (!(loop->auth_header = kl__sprintf("Bearer %s", token)))
+            return K8SLEASE_ENOMEM;
+        loop->auth_header_gen = loop->auth_gen;
+    }
+    *out = loop->auth_header;
+    return 0;
+}
+
+/* n in decimal, at the end of buf[24]. */
+static const char *decimal(char buf[24], size_t n)
+{
+    char *p = buf + 23;
+
+    *p = '\0';
+    do {
+        *--p = (char)('0' + n % 10);
+        n /= 10;
+    } while (n);
+    return p;
+}
 
 /* The connection a new stream goes on: the current one, or a new one.
  * NULL: error set. */
@@ -1458,8 +1543,8 @@ static kl__h2 *native_conn(http *loop, const kl__http_req *req, int *err)
 
 static int native_launch(http *loop, kl__http_req *req)
 {
-    const char *token = bearer_token(loop);
-    char length[24], *auth = NULL;
+    const char *auth = NULL;
+    char length[24];
     nghttp2_nv nv[10] = {
         NV(":method", req->method),         NV(":scheme", "https"),
         NV(":authority", loop->authority),  NV(":path", req->path),
@@ -1473,17 +1558,17 @@ static int native_launch(http *loop, kl__http_req *req)
 
     if (req->content_type)
         nv[n++] = (nghttp2_nv)NV("content-type", req->content_type);
-    if (req->has_body) {
-        snprintf(length, sizeof(length), "%zu", req->body_len);
-        nv[n++] = (nghttp2_nv)NV("content-length", length);
+    if (req->has_body)
+        nv[n++] = (nghttp2_nv)NV("content-length", decimal(length, req->body_len));
+    if (req->authorization)
+        auth = req->authorization; /* as build_headers: instead of the configured credentials */
+    else if (native_auth(loop, &auth) < 0) {
+        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", loop->server, req->path);
+        return req->err;
     }
-    if (token) {
-        if (!(auth = kl__sprintf("Bearer %s", token))) {
-            set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", loop->server, req->path);
-            return req->err;
-        }
+    if (auth)
         nv[n++] = (nghttp2_nv)NV("authorization", auth);
-    }
+    req->deadline_at = 0;
     if (!(c = native_conn(loop, req, &err))) {
         set_req_error(req, err, "%s: %s", loop->server, kl__error_get());
         req->unsent = err == K8SLEASE_ETRANSPORT; /* no socket: nothing sent */
@@ -1493,10 +1578,6 @@ static int native_launch(http *loop, kl__http_req *req)
         if (id < 0)
             set_req_error(req, (int)id, "%s%s: %s", loop->server, req->path,
                           id == K8SLEASE_ENOMEM ? "out of memory" : "no HTTP/2 stream to be had");
-    }
-    if (auth) {
-        kl__wipe(auth, strlen(auth));
-        kl__free(auth);
     }
     if (id < 0)
         return req->err;
@@ -1509,8 +1590,7 @@ static int native_launch(http *loop, kl__http_req *req)
     req->h2_status = 0;
     req->last_byte = kl__loop_now(loop->loop);
     if (timeout_ms > 0)
-        kl__timer_arm(loop->loop, &req->deadline,
-                      kl__loop_now(loop->loop) + timeout_ms * KL_NS_PER_MS);
+        req->deadline_at = kl__loop_now(loop->loop) + timeout_ms * KL_NS_PER_MS;
     arm_req_timer(loop, req);
     return 0;
 }
@@ -1536,12 +1616,9 @@ static void native_abandon(http *loop, kl__http_req *req, const char *why)
 }
 
 /* timeout_ms passed (libcurl's CURLOPT_TIMEOUT_MS for the others). */
-static void on_deadline(kl__timer *t, void *arg)
+static void native_deadline(http *loop, kl__http_req *req)
 {
-    kl__http_req *req = arg;
-    http *loop = req->loop;
-
-    (void)t;
+    req->deadline_at = 0;
     set_req_error(req, K8SLEASE_ETIMEOUT, "%s%s: timeout: no answer after %lld ms", loop->server,
                   req->path, (long long)req->timeout_ms);
     abandon_connection(loop, req, "answered nothing in time");
@@ -1567,6 +1644,9 @@ static void finish_native(http *loop)
         loop->h2_done = req->h2_done_next;
         req->h2_done_next = NULL;
         req->on_h2_done = 0;
+        /* as req_finish: no more hedges once its own transfer ended */
+        kl__timer_cancel(loop->loop, &req->timer);
+        req->deadline_at = 0;
         if (req->err && req->h2_no_h2) {
             if (loop->native)
                 kl__log_printf(loop->log, K8SLEASE_LOG_INFO,
@@ -1574,6 +1654,8 @@ static void finish_native(http *loop)
             loop->native = 0;
             clear_req_error(req);
             req->native = 0;
+            if (req->on_data)
+                loop->native_streams--;
             if (curl_attach(loop, req) < 0)
                 set_req_error(req, K8SLEASE_ENOMEM, "%s%s: %s", loop->server, req->path,
                               kl__error_get());
@@ -1653,7 +1735,6 @@ static kl__http_req *req_start(http *loop, const kl__http_opts *opts, kl__http_d
         loop->reqs->prev = req;
     loop->reqs = req;
     kl__timer_init(&req->timer, on_req_timer, req);
-    kl__timer_init(&req->deadline, on_deadline, req);
     req->done = done;
     req->arg = original ? req : arg; /* a hedge's done is hedge_done */
     req->on_data = opts->on_data;
@@ -1757,10 +1838,11 @@ static void hedge_tick(http *loop, kl__http_req *req)
     int64_t now = kl__loop_now(loop->loop);
     int64_t left_ms = req->timeout_ms - (now - req->started_at) / KL_NS_PER_MS;
     kl__http_opts o = {0};
-
-    if (req->nhedged >= HEDGES_PER_REQUEST || left_ms * KL_NS_PER_MS < req->hedge_ns)
+    if (req->nhedged >= HEDGES_PER_REQUEST || left_ms * KL_NS_PER_MS < req->hedge_ns) {
+        req_timer_arm(loop, req, 0);
         return;
-    kl__timer_arm(loop->loop, &req->timer, now + req->hedge_ns);
+    }
+    req_timer_arm(loop, req, now + req->hedge_ns);
     if (loop->hedging >= HEDGES_PER_LOOP)
         return;
     o.method = req->method;
@@ -2217,6 +2299,11 @@ static SSL_CTX *native_ctx(const http *loop, const char **why)
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+#ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
+    /* A server that closes without close_notify (a restart, a balancer)
+     * ended the connection: not a TLS failure (HTTP/2 frames its own ends). */
+    SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
+#endif
     if (loop->insecure) {
         SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
     } else {
@@ -2258,16 +2345,21 @@ static SSL_CTX *native_ctx(const http *loop, const char **why)
     return ctx;
 }
 
-/* Whether the native transport is asked for (K8SLEASE_TRANSPORT=native)
- * and can serve this configuration; libcurl serves it otherwise. */
-static void native_setup(http *loop)
+/* Whether the native transport serves this configuration (unless
+ * K8SLEASE_TRANSPORT=libcurl); libcurl serves it otherwise. K8SLEASE_ECONFIG
+ * for another value of the variable. */
+static int native_setup(http *loop)
 {
     static const char *const proxies[] = {"https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"};
     const char *mode = getenv("K8SLEASE_TRANSPORT");
     const char *why = NULL;
 
-    if (!mode || strcmp(mode, "native") != 0)
-        return;
+    if (mode && mode[0] && strcmp(mode, "native") != 0 && strcmp(mode, "libcurl") != 0)
+        return kl__error_set(K8SLEASE_ECONFIG,
+                             "K8SLEASE_TRANSPORT: \"%.64s\" is neither \"native\" nor \"libcurl\"",
+                             mode);
+    if (mode && strcmp(mode, "libcurl") == 0)
+        return 0;
     if (strcmp(loop->protocols, "https") != 0)
         why = "the server is not https";
     else if (!loop->addrlen)
@@ -2284,14 +2376,15 @@ static void native_setup(http *loop)
     if (!why && !(loop->ssl_ctx = native_ctx(loop, &why))) {
         kl__log_printf(loop->log, K8SLEASE_LOG_INFO,
                        "%s: native transport not used: OpenSSL cannot use %s", loop->server, why);
-        return;
+        return 0;
     }
     if (why) {
         kl__log_printf(loop->log, K8SLEASE_LOG_INFO, "%s: native transport not used: %s",
                        loop->server, why);
-        return;
+        return 0;
     }
     loop->native = 1;
+    return 0;
 }
 
 static void io_destroy(void *data)
@@ -2309,6 +2402,9 @@ static void io_destroy(void *data)
         SSL_CTX_free(loop->ssl_ctx);
     kl__free(loop->authority);
     kl__free(loop->verify_host);
+    if (loop->auth_header)
+        kl__wipe(loop->auth_header, strlen(loop->auth_header));
+    kl__free(loop->auth_header);
     while (loop->nspare > 0)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
@@ -2388,7 +2484,8 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
     curl_multi_setopt(loop->multi, CURLMOPT_PIPELINING, (long)CURLPIPE_MULTIPLEX);
     loop->dead_ms = DEFAULT_DEAD_MS;
     set_limits(loop);
-    native_setup(loop);
+    if ((err = native_setup(loop)) < 0)
+        goto out;
     if ((err = kl__loop_start(&loop->loop, &http_io, loop, log)) < 0)
         goto out;
     *out = loop->loop;

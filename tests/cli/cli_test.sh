@@ -269,6 +269,13 @@ test_holder() {
         fail "holder --json lacks a field"
     expect 4 "$K8SLEASE" holder --lease other/h1
     expect 0 "$K8SLEASE" holder --lease h1 --kubeconfig "$KUBECONFIG" --log-level debug
+    # The API server's connection: the native transport by default, libcurl
+    # on request; any other value of the variable is refused, named.
+    has "$T/last.err" "a new HTTP/2 connection (native)"
+    expect 0 env K8SLEASE_TRANSPORT=libcurl "$K8SLEASE" holder --lease h1 --log-level debug
+    lacks "$T/last.err" "(native)"
+    expect 1 env K8SLEASE_TRANSPORT=curl "$K8SLEASE" holder --lease h1
+    has "$T/last.err" 'K8SLEASE_TRANSPORT: "curl" is neither "native" nor "libcurl"'
 
     # SIGKILL: nobody releases it; once expired, status 3 and "expired".
     sig KILL a
