@@ -120,6 +120,19 @@
 #define USER_AGENT      "k8slease/" K8SLEASE_VERSION_STRING
 /* Ready sockets taken from one epoll_wait; more wait for the next. */
 #define EPOLL_EVENTS 64
+/* Batched waits (io_wait): a loop woken up at least BATCH_ON times a
+ * second, BATCH_OFF or more of them for data (a few hundred elections on a
+ * server that answers each write on its own), reads its sockets and runs its
+ * timers every BATCH_MS instead, as long as data comes in at least BATCH_OFF
+ * windows a second; rates over BATCH_RATE_S seconds (elections started
+ * together renew in bursts, one per retry period): one wake-up, with
+ * its context switch, for all the answers, events and timers of the window,
+ * each at most BATCH_MS later. Closures posted by other threads are not
+ * held back. BATCH_ON is twice the rate at which batching pays. */
+#define BATCH_MS     10
+#define BATCH_ON     (2 * 1000 / BATCH_MS)
+#define BATCH_OFF    (1000 / BATCH_MS / 5)
+#define BATCH_RATE_S 4
 
 /* The HTTP side of a loop: kl__loop_io_data() of a loop made by kl__loop_new.
  * Named "loop" in this file, as it was when it held the loop too. */
@@ -155,6 +168,12 @@ typedef struct http {
     size_t nsocks, socks_cap;
     int epfd;         /* the sockets libcurl waits on, and wakefd */
     int wakefd;       /* eventfd: kl__loop_post and kl__loop_free wake the wait */
+    int holdfd;       /* epoll of wakefd alone: the wait of a batching window */
+    int batching;     /* reads are batched (BATCH_MS) */
+    long sleeps;      /* waits that could sleep, since rate_at */
+    long data_wakes;  /* waits that ended with a socket ready, since rate_at */
+    int64_t rate_at;  /* monotonic ns: start of the BATCH_RATE_S sleeps and data_wakes count */
+    uint64_t batches; /* batching windows waited */
     int64_t curl_due; /* monotonic ns when libcurl's timer is due; -1: none */
     struct epoll_event ready_ev[EPOLL_EVENTS]; /* from the last wait, for io_run */
     int nready_ev;
@@ -2066,20 +2085,49 @@ static long io_timeout_ms(void *data)
 static void io_wait(void *data, int timeout_ms)
 {
     http *loop = data;
-    int n;
+    int n, got_data = 0;
+    int64_t now;
 
     /* What the loop's callbacks queued goes out now, as one write. */
     native_flush(loop);
     if (loop->h2_done || loop->ready)
         timeout_ms = 0;
+    loop->sleeps += timeout_ms != 0;
+    if (loop->batching && timeout_ms != 0) {
+        struct epoll_event ev;
+
+        /* The whole window, even when a timer is due sooner: under load
+         * the timers (renewals, hedges, deadlines) also run at most
+         * BATCH_MS late, together. A post ends the window; the sockets
+         * are looked at either way. */
+        loop->batches++;
+        if (epoll_wait(loop->holdfd, &ev, 1, BATCH_MS) > 0 ||
+            (timeout_ms >= 0 && timeout_ms <= BATCH_MS))
+            timeout_ms = 0;
+        else if (timeout_ms > 0)
+            timeout_ms -= BATCH_MS;
+    }
     n = epoll_wait(loop->epfd, loop->ready_ev, EPOLL_EVENTS, timeout_ms);
 
     loop->nready_ev = n > 0 ? n : 0;
     for (int i = 0; i < loop->nready_ev; i++) {
         uint64_t count;
 
-        if (loop->ready_ev[i].data.fd == loop->wakefd)
+        if (loop->ready_ev[i].data.u64 & KL__H2_EPOLL_TAG)
+            got_data = 1;
+        else if (loop->ready_ev[i].data.fd == loop->wakefd)
             (void)!read(loop->wakefd, &count, sizeof(count));
+        else
+            got_data = 1;
+    }
+    loop->data_wakes += got_data;
+    now = kl__clock_mono_ns();
+    if (now - loop->rate_at >= BATCH_RATE_S * KL_NS_PER_S) {
+        loop->batching = loop->batching ? loop->data_wakes >= BATCH_OFF * BATCH_RATE_S
+                                        : loop->sleeps >= BATCH_ON * BATCH_RATE_S &&
+                                              loop->data_wakes >= BATCH_OFF * BATCH_RATE_S;
+        loop->sleeps = loop->data_wakes = 0;
+        loop->rate_at = now;
     }
 }
 
@@ -2413,6 +2461,8 @@ static void io_destroy(void *data)
         close(loop->epfd);
     if (loop->wakefd >= 0)
         close(loop->wakefd);
+    if (loop->holdfd >= 0)
+        close(loop->holdfd);
     kl__free(loop->socks);
     curl_slist_free_all(loop->connect_to);
     kl__free(loop->server);
@@ -2448,7 +2498,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     loop->log = log;
     loop->curl_due = -1;
-    loop->epfd = loop->wakefd = -1;
+    loop->epfd = loop->wakefd = loop->holdfd = -1;
     if ((err = copy_config(loop, cfg)) < 0)
         goto out;
     loop->user_agent = user_agent && user_agent[0] ? kl__sprintf("%s %s", USER_AGENT, user_agent)
@@ -2462,6 +2512,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         goto out;
     }
     if ((loop->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        (loop->holdfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
         (loop->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
         err = kl__error_set(K8SLEASE_ENOMEM, "cannot create the loop's epoll or eventfd: error %d",
                             errno);
@@ -2472,7 +2523,8 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
 
         ev.events = EPOLLIN;
         ev.data.fd = loop->wakefd;
-        if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0) {
+        if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0 ||
+            epoll_ctl(loop->holdfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0) {
             err = kl__error_set(K8SLEASE_ENOMEM, "epoll_ctl: error %d", errno);
             goto out;
         }
