@@ -35,6 +35,9 @@
 #define OUT_MAX (16 * 1024)
 /* Plaintext read at once (OpenSSL's read-ahead buffer holds the rest). */
 #define IN_CHUNK (16 * 1024)
+/* A draining read (kl__h2_io) stops after this much: the loop's other
+ * sockets and timers get their turn; kl__h2_more says there is more. */
+#define DRAIN_MAX (1024 * 1024)
 /* The connection's receive window: the watch streams and a burst of
  * answers never wait for a WINDOW_UPDATE. */
 #define CONN_WINDOW (16 * 1024 * 1024)
@@ -68,6 +71,7 @@ struct kl__h2 {
     int64_t connect_at; /* monotonic ns the connect started */
     int64_t connect_ms;
     int want_write;  /* SSL_write or the handshake waits for the socket */
+    int more;        /* a draining read stopped at DRAIN_MAX */
     int connect_err; /* connect(2) failed at once: errno */
     kl__buf out;     /* serialised frames; out_off of them written */
     size_t out_off;
@@ -399,10 +403,15 @@ void kl__h2_flush(kl__h2 *c)
     update_events(c);
 }
 
-static void do_read(kl__h2 *c)
+/* Read and hand to nghttp2: what OpenSSL has buffered (one recv's worth,
+ * the socket being level-triggered), or with drain until the socket has
+ * nothing more, at most DRAIN_MAX. */
+static void do_read(kl__h2 *c, int drain)
 {
     char buf[IN_CHUNK];
+    size_t total = 0;
 
+    c->more = 0;
     do {
         int n, rc;
         ssize_t used;
@@ -419,6 +428,11 @@ static void do_read(kl__h2 *c)
             }
             if (c->state == DEAD)
                 return;
+            total += (size_t)n;
+            if (drain && total >= DRAIN_MAX) {
+                c->more = 1;
+                break;
+            }
             continue;
         }
         rc = SSL_get_error(c->ssl, n);
@@ -443,7 +457,7 @@ static void do_read(kl__h2 *c)
                       0);
             return;
         }
-    } while (SSL_has_pending(c->ssl));
+    } while (drain || SSL_has_pending(c->ssl));
     if (!nghttp2_session_want_read(c->session) && !nghttp2_session_want_write(c->session))
         fail_with(c, K8SLEASE_ETRANSPORT, "receive", "the server ended the HTTP/2 session", 0);
 }
@@ -487,7 +501,7 @@ static void handshake(kl__h2 *c)
     /* The server's first frames may have come with the handshake's last
      * record, and wait in OpenSSL's buffer: no event would say so. */
     if (SSL_has_pending(c->ssl))
-        do_read(c);
+        do_read(c, 0);
     kl__h2_flush(c);
 }
 
@@ -519,7 +533,7 @@ static void start_tls(kl__h2 *c)
     handshake(c);
 }
 
-void kl__h2_io(kl__h2 *c, uint32_t events)
+void kl__h2_io(kl__h2 *c, uint32_t events, int drain)
 {
     switch (c->state) {
     case CONNECTING:
@@ -534,7 +548,7 @@ void kl__h2_io(kl__h2 *c, uint32_t events)
         return;
     }
     if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
-        do_read(c);
+        do_read(c, drain);
     if (c->state == OPEN)
         kl__h2_flush(c);
 }
@@ -768,6 +782,11 @@ void kl__h2_fail(kl__h2 *c, int err, const char *kind, const char *detail)
     end.kind = kind;
     end.detail = detail;
     fail(c, &end);
+}
+
+int kl__h2_more(const kl__h2 *c)
+{
+    return c->more;
 }
 
 int kl__h2_idle(const kl__h2 *c)

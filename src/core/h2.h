@@ -95,8 +95,12 @@ int32_t kl__h2_submit(kl__h2 *c, const nghttp2_nv *nva, size_t nvlen, const char
                       size_t body_len, int has_body, void *arg);
 /* Forget a stream (no more callbacks) and reset it. */
 void kl__h2_cancel(kl__h2 *c, int32_t id);
-/* The socket is ready (epoll events). */
-void kl__h2_io(kl__h2 *c, uint32_t events);
+/* The socket is ready (epoll events). drain: read until the socket has
+ * nothing more (at most 1 MiB; then kl__h2_more), for a loop that will not
+ * look again at once (batched waits); else what one recv brought. */
+void kl__h2_io(kl__h2 *c, uint32_t events, int drain);
+/* The last draining read stopped with more to read. */
+int kl__h2_more(const kl__h2 *c);
 /* Send what is queued, as few TLS writes as it takes. */
 void kl__h2_flush(kl__h2 *c);
 /* End every stream with this error (about each stream, not the

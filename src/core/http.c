@@ -1718,14 +1718,36 @@ static void reap_native(http *loop)
 static void native_io(http *loop, int fd, uint32_t events)
 {
     if (loop->h2 && kl__h2_fd(loop->h2) == fd) {
-        kl__h2_io(loop->h2, events);
+        kl__h2_io(loop->h2, events, loop->batching);
         return;
     }
     for (size_t i = 0; i < loop->nh2_old; i++)
         if (kl__h2_fd(loop->h2_old[i]) == fd) {
-            kl__h2_io(loop->h2_old[i], events);
+            kl__h2_io(loop->h2_old[i], events, loop->batching);
             return;
         }
+}
+
+/* Go on with the reads a draining read left (their bytes may all be in
+ * OpenSSL's buffer already, where epoll does not see them). */
+static void native_continue(http *loop)
+{
+    if (loop->h2 && kl__h2_more(loop->h2))
+        kl__h2_io(loop->h2, EPOLLIN, loop->batching);
+    for (size_t i = 0; i < loop->nh2_old; i++)
+        if (kl__h2_more(loop->h2_old[i]))
+            kl__h2_io(loop->h2_old[i], EPOLLIN, loop->batching);
+}
+
+/* A draining read left data behind: no wait before the next. */
+static int native_more(const http *loop)
+{
+    if (loop->h2 && kl__h2_more(loop->h2))
+        return 1;
+    for (size_t i = 0; i < loop->nh2_old; i++)
+        if (kl__h2_more(loop->h2_old[i]))
+            return 1;
+    return 0;
 }
 
 static void native_flush(http *loop)
@@ -2041,6 +2063,7 @@ static void io_run(void *data)
     int running, n = loop->nready_ev;
 
     loop->nready_ev = 0;
+    native_continue(loop);
     for (int i = 0; i < n; i++) {
         uint32_t ev = loop->ready_ev[i].events;
         int mask = 0;
@@ -2093,6 +2116,8 @@ static void io_wait(void *data, int timeout_ms)
     if (loop->h2_done || loop->ready)
         timeout_ms = 0;
     loop->sleeps += timeout_ms != 0;
+    if (native_more(loop))
+        timeout_ms = 0;
     if (loop->batching && timeout_ms != 0) {
         struct epoll_event ev;
 
