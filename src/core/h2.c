@@ -57,7 +57,6 @@ typedef struct h2_stream {
 
 struct kl__h2 {
     kl__loop *loop;
-    const kl__log *log;
     const kl__h2_ops *ops;
     int epfd, fd;
     uint32_t events; /* registered with epoll */
@@ -662,7 +661,6 @@ int kl__h2_open(kl__h2 **out, const kl__h2_config *cfg)
     if (!c)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     c->loop = cfg->loop;
-    c->log = cfg->log;
     c->ops = cfg->ops;
     c->epfd = cfg->epfd;
     c->state = CONNECTING;

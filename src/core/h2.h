@@ -55,7 +55,6 @@ typedef struct kl__h2_ops {
 
 typedef struct kl__h2_config {
     kl__loop *loop;
-    const kl__log *log;
     int epfd;
     const struct sockaddr *addr; /* where to connect (copied) */
     socklen_t addrlen;

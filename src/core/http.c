@@ -1418,6 +1418,7 @@ static void h2_on_response(void *arg, int status, const char *content_type)
 {
     kl__http_req *req = arg;
     http *loop = req->loop;
+
     req->h2_status = status;
     if (req->h2_type_owned)
         kl__free((char *)req->h2_type);
@@ -1538,7 +1539,6 @@ static kl__h2 *native_conn(http *loop, const kl__http_req *req, int *err)
         loop->h2 = NULL;
     }
     cfg.loop = loop->loop;
-    cfg.log = loop->log;
     cfg.epfd = loop->epfd;
     cfg.addr = (const struct sockaddr *)&loop->addr;
     cfg.addrlen = loop->addrlen;

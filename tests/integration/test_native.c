@@ -339,7 +339,7 @@ static const char *json_str(json_t *j, const char *path)
 
     if (!s)
         fail_msg("no string at %s", path);
-    return s;
+    return s ? s : ""; /* fail_msg does not return; the compiler cannot tell */
 }
 
 static char *lease_json(const char *name, const char *holder, const char *rv)
