@@ -153,6 +153,10 @@ typedef struct k8slease_client_options {
 /** Create a client: loads the configuration and starts the loop thread.
  *  opts may be NULL (defaults: Kubernetes backend). No network I/O happens
  *  here (with etcd, authentication happens with the first request).
+ *  The API server's connection is the library's own HTTP/2 connection when
+ *  the configuration allows, else libcurl's; the environment variable
+ *  K8SLEASE_TRANSPORT=libcurl forces libcurl, and a value other than
+ *  "native" or "libcurl" is K8SLEASE_ECONFIG (docs/configuration.md).
  *  Returns 0, K8SLEASE_EINVAL, K8SLEASE_ECONFIG, K8SLEASE_ENOMEM.
  *  Any thread. */
 K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts);
