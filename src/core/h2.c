@@ -574,12 +574,16 @@ void kl__h2_connect_deadline(kl__h2 *c, int64_t ms)
 /* The connection                                                           */
 /* ------------------------------------------------------------------------ */
 
-static void set_sockopts(int fd, int64_t dead_ms)
+void kl__tcp_dead_timeout(int fd, int64_t dead_ms)
 {
     int on = 1;
     int idle = (int)(dead_ms / 2000), intvl = (int)(dead_ms / 4000), cnt = 3;
     unsigned int timeout = (unsigned int)dead_ms;
 
+    /* Idle connections are probed after half the timeout; a peer that does
+     * not acknowledge probes or data for the whole timeout is dropped by the
+     * kernel, and what is on it fails instead of waiting for ever. Failures
+     * are not fatal: the request timeouts still hold. */
     idle = idle < 1 ? 1 : idle;
     intvl = intvl < 1 ? 1 : intvl;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
@@ -676,7 +680,7 @@ int kl__h2_open(kl__h2 **out, const kl__h2_config *cfg)
         kl__free(c);
         return err;
     }
-    set_sockopts(c->fd, cfg->dead_ms);
+    kl__tcp_dead_timeout(c->fd, cfg->dead_ms);
     if ((err = new_session(c)) < 0 || (err = new_ssl(c, cfg)) < 0) {
         kl__h2_free(c);
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");

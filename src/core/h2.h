@@ -66,6 +66,10 @@ typedef struct kl__h2_config {
     const kl__h2_ops *ops;
 } kl__h2_config;
 
+/* TCP_NODELAY, keepalive probes after half of dead_ms and TCP_USER_TIMEOUT
+ * dead_ms on a connection's socket (libcurl's too: http.c). */
+void kl__tcp_dead_timeout(int fd, int64_t dead_ms);
+
 /* Start connecting. K8SLEASE_ENOMEM, or K8SLEASE_ETRANSPORT when no socket
  * could be made (error set: "connect: socket: ..."). */
 int kl__h2_open(kl__h2 **out, const kl__h2_config *cfg);

@@ -33,7 +33,7 @@
  * one request struct whichever transport carries it, and one multi handle;
  * the loop is apart (core/loop.c), and so is the HTTP/2 connection of the
  * native transport (core/h2.c). */
-/* TCP_KEEPIDLE, TCP_USER_TIMEOUT & co. are not POSIX: glibc shows them with
+/* epoll, eventfd and strerror_r's XSI form: glibc shows them with
  * _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1
 #include "core/http.h"
@@ -42,7 +42,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -632,27 +631,9 @@ static int on_prereq(void *arg, char *primary_ip, char *local_ip, int primary_po
 static int on_sockopt(void *arg, curl_socket_t fd, curlsocktype purpose)
 {
     http *loop = arg;
-    int on = 1;
-    int idle = (int)(loop->dead_ms / 2000), intvl = (int)(loop->dead_ms / 4000), cnt = 3;
-    unsigned int timeout = (unsigned int)loop->dead_ms;
 
-    if (purpose != CURLSOCKTYPE_IPCXN)
-        return CURL_SOCKOPT_OK;
-    /* Idle connections are probed after half the timeout; a peer that does
-     * not acknowledge probes or data for the whole timeout is dropped by the
-     * kernel, and the transfer on it fails instead of waiting for ever.
-     * Failures are not fatal: the request timeouts still hold. */
-    idle = idle < 1 ? 1 : idle;
-    intvl = intvl < 1 ? 1 : intvl;
-    (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
-#ifdef TCP_KEEPIDLE
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
-#endif
-#ifdef TCP_USER_TIMEOUT
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout, sizeof(timeout));
-#endif
+    if (purpose == CURLSOCKTYPE_IPCXN)
+        kl__tcp_dead_timeout(fd, loop->dead_ms);
     return CURL_SOCKOPT_OK;
 }
 
