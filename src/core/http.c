@@ -28,13 +28,13 @@
  * connection it went on is abandoned (abandon_connection), so that every
  * request and stream on it fails at once and the next ones open a new
  * connection, through the balancer to a replica that answers.
- * * Length (about 2,400 lines): a request's whole life (waiting for a slot,
+ *
+ * Length (about 2,400 lines): a request's whole life (waiting for a slot,
  * credentials, TLS setup, streaming, completion, retry after a 401) works on
  * one request struct whichever transport carries it, and one multi handle;
  * the loop is apart (core/loop.c), and so is the HTTP/2 connection of the
  * native transport (core/h2.c). */
-/* epoll, eventfd and strerror_r's XSI form: glibc shows them with
- * _DEFAULT_SOURCE. */
+/* SO_DOMAIN is not POSIX: glibc shows it with _DEFAULT_SOURCE. */
 #define _DEFAULT_SOURCE 1
 #include "core/http.h"
 
