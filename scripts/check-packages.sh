@@ -97,7 +97,7 @@ cc -std=c11 $flags src/seed_abi.c -lk8s_lease_wrapper -pthread -o pc/seed_abi
 # Static: the archive, then the shared libraries it needs.
 # shellcheck disable=SC2046,SC2086
 cc -std=c11 $flags src/elect.c $(pkg-config --cflags k8slease) -l:libk8slease.a \
-    $(pkg-config --libs libcurl jansson yaml-0.1) -pthread -o pc/elect-static
+    $(pkg-config --libs libcurl libnghttp2 openssl jansson yaml-0.1) -pthread -o pc/elect-static
 set +x
 if ldd pc/elect-static | grep -q libk8slease; then
     echo "FAIL: elect-static needs libk8slease.so"
