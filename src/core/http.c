@@ -268,6 +268,14 @@ struct kl__http_req {
     char errbuf[CURL_ERROR_SIZE];
 };
 
+/* Free a string that may hold a credential, wiped first. Accepts NULL. */
+static void free_secret(char *s)
+{
+    if (s)
+        kl__wipe(s, strlen(s));
+    kl__free(s);
+}
+
 static const char *req_errmsg(const kl__http_req *req)
 {
     return req->errmsg ? req->errmsg : "out of memory describing the error";
@@ -1034,9 +1042,7 @@ static void req_free(http *loop, kl__http_req *req)
     kl__free(req->content_type);
     kl__free(req->server);
     /* Bodies may hold a password (etcd's authenticate), headers a token. */
-    if (req->authorization)
-        kl__wipe(req->authorization, strlen(req->authorization));
-    kl__free(req->authorization);
+    free_secret(req->authorization);
     kl__wipe(req->body, req->body_len);
     kl__free(req->body);
     kl__free(req->errmsg);
@@ -1468,10 +1474,7 @@ static int native_auth(http *loop, const char **out)
     if (!token)
         return 0;
     if (!loop->auth_header || loop->auth_header_gen != loop->auth_gen) {
-        if (loop->auth_header) {
-            kl__wipe(loop->auth_header, strlen(loop->auth_header));
-            kl__free(loop->auth_header);
-        }
+        free_secret(loop->auth_header);
         if (!(loop->auth_header = kl__sprintf("Bearer %s", token)))
             return K8SLEASE_ENOMEM;
         loop->auth_header_gen = loop->auth_gen;
@@ -2456,9 +2459,7 @@ static void io_destroy(void *data)
         SSL_CTX_free(loop->ssl_ctx);
     kl__free(loop->authority);
     kl__free(loop->verify_host);
-    if (loop->auth_header)
-        kl__wipe(loop->auth_header, strlen(loop->auth_header));
-    kl__free(loop->auth_header);
+    free_secret(loop->auth_header);
     while (loop->nspare > 0)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
