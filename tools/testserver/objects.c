@@ -1,5 +1,6 @@
 /*
- * objects.c - canonical objects, validation, Status bodies and Tables.
+ * objects.c - resource types, canonical objects, validation, Status bodies
+ * and Tables.
  *
  * The field orders below are those of the Go structs (ObjectMeta, LeaseSpec,
  * Status), which is what encoding/json writes and what the samples in
@@ -14,6 +15,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* ---- resource types --------------------------------------------------- */
+
+const ts_resdef ts_resdefs[TS_NRES] = {
+    [TS_LEASE] = {"leases", "lease", "coordination.k8s.io", "Lease", "LeaseList",
+                  "coordination.k8s.io/v1", "leases.coordination.k8s.io"},
+    [TS_POD] = {"pods", "pod", "", "Pod", "PodList", "v1", "pods"},
+    [TS_NS] = {"namespaces", "namespace", "", "Namespace", "NamespaceList", "v1", "namespaces"},
+    [TS_LC] = {"leasecandidates", "leasecandidate", "coordination.k8s.io", "LeaseCandidate",
+               "LeaseCandidateList", "coordination.k8s.io/v1beta1",
+               "leasecandidates.coordination.k8s.io"},
+};
+
+const char *ts_meta_str(const json_t *obj, const char *field)
+{
+    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
+}
 
 /* ---- Status ----------------------------------------------------------- */
 

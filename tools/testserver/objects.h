@@ -1,19 +1,46 @@
 /*
- * objects.h - the JSON shapes a real kube-apiserver produces: canonical
- * Lease and Pod objects (decode, default, validate, re-encode in Go field
- * order), Status bodies and meta.k8s.io/v1 Tables for kubectl.
+ * objects.h - the JSON shapes a real kube-apiserver produces: the resource
+ * types (ts_res, ts_resdefs), canonical Lease and Pod objects (decode,
+ * default, validate, re-encode in Go field order), Status bodies and
+ * meta.k8s.io/v1 Tables for kubectl.
  *
- * Pure functions over jansson values; no locking, no I/O.
+ * Pure functions over jansson values; no locking, no I/O. The bottom of
+ * the store layer: it includes no other header of the server, and the store
+ * (store.h) builds on it.
  */
 #ifndef TS_OBJECTS_H
 #define TS_OBJECTS_H
-
-#include "store.h"
 
 #include <jansson.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <time.h>
+
+/* ---- resource types --------------------------------------------------- */
+
+typedef enum ts_res {
+    TS_LEASE = 0, /* coordination.k8s.io/v1 leases */
+    TS_POD = 1,   /* v1 pods */
+    TS_NS = 2,    /* v1 namespaces (cluster-scoped) */
+    TS_LC = 3,    /* coordination.k8s.io/v1beta1 leasecandidates (--feature-gates) */
+    TS_NRES
+} ts_res;
+
+/* What the API layer needs to know about a resource type. */
+typedef struct ts_resdef {
+    const char *plural;      /* "leases" */
+    const char *singular;    /* "lease" */
+    const char *group;       /* "coordination.k8s.io"; "" for core */
+    const char *kind;        /* "Lease" */
+    const char *list_kind;   /* "LeaseList" */
+    const char *api_version; /* "coordination.k8s.io/v1" */
+    const char *qualified;   /* "leases.coordination.k8s.io": Status messages */
+} ts_resdef;
+
+extern const ts_resdef ts_resdefs[TS_NRES];
+
+/* metadata.<field> as a string, or NULL. */
+const char *ts_meta_str(const json_t *obj, const char *field);
 
 /* ---- Status (metav1.Status) ------------------------------------------- */
 

@@ -12,16 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const ts_resdef ts_resdefs[TS_NRES] = {
-    [TS_LEASE] = {"leases", "lease", "coordination.k8s.io", "Lease", "LeaseList",
-                  "coordination.k8s.io/v1", "leases.coordination.k8s.io"},
-    [TS_POD] = {"pods", "pod", "", "Pod", "PodList", "v1", "pods"},
-    [TS_NS] = {"namespaces", "namespace", "", "Namespace", "NamespaceList", "v1", "namespaces"},
-    [TS_LC] = {"leasecandidates", "leasecandidate", "coordination.k8s.io", "LeaseCandidate",
-               "LeaseCandidateList", "coordination.k8s.io/v1beta1",
-               "leasecandidates.coordination.k8s.io"},
-};
-
 const char *const ts_default_namespaces[] = {"default", "kube-node-lease", "kube-public",
                                              "kube-system", NULL};
 
@@ -36,11 +26,6 @@ const char *ts_evtype_name(ts_evtype t)
         return "DELETED";
     }
     return "ERROR";
-}
-
-const char *ts_meta_str(const json_t *obj, const char *field)
-{
-    return json_string_value(json_object_get(json_object_get(obj, "metadata"), field));
 }
 
 const char *ts_obj_ns(ts_res res, const json_t *obj)

@@ -3,6 +3,9 @@
  * (resource, namespace, name), one global resourceVersion counter, and the
  * watch history as a bounded ring of change events.
  *
+ * Built on objects.h: the resource types, and the default namespaces it
+ * creates are canonical objects from there.
+ *
  * Not thread-safe: the server calls everything here with its lock held.
  * Stored objects are immutable jansson values: an update replaces the
  * value, so a history event can keep a reference to the old one cheaply.
@@ -10,31 +13,12 @@
 #ifndef TS_STORE_H
 #define TS_STORE_H
 
+#include "objects.h"
+
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-typedef enum ts_res {
-    TS_LEASE = 0, /* coordination.k8s.io/v1 leases */
-    TS_POD = 1,   /* v1 pods */
-    TS_NS = 2,    /* v1 namespaces (cluster-scoped: stored under namespace "") */
-    TS_LC = 3,    /* coordination.k8s.io/v1beta1 leasecandidates (--feature-gates) */
-    TS_NRES
-} ts_res;
-
-/* What the API layer needs to know about a resource type. */
-typedef struct ts_resdef {
-    const char *plural;      /* "leases" */
-    const char *singular;    /* "lease" */
-    const char *group;       /* "coordination.k8s.io"; "" for core */
-    const char *kind;        /* "Lease" */
-    const char *list_kind;   /* "LeaseList" */
-    const char *api_version; /* "coordination.k8s.io/v1" */
-    const char *qualified;   /* "leases.coordination.k8s.io": Status messages */
-} ts_resdef;
-
-extern const ts_resdef ts_resdefs[TS_NRES];
 
 typedef enum ts_evtype { TS_ADDED, TS_MODIFIED, TS_DELETED } ts_evtype;
 
@@ -158,8 +142,5 @@ int ts_store_list(ts_store *s, const ts_filter *f, const char *after, ts_obj ***
 
 /* The object's namespace key: metadata.namespace, "" for Namespaces. */
 const char *ts_obj_ns(ts_res res, const json_t *obj);
-
-/* metadata.<field> as a string, or NULL. */
-const char *ts_meta_str(const json_t *obj, const char *field);
 
 #endif
