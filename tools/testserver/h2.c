@@ -40,7 +40,7 @@
  * a clean end of the stream, where a bare close is "stream was not closed
  * cleanly" (CURLE_HTTP2_STREAM) - a watch must see its stream fail.
  */
-#include "transport.h"
+#include "h2.h"
 #include "dispatch.h"
 #include "util.h"
 
@@ -85,6 +85,7 @@ typedef struct h2_stream {
 
 struct ts_h2 {
     ts_server *srv;
+    const ts_tconn_ops *ops; /* tc's, from the transport */
     ts_tconn *tc;
     nghttp2_session *s;
     h2_stream *streams;
@@ -235,7 +236,7 @@ static void st_resume(ts_conn *c)
 {
     h2_stream *st = (h2_stream *)c;
     if (queue_woken(st->h, st))
-        ts_tconn_poke(st->h->tc);
+        st->h->ops->poke(st->h->tc);
 }
 
 static void st_set_reset(ts_conn *c)
@@ -246,7 +247,8 @@ static void st_set_reset(ts_conn *c)
 /* On the connection's thread (the request is being run), server lock held. */
 static int st_stall(ts_conn *c, uint64_t rule)
 {
-    ts_tconn_stall(((h2_stream *)c)->h->tc, rule);
+    ts_h2 *h = ((h2_stream *)c)->h;
+    h->ops->stall(h->tc, rule);
     return 0;
 }
 
@@ -407,7 +409,7 @@ static int on_begin_headers(nghttp2_session *s, const nghttp2_frame *f, void *ud
     h2_stream *st = calloc(1, sizeof(*st));
     if (!st)
         return NGHTTP2_ERR_TEMPORAL_CALLBACK_FAILURE;
-    st->c = (ts_conn){&stream_ops, "h2", ts_tconn_cert_ok(h->tc), -1};
+    st->c = (ts_conn){&stream_ops, "h2", h->ops->cert_ok(h->tc), -1};
     st->h = h;
     st->id = f->hd.stream_id;
     ts_exchange_init(&st->x, &st->c);
@@ -473,7 +475,7 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
         return 0;
     st->complete = true;
     /* Read along with the request that stalled the connection: later, in order. */
-    if (h->deferred || ts_tconn_stalled(h->tc)) {
+    if (h->deferred || h->ops->stalled(h->tc)) {
         h->deferred = true;
         return 0;
     }
@@ -484,14 +486,14 @@ static int on_frame_recv(nghttp2_session *s, const nghttp2_frame *f, void *ud)
 /* Runs the requests deferred by a stall, oldest first, until one stalls again. */
 static void run_deferred(ts_h2 *h)
 {
-    if (!h->deferred || ts_tconn_stalled(h->tc))
+    if (!h->deferred || h->ops->stalled(h->tc))
         return;
     h->deferred = false;
     h2_stream *st = h->streams;
     while (st && st->next)
         st = st->next;
     for (; st; st = st->prev) { /* run() frees no stream: closes happen while sending */
-        if (ts_tconn_stalled(h->tc)) {
+        if (h->ops->stalled(h->tc)) {
             h->deferred = true;
             return;
         }
@@ -507,20 +509,21 @@ static int on_stream_close(nghttp2_session *s, int32_t id, uint32_t error_code, 
     if (!st)
         return 0;
     if (error_code == NGHTTP2_NO_ERROR && st->response_done && st->x.after)
-        ts_tconn_after(h->tc, st->x.after); /* once the bytes are on the wire */
+        h->ops->after(h->tc, st->x.after); /* once the bytes are on the wire */
     stream_free(h, st);
     return 0;
 }
 
 /* ---- session ---------------------------------------------------------------- */
 
-ts_h2 *ts_h2_new(ts_server *srv, unsigned max_streams, ts_tconn *tc)
+ts_h2 *ts_h2_new(ts_server *srv, unsigned max_streams, const ts_tconn_ops *ops, ts_tconn *tc)
 {
     ts_h2 *h = calloc(1, sizeof(*h));
     nghttp2_session_callbacks *cb = NULL;
     if (!h)
         return NULL;
     h->srv = srv;
+    h->ops = ops;
     h->tc = tc;
     h->goaway_last = -1;
     pthread_mutex_init(&h->wmu, NULL);
@@ -555,9 +558,9 @@ int ts_h2_recv(ts_h2 *h, const uint8_t *p, size_t n)
 
 int ts_h2_send(ts_h2 *h)
 {
-    if (ts_tconn_stalled(h->tc))
+    if (h->ops->stalled(h->tc))
         return 0; /* not a frame while stalled */
-    while (ts_tconn_pending(h->tc) + h->pbuf.len < TS_TCONN_HIGH) {
+    while (!h->ops->full(h->tc, h->pbuf.len)) {
         const uint8_t *d;
         ssize_t n = nghttp2_session_mem_send(h->s, &d);
         if (n < 0)
@@ -567,13 +570,13 @@ int ts_h2_send(ts_h2 *h)
         if (ts_buf_append(&h->pbuf, d, (size_t)n) < 0)
             return -1;
         if (h->pbuf.len >= 16384) { /* full TLS records */
-            if (ts_tconn_write(h->tc, h->pbuf.data, h->pbuf.len) < 0)
+            if (h->ops->write(h->tc, h->pbuf.data, h->pbuf.len) < 0)
                 return -1;
             h->pbuf.len = 0;
         }
     }
     if (h->pbuf.len) {
-        if (ts_tconn_write(h->tc, h->pbuf.data, h->pbuf.len) < 0)
+        if (h->ops->write(h->tc, h->pbuf.data, h->pbuf.len) < 0)
             return -1;
         h->pbuf.len = 0;
     }
@@ -582,7 +585,7 @@ int ts_h2_send(ts_h2 *h)
 
 void ts_h2_wake(ts_h2 *h)
 {
-    if (ts_tconn_stalled(h->tc))
+    if (h->ops->stalled(h->tc))
         return; /* the woken streams wait in the queue for the end of the stall */
     pthread_mutex_lock(&h->wmu);
     int32_t *ids = h->woken;
@@ -599,7 +602,7 @@ void ts_h2_wake(ts_h2 *h)
         h2_stream *st = nghttp2_session_get_stream_user_data(h->s, ids[i]);
         if (!st)
             continue; /* closed meanwhile */
-        if (ts_tconn_stalled(h->tc)) {
+        if (h->ops->stalled(h->tc)) {
             queue_woken(h, st); /* a request run just now stalled the connection */
             continue;
         }

@@ -47,15 +47,17 @@
  * libmicrohttpd never owns a listening socket (the old abort in
  * MHD_quiesce_daemon cannot happen: see ts_transport_stop).
  *
- * Layering: the transport calls down into the dispatch layer only
- * (dispatch.h: ts_exchange_*, and ts_exchange_conn_gone); the server is an
- * opaque pointer it hands along. Main-thread commands go through the
- * notify callback of ts_transport_config.
+ * Layering: the transport calls down into h2.c (h2.h), giving each session
+ * its connection as ts_tconn_ops, into h1.c (ts_h1_start) and into the
+ * dispatch layer (ts_exchange_conn_gone); the server is an opaque pointer
+ * it hands along. Main-thread commands go through the notify callback of
+ * ts_transport_config.
  */
 #define _GNU_SOURCE /* accept4, EPOLLEXCLUSIVE */
 
 #include "transport.h"
 #include "dispatch.h"
+#include "h2.h"
 #include "util.h"
 
 #include <arpa/inet.h>
@@ -76,6 +78,9 @@
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
+
+/* Bytes queued for the socket (or for libmicrohttpd) above which a side stops producing. */
+#define TS_TCONN_HIGH (256 * 1024)
 
 enum ev_kind { EV_LISTEN, EV_WAKE, EV_SOCK, EV_PAIR };
 
@@ -217,7 +222,9 @@ static int tls_pull_timeout(gnutls_transport_ptr_t p, unsigned ms)
     return tc->in.len > tc->in_off || tc->sock_eof ? 1 : 0;
 }
 
-int ts_tconn_write(ts_tconn *tc, const void *p, size_t n)
+/* ---- the connection under an HTTP/2 session (ts_tconn_ops, h2.h) -------- */
+
+static int tconn_write(ts_tconn *tc, const void *p, size_t n)
 {
     const char *b = p;
     while (n > 0) {
@@ -233,19 +240,24 @@ int ts_tconn_write(ts_tconn *tc, const void *p, size_t n)
     return 0;
 }
 
-bool ts_tconn_cert_ok(const ts_tconn *tc)
+static bool tconn_cert_ok(const ts_tconn *tc)
 {
     return tc->cert_ok;
 }
 
-size_t ts_tconn_pending(const ts_tconn *tc)
+static size_t tconn_pending(const ts_tconn *tc)
 {
     return tc->out.len - tc->out_off;
 }
 
+static bool tconn_full(const ts_tconn *tc, size_t more)
+{
+    return tconn_pending(tc) + more >= TS_TCONN_HIGH;
+}
+
 /* ---- pokes from other threads -------------------------------------------- */
 
-void ts_tconn_poke(ts_tconn *tc)
+static void tconn_poke(ts_tconn *tc)
 {
     ts_io *io = tc->io;
     bool signal = false;
@@ -264,14 +276,14 @@ void ts_tconn_poke(ts_tconn *tc)
     }
 }
 
-void ts_tconn_after(ts_tconn *tc, char cmd)
+static void tconn_after(ts_tconn *tc, char cmd)
 {
     tc->after = cmd;
 }
 
 /* ---- stalls ------------------------------------------------------------------ */
 
-bool ts_tconn_stalled(const ts_tconn *tc)
+static bool tconn_stalled(const ts_tconn *tc)
 {
     return atomic_load(&tc->stalled);
 }
@@ -298,7 +310,7 @@ static void stall_locked(ts_transport *t, ts_tconn *tc, uint64_t rule)
     }
     tc->stall_rule = rule;
     atomic_store(&tc->stalled, true);
-    ts_tconn_poke(tc); /* its thread drops EPOLLIN */
+    tconn_poke(tc); /* its thread drops EPOLLIN */
 }
 
 /* tmu held. */
@@ -317,7 +329,7 @@ static void unstall_locked(ts_transport *t, ts_tconn *tc)
     atomic_store(&tc->stalled, false);
 }
 
-void ts_tconn_stall(ts_tconn *tc, uint64_t rule)
+static void tconn_stall(ts_tconn *tc, uint64_t rule)
 {
     ts_transport *t = tc->io->t;
     pthread_mutex_lock(&t->tmu);
@@ -334,7 +346,7 @@ void ts_transport_stall_sync(ts_transport *t, bool (*alive)(void *ctx, uint64_t 
         next = tc->stall_next;
         if (!alive(ctx, tc->stall_rule)) {
             unstall_locked(t, tc);
-            ts_tconn_poke(tc); /* its thread takes up where it stopped */
+            tconn_poke(tc); /* its thread takes up where it stopped */
         }
     }
     pthread_mutex_unlock(&t->tmu);
@@ -451,7 +463,7 @@ void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd)
         pthread_mutex_lock(&tc->io->mu);
         tc->poke_after = cmd;
         pthread_mutex_unlock(&tc->io->mu);
-        ts_tconn_poke(tc);
+        tconn_poke(tc);
     }
     pthread_mutex_unlock(&t->tmu);
     if (!tc) /* the client is gone already; the command still stands */
@@ -479,7 +491,7 @@ static void conn_update(ts_tconn *tc)
     if (tc->dead)
         return;
     uint32_t sock = 0, pair = 0;
-    size_t out = ts_tconn_pending(tc);
+    size_t out = tconn_pending(tc);
     bool room;
     if (tc_stalled(tc)) {
         /*
@@ -533,7 +545,7 @@ static void conn_update(ts_tconn *tc)
 
 static void check_after(ts_tconn *tc)
 {
-    if (tc->after && ts_tconn_pending(tc) == 0 && (tc->state != TC_H1 || tc->pair_drained)) {
+    if (tc->after && tconn_pending(tc) == 0 && (tc->state != TC_H1 || tc->pair_drained)) {
         tc->io->t->notify(tc->io->t->notify_ctx, tc->after);
         tc->after = 0;
     }
@@ -655,6 +667,17 @@ static void start_h1(ts_tconn *tc)
     }
 }
 
+/* The connection as its HTTP/2 session sees it (h2.h). */
+static const ts_tconn_ops tconn_ops = {
+    .write = tconn_write,
+    .full = tconn_full,
+    .cert_ok = tconn_cert_ok,
+    .poke = tconn_poke,
+    .after = tconn_after,
+    .stall = tconn_stall,
+    .stalled = tconn_stalled,
+};
+
 static void established(ts_tconn *tc)
 {
     ts_transport *t = tc->io->t;
@@ -675,7 +698,7 @@ static void established(ts_tconn *tc)
         tc->counted = true;
         atomic_fetch_add(&t->open_h2, 1);
         atomic_fetch_add(&t->total_h2, 1);
-        if (!(tc->h2 = ts_h2_new(t->srv, t->h2_max_streams, tc))) {
+        if (!(tc->h2 = ts_h2_new(t->srv, t->h2_max_streams, &tconn_ops, tc))) {
             conn_close(tc, false);
             return;
         }
@@ -710,7 +733,7 @@ static void conn_pump(ts_tconn *tc)
         }
         if (tc->state == TC_CLOSING)
             break;
-        if (tc->state == TC_H2 && ts_tconn_pending(tc) >= TS_TCONN_HIGH)
+        if (tc->state == TC_H2 && tconn_pending(tc) >= TS_TCONN_HIGH)
             break;
         if (tc->state == TC_H1 && tc->to_mhd.len - tc->to_mhd_off >= TS_TCONN_HIGH)
             break;
@@ -814,7 +837,7 @@ static void conn_flush(ts_tconn *tc)
 static void relay_from_mhd(ts_tconn *tc)
 {
     char buf[16384];
-    while (!tc->dead && tc->state == TC_H1 && ts_tconn_pending(tc) < TS_TCONN_HIGH) {
+    while (!tc->dead && tc->state == TC_H1 && tconn_pending(tc) < TS_TCONN_HIGH) {
         ssize_t n = read(tc->pair_fd, buf, sizeof(buf));
         if (n < 0 && errno == EINTR)
             continue;
@@ -835,7 +858,7 @@ static void relay_from_mhd(ts_tconn *tc)
             return;
         }
         tc->pair_drained = false;
-        if (ts_tconn_write(tc, buf, (size_t)n) < 0) {
+        if (tconn_write(tc, buf, (size_t)n) < 0) {
             conn_close(tc, false);
             return;
         }

@@ -4,11 +4,12 @@
  * HTTP/1.1 (h1.c: libmicrohttpd, fed decrypted bytes through a socketpair).
  * See the comment at the top of transport.c for why it is built this way.
  *
- * The top layer: below it is only the dispatch layer (dispatch.h), which
- * runs each request; the transport gives it a ts_conn per request (conn.h)
- * and puts its ts_answer on the wire. The server it passes along is opaque
- * here; what the transport needs of it (options, certificates, the
- * main-thread notification) comes in ts_transport_config.
+ * The top layer: below it are the protocol modules, h2.c (h2.h: the
+ * transport gives each session its connection as ts_tconn_ops) and h1.c,
+ * which run each request through the dispatch layer (dispatch.h). The
+ * server it passes along is opaque here; what the transport needs of it
+ * (options, certificates, the main-thread notification) comes in
+ * ts_transport_config.
  *
  * Threads: `threads` epoll threads own every accepted connection. The
  * ts_transport_h1_* functions are for libmicrohttpd's threads and may be
@@ -25,7 +26,6 @@
 struct MHD_Daemon;
 typedef struct ts_server ts_server; /* opaque: handed to the dispatch layer */
 typedef struct ts_transport ts_transport;
-typedef struct ts_tconn ts_tconn;
 
 typedef struct ts_transport_config {
     ts_server *srv;          /* for ts_exchange_run and friends (dispatch.h) */
@@ -86,39 +86,6 @@ size_t ts_transport_stalled(ts_transport *t, uint64_t rule);
 /* {"h2": {"open", "total"}, "http1": {...}, "tls_failures", "stalled"}; the
  * counters survive restarts. */
 json_t *ts_transport_stats_json(ts_transport *t);
-
-/* ---- for h2.c ----------------------------------------------------------- */
-
-/* Encrypts and queues plaintext for the client. -1: out of memory. */
-int ts_tconn_write(ts_tconn *tc, const void *p, size_t n);
-/* Bytes queued for the socket: stop producing above TS_TCONN_HIGH. */
-size_t ts_tconn_pending(const ts_tconn *tc);
-#define TS_TCONN_HIGH (256 * 1024)
-/* The client presented a certificate signed by our CA, for client authentication. */
-bool ts_tconn_cert_ok(const ts_tconn *tc);
-/* Any thread: run ts_h2_wake on the connection's thread soon. */
-void ts_tconn_poke(ts_tconn *tc);
-/* I/O thread: send cmd to the main thread once everything queued is on the wire. */
-void ts_tconn_after(ts_tconn *tc, char cmd);
-/* I/O thread, server lock held: stall the connection for rule (see Stalls above). */
-void ts_tconn_stall(ts_tconn *tc, uint64_t rule);
-/* Any thread: the connection is stalled now. */
-bool ts_tconn_stalled(const ts_tconn *tc);
-
-/* h2.c: one HTTP/2 server session per connection, on its I/O thread. */
-typedef struct ts_h2 ts_h2;
-ts_h2 *ts_h2_new(ts_server *srv, unsigned max_streams, ts_tconn *tc);
-/* Feeds decrypted bytes. -1: the session is broken (close). */
-int ts_h2_recv(ts_h2 *h, const uint8_t *p, size_t n);
-/* Queues frames until nothing is left or the connection is full. -1: close. */
-int ts_h2_send(ts_h2 *h);
-/* Streams woken by other threads: answer held requests, resume bodies; after
- * a stall, run the requests that arrived during it. Nothing while stalled. */
-void ts_h2_wake(ts_h2 *h);
-/* Both sides are done (GOAWAY exchanged, or a fatal error). */
-bool ts_h2_finished(ts_h2 *h);
-/* Frees every stream (their watches, held requests) and the session. */
-void ts_h2_free(ts_h2 *h);
 
 /* ---- for h1.c ----------------------------------------------------------- */
 
