@@ -2,13 +2,13 @@
  * conn.h - one request's connection and a streamed answer, as the layers
  * under the transport see them: an interface with no code behind it.
  *
- * The transport (transport.h) implements both: a ts_conn is an HTTP/1.1
- * connection (h1.c, libmicrohttpd) or an HTTP/2 stream (h2.c), and it
- * registers its ops when it creates one. Everything below uses them without
+ * The transport's protocol modules implement both: a ts_conn is an
+ * HTTP/1.1 connection (h1.c, libmicrohttpd) or an HTTP/2 stream (h2.c), and
+ * each registers its ops when it creates one. Everything below uses them without
  * knowing the protocol: the dispatch layer (dispatch.h) to read the request
  * and hold it, the handlers (api.h) to read parameters and headers, watches
  * and the scheduler (sched.h) to park a stream and wake it. A ts_body is
- * produced below (watch.c, dispatch.c) and read by the transport.
+ * produced below (watch.c, dispatch.c) and read by h1.c or h2.c.
  *
  * Nothing here includes another header of the server: every layer may
  * include it.

@@ -1,12 +1,12 @@
 /*
  * dispatch.c - the request life cycle shared by HTTP/1.1 and HTTP/2
  * (ts_exchange: authentication, faults, holding, answering, statistics),
- * between the transport above (transport.c, h1.c, h2.c) and the handlers
- * below (api.c, control.c).
+ * between the protocol modules above (h1.c, h2.c) and the handlers below
+ * (api.c, control.c).
  *
- * The transport creates an exchange per request with the request's ts_conn
- * (conn.h) and runs it until it answers; a request held by a fault, or a
- * streamed body with nothing to send, is parked through the scheduler
+ * The protocol module creates an exchange per request with the request's
+ * ts_conn (conn.h) and runs it until it answers; a request held by a fault,
+ * or a streamed body with nothing to send, is parked through the scheduler
  * (sched.h) and the ts_conn's ops, not by blocking a thread, so thousands
  * of idle streams cost neither threads nor CPU.
  */

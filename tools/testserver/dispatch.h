@@ -3,10 +3,10 @@
  * (dispatch.c): authentication, faults, holding, statistics, routing to a
  * handler (api.c or control.c) and the answer.
  *
- * The interface the transport (transport.c, h1.c, h2.c) uses. The transport
- * gives each request a ts_conn (conn.h) and feeds the exchange; it gets back
- * a ts_answer to put on the wire. Nothing here knows a socket or a protocol
- * library, and the transport knows the server only as an opaque ts_server.
+ * The interface the protocol modules (h1.c, h2.c) use, under the transport.
+ * They give each request a ts_conn (conn.h) and feed the exchange; they get
+ * back a ts_answer to put on the wire. Nothing here knows a socket or a
+ * protocol library, and they know the server only as an opaque ts_server.
  */
 #ifndef TS_DISPATCH_H
 #define TS_DISPATCH_H
@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct ts_server ts_server; /* state.h; opaque to the transport */
+typedef struct ts_server ts_server; /* state.h; opaque to h1.c and h2.c */
 
 /* A complete answer, ready for the wire. */
 typedef struct ts_answer {
@@ -79,8 +79,9 @@ int ts_exchange_run(ts_server *srv, ts_exchange *x, const char *method, const ch
 void ts_exchange_free(ts_server *srv, ts_exchange *x);
 void ts_answer_free(ts_answer *a); /* frees data or the streamed body */
 
-/* Without the lock (transport): the client left a stalled HTTP/1.1
- * connection, whose reap_fd is fd; its held request is woken to be dropped. */
+/* Without the lock (h1.c, for the transport): the client left a stalled
+ * HTTP/1.1 connection, whose reap_fd is fd; its held request is woken to be
+ * dropped. */
 void ts_exchange_conn_gone(ts_server *srv, int fd);
 
 #endif

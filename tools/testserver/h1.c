@@ -10,7 +10,7 @@
  * or a watch or trickled body with nothing to send, suspends the connection
  * and is resumed from any thread.
  */
-#include "transport.h"
+#include "h1.h"
 #include "dispatch.h"
 #include "util.h"
 
@@ -26,7 +26,7 @@
 /* One per libmicrohttpd connection (its socket context). */
 typedef struct h1_conn {
     ts_conn c; /* first: ts_conn * -> h1_conn * */
-    ts_transport *t;
+    const ts_h1_relays *r;
     struct MHD_Connection *mhd;
 } h1_conn;
 
@@ -53,18 +53,20 @@ static void h1_resume(ts_conn *c)
 
 static void h1_set_reset(ts_conn *c)
 {
-    h1_conn *h = (h1_conn *)c;
-    ts_transport_h1_reset(h->t, c->reap_fd);
+    const ts_h1_relays *r = ((h1_conn *)c)->r;
+    r->reset(r->ctx, c->reap_fd);
 }
 
 static int h1_stall(ts_conn *c, uint64_t rule)
 {
-    return ts_transport_h1_stall(((h1_conn *)c)->t, c->reap_fd, rule);
+    const ts_h1_relays *r = ((h1_conn *)c)->r;
+    return r->stall(r->ctx, c->reap_fd, rule);
 }
 
 static bool h1_gone(ts_conn *c)
 {
-    return ts_transport_h1_gone(((h1_conn *)c)->t, c->reap_fd);
+    const ts_h1_relays *r = ((h1_conn *)c)->r;
+    return r->gone(r->ctx, c->reap_fd);
 }
 
 static const ts_conn_ops h1_ops = {h1_query,     h1_header, h1_suspend, h1_resume,
@@ -73,19 +75,19 @@ static const ts_conn_ops h1_ops = {h1_query,     h1_header, h1_suspend, h1_resum
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
-    ts_transport *t = cls;
+    const ts_h1_relays *r = cls;
     if (code == MHD_CONNECTION_NOTIFY_STARTED) {
         h1_conn *h = calloc(1, sizeof(*h));
         const union MHD_ConnectionInfo *ci =
             MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
         if (!h)
             return; /* on_request refuses the connection */
-        h->t = t;
+        h->r = r;
         h->mhd = conn;
         h->c.ops = &h1_ops;
         h->c.proto = "http/1.1";
         h->c.reap_fd = ci ? ci->connect_fd : -1;
-        h->c.cert_ok = ts_transport_h1_cert_ok(t, h->c.reap_fd);
+        h->c.cert_ok = r->cert_ok(r->ctx, h->c.reap_fd);
         *socket_context = h;
     } else {
         free(*socket_context);
@@ -212,8 +214,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     if (!x)
         return;
     /* The relay tells the main thread once the answer is on the wire. */
-    if (x->after && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK)
-        ts_transport_h1_after(((h1_conn *)x->conn)->t, x->conn->reap_fd, x->after);
+    if (x->after && toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) {
+        const ts_h1_relays *r = ((h1_conn *)x->conn)->r;
+        r->after(r->ctx, x->conn->reap_fd, x->after);
+    }
     ts_exchange_free(srv, x);
     free(x);
     *req_cls = NULL;
@@ -246,7 +250,7 @@ static unsigned connection_limit(void)
     return rl.rlim_cur > 65536 ? 65000 : (unsigned)rl.rlim_cur - 128;
 }
 
-struct MHD_Daemon *ts_h1_start(ts_transport *t, ts_server *srv, unsigned threads)
+struct MHD_Daemon *ts_h1_start(ts_server *srv, unsigned threads, ts_h1_relays *relays)
 {
     /*
      * HTTP/1.1 only: no TLS (the transport decrypts) and no listening socket
@@ -263,8 +267,13 @@ struct MHD_Daemon *ts_h1_start(ts_transport *t, ts_server *srv, unsigned threads
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, srv, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, connection_limit(), MHD_OPTION_CONNECTION_TIMEOUT, 600u,
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024), MHD_OPTION_NOTIFY_COMPLETED,
-        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, t, MHD_OPTION_END);
+        on_completed, srv, MHD_OPTION_NOTIFY_CONNECTION, on_connection, relays, MHD_OPTION_END);
     if (!d)
         ts_log("cannot start the HTTP/1.1 daemon");
     return d;
+}
+
+void ts_h1_stall_gone(ts_server *srv, int mhd_fd)
+{
+    ts_exchange_conn_gone(srv, mhd_fd);
 }

@@ -2,15 +2,18 @@
  * server.h - starting and stopping the server (server.c): the glue that
  * builds the layers and wires them together, for main.c.
  *
- *   transport  transport.c, h2.c, h1.c: socket, TLS, HTTP/2, HTTP/1.1
- *     -> dispatch   dispatch.c: one request's life cycle
- *       -> handlers   api.c, control.c, watch.c, cle.c
- *         -> store      store.c, objects.c
+ *   transport  transport.c: socket, TLS, I/O threads
+ *     -> protocols  h2.c (HTTP/2), h1.c (HTTP/1.1)
+ *       -> dispatch   dispatch.c: one request's life cycle
+ *         -> handlers   api.c, control.c, watch.c, cle.c
+ *           -> store      store.c
+ *             -> objects    objects.c
  *
  * server.c is the only file that knows every layer: it registers the
  * callbacks through which a lower layer reaches an upper one (the store's
  * change hook, the scheduler's tick, the transport hooks in state.h, the
- * transport's main-thread notification).
+ * transport's main-thread notification). The transport itself gives h2.c
+ * and h1.c their connections behind ops (h2.h, h1.h).
  */
 #ifndef TS_SERVER_H
 #define TS_SERVER_H

@@ -18,11 +18,11 @@
  * Relaying HTTP/1.1 rather than writing an HTTP/1.1 server keeps every
  * existing behaviour of that path. Client identity survives the relay: a
  * verified client certificate is looked up by the descriptor libmicrohttpd
- * holds (ts_transport_h1_cert_ok); tokens and User-Agent are headers. A
- * `reset` (fault, or a watch closed with abort) marks the relay, which
- * closes the real socket with SO_LINGER 0 (a TCP RST) as soon as
- * libmicrohttpd drops its end. A client that hangs up shows as EOF on
- * libmicrohttpd's end, which is what ts_watch_reap polls.
+ * holds (relay_cert_ok); tokens and User-Agent are headers. A `reset`
+ * (fault, or a watch closed with abort) marks the relay, which closes the
+ * real socket with SO_LINGER 0 (a TCP RST) as soon as libmicrohttpd drops
+ * its end. A client that hangs up shows as EOF on libmicrohttpd's end,
+ * which is what ts_watch_reap polls.
  *
  * GnuTLS runs on memory buffers (custom push/pull): the socket is read into
  * `in` and written from `out` by the event loop, so TLS never sees EAGAIN on
@@ -47,16 +47,17 @@
  * libmicrohttpd never owns a listening socket (the old abort in
  * MHD_quiesce_daemon cannot happen: see ts_transport_stop).
  *
- * Layering: the transport calls down into h2.c (h2.h), giving each session
- * its connection as ts_tconn_ops, into h1.c (ts_h1_start) and into the
- * dispatch layer (ts_exchange_conn_gone); the server is an opaque pointer
- * it hands along. Main-thread commands go through the notify callback of
+ * Layering: the transport calls down into the protocol modules only, h2.c
+ * (h2.h), which it gives each session's connection as ts_tconn_ops, and
+ * h1.c (h1.h), which it gives the relays as ts_h1_relays; they run the
+ * requests through the dispatch layer. The server is an opaque pointer it
+ * hands along. Main-thread commands go through the notify callback of
  * ts_transport_config.
  */
 #define _GNU_SOURCE /* accept4, EPOLLEXCLUSIVE */
 
 #include "transport.h"
-#include "dispatch.h"
+#include "h1.h"
 #include "h2.h"
 #include "util.h"
 
@@ -167,6 +168,7 @@ struct ts_transport {
     gnutls_priority_t prio;
     int listen_fd;
     struct MHD_Daemon *h1;
+    ts_h1_relays relays; /* what h1 asks of the relays under it */
     ts_io *ios;
     unsigned nios;
 
@@ -419,8 +421,10 @@ static ts_tconn *table_get(ts_transport *t, int fd)
     return fd >= 0 && (size_t)fd < t->nby_fd ? t->by_fd[fd] : NULL;
 }
 
-bool ts_transport_h1_cert_ok(ts_transport *t, int mhd_fd)
+/* The relays under libmicrohttpd (ts_h1_relays, h1.h): ctx is the transport. */
+static bool relay_cert_ok(void *ctx, int mhd_fd)
 {
+    ts_transport *t = ctx;
     pthread_mutex_lock(&t->tmu);
     ts_tconn *tc = table_get(t, mhd_fd);
     bool ok = tc && tc->cert_ok;
@@ -428,8 +432,9 @@ bool ts_transport_h1_cert_ok(ts_transport *t, int mhd_fd)
     return ok;
 }
 
-void ts_transport_h1_reset(ts_transport *t, int mhd_fd)
+static void relay_reset(void *ctx, int mhd_fd)
 {
+    ts_transport *t = ctx;
     pthread_mutex_lock(&t->tmu);
     ts_tconn *tc = table_get(t, mhd_fd);
     if (tc)
@@ -437,8 +442,9 @@ void ts_transport_h1_reset(ts_transport *t, int mhd_fd)
     pthread_mutex_unlock(&t->tmu);
 }
 
-int ts_transport_h1_stall(ts_transport *t, int mhd_fd, uint64_t rule)
+static int relay_stall(void *ctx, int mhd_fd, uint64_t rule)
 {
+    ts_transport *t = ctx;
     pthread_mutex_lock(&t->tmu);
     ts_tconn *tc = table_get(t, mhd_fd);
     if (tc)
@@ -447,16 +453,18 @@ int ts_transport_h1_stall(ts_transport *t, int mhd_fd, uint64_t rule)
     return tc ? 0 : -1;
 }
 
-bool ts_transport_h1_gone(ts_transport *t, int mhd_fd)
+static bool relay_gone(void *ctx, int mhd_fd)
 {
+    ts_transport *t = ctx;
     pthread_mutex_lock(&t->tmu);
     bool gone = !table_get(t, mhd_fd);
     pthread_mutex_unlock(&t->tmu);
     return gone;
 }
 
-void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd)
+static void relay_after(void *ctx, int mhd_fd, char cmd)
 {
+    ts_transport *t = ctx;
     pthread_mutex_lock(&t->tmu);
     ts_tconn *tc = table_get(t, mhd_fd);
     if (tc) {
@@ -578,12 +586,9 @@ static void conn_close(ts_tconn *tc, bool rst)
     bool was_stalled = tc->stall_listed;
     unstall_locked(t, tc);
     pthread_mutex_unlock(&t->tmu);
-    /*
-     * The client left a stalled HTTP/1.1 connection: libmicrohttpd does not
-     * look at the suspended request that stalled it; wake it to drop it.
-     */
+    /* The client left a stalled HTTP/1.1 connection: h1.c drops the request that stalled it. */
     if (was_stalled && tc->mhd_fd >= 0)
-        ts_exchange_conn_gone(t->srv, tc->mhd_fd);
+        ts_h1_stall_gone(t->srv, tc->mhd_fd);
     if (rst) {
         struct linger lg = {.l_onoff = 1, .l_linger = 0};
         setsockopt(tc->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
@@ -1163,6 +1168,12 @@ ts_transport *ts_transport_new(const ts_transport_config *cfg)
     t->notify = cfg->notify;
     t->notify_ctx = cfg->notify_ctx;
     t->listen_fd = -1;
+    t->relays = (ts_h1_relays){.cert_ok = relay_cert_ok,
+                               .reset = relay_reset,
+                               .after = relay_after,
+                               .stall = relay_stall,
+                               .gone = relay_gone,
+                               .ctx = t};
     pthread_mutex_init(&t->tmu, NULL);
     gnutls_datum_t crt = {(unsigned char *)cfg->server_crt, (unsigned)strlen(cfg->server_crt)};
     gnutls_datum_t key = {(unsigned char *)cfg->server_key, (unsigned)strlen(cfg->server_key)};
@@ -1182,7 +1193,7 @@ ts_transport *ts_transport_new(const ts_transport_config *cfg)
 int ts_transport_start(ts_transport *t, int listen_fd)
 {
     unsigned n = t->threads ? t->threads : 1;
-    if (!(t->h1 = ts_h1_start(t, t->srv, t->threads))) {
+    if (!(t->h1 = ts_h1_start(t->srv, t->threads, &t->relays))) {
         close(listen_fd);
         return -1;
     }

@@ -4,16 +4,15 @@
  * HTTP/1.1 (h1.c: libmicrohttpd, fed decrypted bytes through a socketpair).
  * See the comment at the top of transport.c for why it is built this way.
  *
- * The top layer: below it are the protocol modules, h2.c (h2.h: the
- * transport gives each session its connection as ts_tconn_ops) and h1.c,
- * which run each request through the dispatch layer (dispatch.h). The
- * server it passes along is opaque here; what the transport needs of it
- * (options, certificates, the main-thread notification) comes in
+ * The top layer: below it are only the protocol modules, h2.c (h2.h) and
+ * h1.c (h1.h), which run each request through the dispatch layer; the
+ * transport gives them its connections behind ops (ts_tconn_ops,
+ * ts_h1_relays), and neither includes this header. The server it passes
+ * along is opaque here; what the transport needs of it (options,
+ * certificates, the main-thread notification) comes in
  * ts_transport_config.
  *
- * Threads: `threads` epoll threads own every accepted connection. The
- * ts_transport_h1_* functions are for libmicrohttpd's threads and may be
- * called with the server lock held.
+ * Threads: `threads` epoll threads own every accepted connection.
  */
 #ifndef TS_TRANSPORT_H
 #define TS_TRANSPORT_H
@@ -23,12 +22,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
-struct MHD_Daemon;
-typedef struct ts_server ts_server; /* opaque: handed to the dispatch layer */
+typedef struct ts_server ts_server; /* opaque: handed to h1.c and h2.c */
 typedef struct ts_transport ts_transport;
 
 typedef struct ts_transport_config {
-    ts_server *srv;          /* for ts_exchange_run and friends (dispatch.h) */
+    ts_server *srv;          /* for the dispatch layer, through h1.c and h2.c */
     unsigned threads;        /* I/O threads, and as many libmicrohttpd workers */
     bool no_http2;           /* ALPN offers http/1.1 only */
     unsigned h2_max_streams; /* SETTINGS_MAX_CONCURRENT_STREAMS we advertise */
@@ -59,17 +57,6 @@ int ts_transport_start(ts_transport *t, int listen_fd);
 void ts_transport_stop(ts_transport *t);
 void ts_transport_free(ts_transport *t);
 
-/* For an HTTP/1.1 connection, by the descriptor libmicrohttpd was given: */
-bool ts_transport_h1_cert_ok(ts_transport *t, int mhd_fd);
-/* the relay ends with a TCP RST once libmicrohttpd closes its side */
-void ts_transport_h1_reset(ts_transport *t, int mhd_fd);
-/* sends cmd to the main thread once what libmicrohttpd wrote is on the wire */
-void ts_transport_h1_after(ts_transport *t, int mhd_fd, char cmd);
-/* stalls the connection for rule (see Stalls below); -1: the client is gone */
-int ts_transport_h1_stall(ts_transport *t, int mhd_fd, uint64_t rule);
-/* the relay is closed (the client left, or the server is going down) */
-bool ts_transport_h1_gone(ts_transport *t, int mhd_fd);
-
 /*
  * Stalls (the `stall` fault), with the server lock held. A stalled
  * connection is left alone by its I/O thread: nothing is read from its
@@ -86,13 +73,5 @@ size_t ts_transport_stalled(ts_transport *t, uint64_t rule);
 /* {"h2": {"open", "total"}, "http1": {...}, "tls_failures", "stalled"}; the
  * counters survive restarts. */
 json_t *ts_transport_stats_json(ts_transport *t);
-
-/* ---- for h1.c ----------------------------------------------------------- */
-
-/*
- * h1.c: the libmicrohttpd daemon that serves the HTTP/1.1 relays, with
- * `threads` workers. NULL on failure (logged).
- */
-struct MHD_Daemon *ts_h1_start(ts_transport *t, ts_server *srv, unsigned threads);
 
 #endif
