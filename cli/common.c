@@ -914,39 +914,52 @@ void cli_json_string(FILE *f, const char *s)
 int cli_emit(FILE *f, int json, const char *prefix, const char *event, int show_event,
              const cli_field *fields, size_t n)
 {
+    char *line = NULL;
+    size_t len = 0;
+    FILE *m = open_memstream(&line, &len);
+    int ok;
+
+    if (!m)
+        return -1;
     if (json) {
         char now[40];
 
         cli_format_time(now, sizeof(now), cli_wall_us(), 3);
-        fprintf(f, "{\"time\":\"%s\",\"event\":", now);
-        cli_json_string(f, event);
+        fprintf(m, "{\"time\":\"%s\",\"event\":", now);
+        cli_json_string(m, event);
         for (size_t i = 0; i < n; i++) {
-            putc(',', f);
-            cli_json_string(f, fields[i].key);
-            putc(':', f);
+            putc(',', m);
+            cli_json_string(m, fields[i].key);
+            putc(':', m);
             if (fields[i].s)
-                cli_json_string(f, fields[i].s);
+                cli_json_string(m, fields[i].s);
             else
-                fprintf(f, "%lld", (long long)fields[i].n);
+                fprintf(m, "%lld", (long long)fields[i].n);
         }
-        fputs("}\n", f);
+        fputs("}\n", m);
     } else {
         const char *sep = "";
 
-        fputs(prefix ? prefix : "", f);
+        fputs(prefix ? prefix : "", m);
         if (show_event) {
-            fputs(event, f);
+            fputs(event, m);
             sep = " ";
         }
         for (size_t i = 0; i < n; i++, sep = " ") {
             if (fields[i].s)
-                fprintf(f, "%s%s=%s", sep, fields[i].key, fields[i].s);
+                fprintf(m, "%s%s=%s", sep, fields[i].key, fields[i].s);
             else
-                fprintf(f, "%s%s=%lld", sep, fields[i].key, (long long)fields[i].n);
+                fprintf(m, "%s%s=%lld", sep, fields[i].key, (long long)fields[i].n);
         }
-        putc('\n', f);
+        putc('\n', m);
     }
-    return fflush(f) == 0 && !ferror(f) ? 0 : -1;
+    ok = fclose(m) == 0;
+    /* The whole line in one stdio call, flushed at once: on stderr (unbuffered)
+     * one write(2), which neither a library log line of another thread nor the
+     * command's own output (the same file) can tear. */
+    ok = ok && fwrite(line, 1, len, f) == len;
+    free(line);
+    return ok && fflush(f) == 0 && !ferror(f) ? 0 : -1;
 }
 
 int cli_emit_holder(FILE *f, int json, const char *prefix, const char *identity, int64_t epoch)

@@ -4,7 +4,7 @@
 set -eu
 pkgs="cmake make gcc g++ pkg-config libcurl4-openssl-dev libssl-dev libjansson-dev libyaml-dev
       libmicrohttpd-dev libgnutls28-dev libnghttp2-dev libcmocka-dev openssl curl
-      etcd-server etcd-client python3 haproxy"
+      etcd-server etcd-client python3 haproxy strace"
 missing=""
 for p in $pkgs; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" ||

@@ -626,6 +626,25 @@ test_label() {
     wait_until 20 "label set once the pod exists" label_is p3 role leader
     sig TERM e
     finished e 10 0
+
+    # The term ends while the PATCH that sets the label is on its way (it
+    # lands 1.5 s late; CMD exits at once): the label must not stay behind.
+    create_pod p4
+    # shellcheck disable=SC2086
+    run h "$K8SLEASE" elect --lease l4 --identity hal $LONG
+    wait_until 10 "hal elected" grep -q "^elected" "$T/h.out"
+    # shellcheck disable=SC2086
+    run g "$K8SLEASE" elect --lease l4 --identity gus $LONG --label-pod p4 --log-level info \
+        -- sh -c 'exit 5'
+    wait_until 10 "gus's first removal" grep -q "pod default/p4 label role=leader: removed" "$T/g.err"
+    api POST /testserver/v1/faults '{"kind":"latency","delay_ms":1500,"count":1,
+        "match":{"verb":"patch","path_prefix":"/api/v1/namespaces/default/pods/p4"}}' \
+        >/dev/null || fail "cannot install the fault"
+    sig TERM h
+    finished h 10 0
+    finished g 20 5
+    grep -q "label role=leader: set" "$T/g.err" || fail "the label was never set: no race"
+    label_is p4 role "<missing>" || fail "label left on p4 after gus's term ended"
 }
 
 test_sidecar() {
