@@ -23,7 +23,8 @@ struct cli_labeler {
     pthread_mutex_t mu;
     pthread_cond_t cv; /* broadcast on every change of want, have or quit */
     int want;          /* 1: set, 0: removed */
-    int have;          /* what the Pod has: 1, 0, or -1 unknown */
+    int have;          /* what the Pod has: 1, 0, or -1 unknown (also while a PATCH is
+                          in flight: a set on its way is not an absent label) */
     int quit;
 };
 
@@ -54,6 +55,7 @@ static void *labeler_main(void *arg)
             continue;
         }
         target = l->want;
+        l->have = -1;
         pthread_mutex_unlock(&l->mu);
         err = k8slease_pod_label(l->client, l->ns[0] ? l->ns : NULL, l->pod, l->key,
                                  target ? l->value : NULL);
@@ -126,7 +128,9 @@ void cli_labeler_want(cli_labeler *l, int set)
     pthread_mutex_unlock(&l->mu);
 }
 
-/* With mu held: wait until the label is gone, at most timeout_ms. */
+/* With mu held: wait until the label is gone, at most timeout_ms: until a
+ * removal has succeeded after any set that was on its way (that set lands
+ * first, then the thread, which wants it removed, removes it). */
 static void wait_removed(cli_labeler *l, int64_t timeout_ms)
 {
     struct timespec until = mono_ts(cli_now_ms() + timeout_ms);

@@ -476,6 +476,23 @@ EOF
     has "$T/d.err" "cannot run $T/no-such-cmd"
     grep '^{' "$T/d.err" | "$CLI_JSON" -l event >/dev/null || fail "bad JSON events"
     expect 3 "$K8SLEASE" holder --lease c4
+
+    # Each event line leaves in one write(2), whatever else writes to the
+    # same stderr (library log lines from the loop thread, CMD): a reader
+    # of the lines never gets one torn. strace shows the writes.
+    command -v strace >/dev/null || fail "strace not found (scripts/install-deps.sh installs it)"
+    # shellcheck disable=SC2086
+    run s strace -f -qq -e trace=write -e signal=none -s 300 -o "$T/s.strace" \
+        "$K8SLEASE" elect --lease c6 --identity sam $FAST --log-level debug -- \
+        sh -c 'echo from-cmd >&2; exec sleep 60'
+    wait_until 20 "sam's CMD started" grep -q "^from-cmd" "$T/s.err"
+    for line in 'k8slease elect: elected epoch=0' 'k8slease elect: leader=sam epoch=0'; do
+        grep -qF "write(2, \"$line\\n\", $((${#line} + 1)))" "$T/s.strace" ||
+            fail "\"$line\" was not written whole: $(grep -F "${line#k8slease elect: }" "$T/s.strace")"
+    done
+    kill -TERM "$(awk '/k8slease elect: elected/ { print $1; exit }' "$T/s.strace")" ||
+        fail "no pid of sam"
+    finished s 15 0
 }
 
 test_elect_signals() {
