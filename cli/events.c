@@ -12,13 +12,18 @@ static void *signal_main(void *arg)
     cli_events *q = arg;
 
     for (;;) {
-        int sig;
+        int sig, quit;
 
-        /* A cancellation point: cli_events_fini() ends us here. */
-        if (sigwait(&q->signals, &sig) == 0)
-            cli_events_post(q, CLI_EV_SIGNAL, sig, 0, NULL);
+        if (sigwait(&q->signals, &sig) != 0)
+            continue;
+        pthread_mutex_lock(&q->mu);
+        quit = q->quit;
+        pthread_mutex_unlock(&q->mu);
+        /* cli_events_fini() sets quit, then sends us one of our signals. */
+        if (quit)
+            return NULL;
+        cli_events_post(q, CLI_EV_SIGNAL, sig, 0, NULL);
     }
-    return NULL;
 }
 
 static void on_sigchld(int sig)
@@ -73,8 +78,15 @@ void cli_events_fini(cli_events *q)
 {
     cli_event *ev;
 
+    /* Not pthread_cancel: glibc would load libgcc_s at run time for it, a
+     * library that ldd does not list and a minimal image may lack (the
+     * process then aborts on its way out). SIGCHLD is always in the set,
+     * and harmless: nobody waits for an event any more. */
     if (q->have_signal_thread) {
-        pthread_cancel(q->signal_thread);
+        pthread_mutex_lock(&q->mu);
+        q->quit = 1;
+        pthread_mutex_unlock(&q->mu);
+        pthread_kill(q->signal_thread, SIGCHLD);
         pthread_join(q->signal_thread, NULL);
         q->have_signal_thread = 0;
     }

@@ -30,6 +30,7 @@ typedef struct cli_events {
     pthread_cond_t cv;
     cli_event *head, **tail;
     int lost; /* an event could not be allocated: the caller must give up */
+    int quit; /* the signal thread must end (under mu) */
     int have_signal_thread;
     pthread_t signal_thread;
     sigset_t signals;
