@@ -3,6 +3,7 @@
  * what it is for and why the rules are safe. */
 #include "k8s/crash.h"
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,6 @@
 
 #include "core/client.h"
 #include "core/clock.h"
-#include "core/http.h"
 #include "k8s/api.h"
 #include "k8s/informer.h"
 
@@ -18,7 +18,6 @@
  * (plus this much: startedAt has whole seconds, our start time from /proc
  * a boot time in whole seconds). */
 #define START_SLACK_US INT64_C(1100000)
-#define GET_TIMEOUT_MS 10000
 
 /* ------------------------------------------------------------------------ */
 /* The record                                                               */
@@ -132,10 +131,11 @@ int kl__crash_evidence(const kl__crash_record *r, const kl__pod *pod)
 
         if (strcmp(c->name, r->container) != 0)
             continue;
-        if (c->terminated_id[0] && strcmp(c->terminated_id, r->container_id) == 0 &&
+        if (c->terminated_id[0] && kl__crash_same_instance(r->container_id, c->terminated_id) &&
             c->terminated_finished_us / 1000000 > after_s)
             return 1;
-        if (c->last_terminated_id[0] && strcmp(c->last_terminated_id, r->container_id) == 0 &&
+        if (c->last_terminated_id[0] &&
+            kl__crash_same_instance(r->container_id, c->last_terminated_id) &&
             c->last_terminated_finished_us / 1000000 > after_s)
             return 1;
     }
@@ -231,13 +231,19 @@ struct kl__crash {
     char *pod_ns, *pod, *container, *identity, *what;
     char *subject;
     kl__log_about about; /* its log lines' */
-    char *pod_path;
+
+    /* What the kernel says of our instance (kl__crash_new): its
+     * containerID ("" if /proc/self/cgroup names none), the runtime's prefix
+     * of it ("containerd://", or "" when the path does not say), our Pod's
+     * UID as the path has it, and our container's name from the mount of
+     * /dev/termination-log ("" if none). */
+    kl__proc_instance proc;
 
     /* Loop thread only. */
-    kl__http_req *req;
-    kl__timer retry;
+    kl__sub *self_sub;     /* our own Pod, until the record is the kubelet's */
     kl__crash_record self; /* our instance, once known */
     int self_known;
+    int self_exact;    /* self.container_id is the kubelet's, prefix and all */
     int self_given_up; /* no permission, or no such Pod: expiry only */
     char *value;       /* kl__crash_value's last answer */
     int64_t value_epoch;
@@ -250,101 +256,268 @@ struct kl__crash {
     int stopped;
 };
 
-static void read_self(kl__crash *c);
+/* ---- this process's instance, from the kernel ----------------------------- */
 
-static void on_retry(kl__timer *t, void *arg)
+static int is_hex(const char *s, size_t n)
 {
-    (void)t;
-    read_self(arg);
+    for (size_t i = 0; i < n; i++)
+        if (!((s[i] >= '0' && s[i] <= '9') || (s[i] >= 'a' && s[i] <= 'f')))
+            return 0;
+    return 1;
 }
 
-static void retry_self(kl__crash *c)
+/* A cgroup path's last two components: the container and its Pod, as the
+ * kubelet names them. cgroupfs: ".../pod<UID>/<ID>"; systemd:
+ * ".../kubepods-<qos>-pod<UID with _>.slice/<runtime>-<ID>.scope". */
+static int cgroup_instance(const char *path, kl__proc_instance *out)
 {
-    kl__timer_arm(c->client->loop, &c->retry,
-                  kl__loop_now(c->client->loop) + c->cfg.retry_period_ns);
+    static const struct {
+        const char *scope, *prefix;
+    } runtimes[] = {
+        {"cri-containerd-", "containerd://"}, {"crio-", "cri-o://"}, {"docker-", "docker://"}};
+    const char *comp = strrchr(path, '/'), *id, *parent, *end, *uid;
+    size_t n, uid_len;
+
+    if (!comp || comp == path)
+        return 0;
+    comp++;
+    id = comp;
+    n = strlen(comp);
+    out->runtime[0] = '\0';
+    if (n > 6 && strcmp(comp + n - 6, ".scope") == 0) {
+        size_t i;
+
+        for (i = 0; i < sizeof(runtimes) / sizeof(runtimes[0]); i++)
+            if (strncmp(comp, runtimes[i].scope, strlen(runtimes[i].scope)) == 0)
+                break;
+        if (i == sizeof(runtimes) / sizeof(runtimes[0]))
+            return 0;
+        snprintf(out->runtime, sizeof(out->runtime), "%s", runtimes[i].prefix);
+        id = comp + strlen(runtimes[i].scope);
+        n = strlen(id) - 6;
+    }
+    if (n != 64 || !is_hex(id, 64))
+        return 0;
+    /* The Pod's component, just before: "pod<UID>" or "...-pod<UID>.slice". */
+    for (parent = comp - 1; parent > path && parent[-1] != '/'; parent--)
+        ;
+    end = comp - 1;
+    if (end - parent > 6 && strncmp(end - 6, ".slice", 6) == 0)
+        end -= 6;
+    uid_len = 36;
+    if (end - parent < (ptrdiff_t)uid_len + 3 || strncmp(end - uid_len - 3, "pod", 3) != 0)
+        return 0;
+    uid = end - uid_len;
+    for (size_t i = 0; i < uid_len; i++)
+        out->pod_uid[i] = uid[i] == '_' ? '-' : uid[i];
+    out->pod_uid[uid_len] = '\0';
+    memcpy(out->id, id, 64);
+    out->id[64] = '\0';
+    return 1;
 }
+
+/* The container's name in the kubelet's path of /dev/termination-log:
+ * ".../pods/<UID>/containers/<NAME>/<random>". */
+static void termination_log_container(FILE *f, kl__proc_instance *out)
+{
+    char line[4096];
+
+    while (fgets(line, sizeof(line), f)) {
+        char root[2048], mnt[256], *c, *end;
+
+        /* mountinfo: ID PARENT MAJ:MIN ROOT MOUNTPOINT ... */
+        if (sscanf(line, "%*s %*s %*s %2047s %255s", root, mnt) != 2 ||
+            strcmp(mnt, "/dev/termination-log") != 0 || !(c = strstr(root, "/containers/")))
+            continue;
+        c += strlen("/containers/");
+        if (!(end = strchr(c, '/')) || (size_t)(end - c) >= sizeof(out->container))
+            continue;
+        memcpy(out->container, c, (size_t)(end - c));
+        out->container[end - c] = '\0';
+        return;
+    }
+}
+
+void kl__proc_instance_read(kl__proc_instance *out, FILE *cgroup, FILE *mountinfo)
+{
+    char line[4096];
+
+    memset(out, 0, sizeof(*out));
+    while (cgroup && fgets(line, sizeof(line), cgroup)) {
+        char *path = strchr(line, ':');
+
+        /* HIERARCHY:CONTROLLERS:PATH */
+        if (!path || !(path = strchr(path + 1, ':')))
+            continue;
+        path[strcspn(path, "\n")] = '\0';
+        if (cgroup_instance(path + 1, out))
+            break;
+        memset(out, 0, sizeof(*out));
+    }
+    if (mountinfo)
+        termination_log_container(mountinfo, out);
+}
+
+static void read_proc_instance(kl__proc_instance *out)
+{
+    FILE *cg = fopen("/proc/self/cgroup", "re"), *mi = fopen("/proc/self/mountinfo", "re");
+
+    kl__proc_instance_read(out, cg, mi);
+    if (cg)
+        fclose(cg);
+    if (mi)
+        fclose(mi);
+}
+
+int kl__crash_same_instance(const char *recorded, const char *reported)
+{
+    const char *id;
+
+    if (strcmp(recorded, reported) == 0)
+        return 1;
+    /* A record made from the kernel's view names the ID without the
+     * runtime's prefix when the cgroup path does not say it. */
+    return !strstr(recorded, "://") && (id = strstr(reported, "://")) &&
+           strcmp(id + 3, recorded) == 0;
+}
+
+/* ---- the elector's side: our instance ----------------------------------------- */
 
 static void give_up_self(kl__crash *c, const char *why)
 {
     c->self_given_up = 1;
+    kl__sub_stop(c->self_sub);
+    c->self_sub = NULL;
     kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
                "crash failover: %s; this process's crash is found by the Lease's expiry "
                "only",
                why);
 }
 
-static void on_self(const kl__http_result *res, void *arg)
+/* Our container's name for a record from the kernel's view: the
+ * configured one, else the one /dev/termination-log's mount names when the
+ * Pod has it, else the Pod's only one. NULL when none is sure. */
+static const char *kernel_view_container(const kl__crash *c, const kl__pod *pod)
 {
-    kl__crash *c = arg;
-    const kl__pod_container *mine = NULL;
-    kl__pod *pod = NULL;
-    char what[400];
-    int err;
+    json_t *spec = json_object_get(json_object_get(pod->root, "spec"), "containers"), *v;
+    size_t i;
 
-    c->req = NULL;
-    snprintf(what, sizeof(what), "get pod %s/%s", c->pod_ns, c->pod);
-    if (res->err) {
-        kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about, "crash failover: %s; retrying",
-                   res->errmsg);
-        retry_self(c);
-        return;
+    if (c->container)
+        return c->container;
+    if (!json_is_array(spec))
+        return NULL;
+    json_array_foreach(spec, i, v)
+    {
+        const char *name = json_string_value(json_object_get(v, "name"));
+
+        if (name && c->proc.container[0] && strcmp(name, c->proc.container) == 0)
+            return name;
     }
-    if (res->status != 200) {
-        err = kl__http_status_error(res->status, res->body, res->body_len, what);
-        if (err == K8SLEASE_EAUTH || err == K8SLEASE_ENOTFOUND)
-            give_up_self(c, kl__error_get());
-        else {
-            kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
-                       "crash failover: %s; retrying", kl__error_get());
-            retry_self(c);
-        }
-        return;
-    }
-    if ((err = kl__pod_parse(&pod, res->body, res->body_len)) < 0 ||
-        (err = kl__pod_own_container(pod, c->container, kl__process_start_us() + START_SLACK_US,
-                                     &mine)) < 0) {
-        if (err == K8SLEASE_EINVAL) {
-            give_up_self(c, kl__error_get());
-        } else {
-            kl__log_at(&c->client->log, K8SLEASE_LOG_DEBUG, &c->about,
-                       "crash failover: pod %s/%s: %s; reading it again", c->pod_ns, c->pod,
-                       kl__error_get());
-            retry_self(c);
-        }
-        kl__pod_free(pod);
-        return;
-    }
-    c->self.holder = kl__strdup(c->identity);
-    c->self.pod_ns = kl__strdup(c->pod_ns);
-    c->self.pod = kl__strdup(c->pod);
-    c->self.pod_uid = kl__strdup(pod->uid);
-    c->self.container = kl__strdup(mine->name);
-    c->self.container_id = kl__strdup(mine->container_id);
-    c->self.verified_us = kl__clock_wall_us();
-    kl__pod_free(pod);
-    if (!c->self.holder || !c->self.pod_ns || !c->self.pod || !c->self.pod_uid ||
-        !c->self.container || !c->self.container_id) {
-        kl__crash_record_clear(&c->self);
-        retry_self(c);
-        return;
-    }
-    c->self_known = 1;
-    kl__log_at(&c->client->log, K8SLEASE_LOG_INFO, &c->about,
-               "crash failover: this process runs in container %s (%s) of pod %s/%s",
-               c->self.container, c->self.container_id, c->pod_ns, c->pod);
+    v = json_array_get(spec, 0);
+    return json_array_size(spec) == 1 ? json_string_value(json_object_get(v, "name")) : NULL;
 }
 
-static void read_self(kl__crash *c)
+static int set_self(kl__crash *c, const kl__pod *pod, const char *container, const char *id)
 {
-    kl__http_opts o = {0};
+    kl__crash_record r = {0};
 
-    if (c->stopped || c->self_known || c->self_given_up || c->req)
+    r.holder = kl__strdup(c->identity);
+    r.pod_ns = kl__strdup(c->pod_ns);
+    r.pod = kl__strdup(c->pod);
+    r.pod_uid = kl__strdup(pod->uid);
+    r.container = kl__strdup(container);
+    r.container_id = kl__strdup(id);
+    /* A record being made exact keeps its time: the instance ran then. */
+    r.verified_us = c->self_known ? c->self.verified_us : kl__clock_wall_us();
+    if (!r.holder || !r.pod_ns || !r.pod || !r.pod_uid || !r.container || !r.container_id) {
+        kl__crash_record_clear(&r);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    kl__crash_record_clear(&c->self);
+    c->self = r;
+    kl__free(c->value); /* encoded again at the next write */
+    c->value = NULL;
+    return 0;
+}
+
+/* A state of our Pod: our instance as the kubelet reports it (exact), or,
+ * until it does, as the kernel shows it, once the Pod's UID agrees. */
+static void judge_self(kl__crash *c, const kl__pod *pod)
+{
+    const kl__pod_container *mine = NULL;
+    int was_known = c->self_known, err;
+    char id[sizeof(c->proc.runtime) + sizeof(c->proc.id)];
+
+    err = kl__pod_own_container(pod,
+                                c->container           ? c->container
+                                : c->proc.container[0] ? c->proc.container
+                                                       : NULL,
+                                kl__process_start_us() + START_SLACK_US, &mine);
+    if (err == 0 && c->proc.id[0] && !kl__crash_same_instance(c->proc.id, mine->container_id)) {
+        /* The status shows an instance that is not the kernel's: not
+         * ours (yet), whatever its start time says. */
+        err = K8SLEASE_ENOTFOUND;
+    }
+    if (err == 0) {
+        if (set_self(c, pod, mine->name, mine->container_id) < 0)
+            return; /* out of memory: the next state of the Pod tries again */
+        c->self_known = c->self_exact = 1;
+        kl__sub_stop(c->self_sub);
+        c->self_sub = NULL;
+        kl__log_at(&c->client->log, K8SLEASE_LOG_INFO, &c->about,
+                   "crash failover: this process runs in container %s (%s) of pod %s/%s",
+                   c->self.container, c->self.container_id, c->pod_ns, c->pod);
+    } else if (err == K8SLEASE_EINVAL) {
+        give_up_self(c, kl__error_get());
         return;
-    o.method = "GET";
-    o.path = c->pod_path;
-    o.timeout_ms = GET_TIMEOUT_MS;
-    if (!(c->req = kl__http_start(c->client->loop, &o, on_self, c)))
-        retry_self(c);
+    } else if (!c->self_known && c->proc.id[0] && strcmp(c->proc.pod_uid, pod->uid) == 0) {
+        const char *container = kernel_view_container(c, pod);
+
+        snprintf(id, sizeof(id), "%s%s", c->proc.runtime, c->proc.id);
+        if (!container || set_self(c, pod, container, id) < 0)
+            return;
+        c->self_known = 1;
+        c->self_exact = c->proc.runtime[0] != '\0';
+        if (c->self_exact) {
+            kl__sub_stop(c->self_sub);
+            c->self_sub = NULL;
+        }
+        kl__log_at(&c->client->log, K8SLEASE_LOG_INFO, &c->about,
+                   "crash failover: this process runs in container %s (%s) of pod %s/%s (its "
+                   "cgroup; the kubelet has not reported it running yet)",
+                   c->self.container, c->self.container_id, c->pod_ns, c->pod);
+    } else {
+        kl__log_at(&c->client->log, K8SLEASE_LOG_DEBUG, &c->about,
+                   "crash failover: %s; waiting for the kubelet's report", kl__error_get());
+        return;
+    }
+    if (!was_known && c->cfg.known)
+        c->cfg.known(c->cfg.arg);
+}
+
+static void on_self_pod(const kl__sub_event *ev, void *arg)
+{
+    kl__crash *c = arg;
+    char why[300];
+
+    if (c->stopped || c->self_exact || c->self_given_up)
+        return;
+    if (ev->type == KL_SUB_HEALTH) {
+        if (ev->forbidden) {
+            snprintf(why, sizeof(why),
+                     "cannot read pod %s/%s: forbidden (RBAC: get and watch on pods)", c->pod_ns,
+                     c->pod);
+            give_up_self(c, why);
+        }
+        return;
+    }
+    if (ev->type == KL_SUB_ABSENT) {
+        snprintf(why, sizeof(why), "pod %s/%s: not found (is POD_NAME this process's Pod?)",
+                 c->pod_ns, c->pod);
+        give_up_self(c, why);
+        return;
+    }
+    judge_self(c, ev->pod);
 }
 
 int kl__crash_new(kl__crash **out, k8slease_client *client, const kl__crash_config *cfg)
@@ -377,20 +550,30 @@ int kl__crash_new(kl__crash **out, k8slease_client *client, const kl__crash_conf
     c->what = kl__strdup(cfg->what);
     c->subject = kl__strdup(cfg->subject);
     c->about = (kl__log_about){c->what, c->subject, KL_LOG_ELECTION, NULL};
-    c->pod_path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", cfg->pod_ns, cfg->pod);
-    kl__timer_init(&c->retry, on_retry, c);
     if (!c->pod_ns || !c->pod || (cfg->container && !c->container) || !c->identity || !c->what ||
-        !c->subject || !c->pod_path) {
+        !c->subject) {
         kl__crash_free(c);
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     }
+    read_proc_instance(&c->proc);
     *out = c;
     return 0;
 }
 
 void kl__crash_start(kl__crash *c)
 {
-    read_self(c);
+    if (c->stopped || c->self_sub || c->self_known || c->self_given_up)
+        return;
+    if (c->proc.id[0])
+        kl__log_at(&c->client->log, K8SLEASE_LOG_DEBUG, &c->about,
+                   "crash failover: the cgroup names container %s%s of pod UID %s", c->proc.runtime,
+                   c->proc.id, c->proc.pod_uid);
+    /* A watch of our Pod (get and watch, as for a followed holder's): the
+     * kubelet's report of our instance reaches us as it is written. */
+    c->self_sub = kl__sub_start(c->client->pod_informer, c->pod_ns, c->pod, c->cfg.retry_period_ns,
+                                on_self_pod, c);
+    if (!c->self_sub)
+        give_up_self(c, kl__error_get());
 }
 
 const char *kl__crash_value(kl__crash *c, const char *holder, int64_t epoch)
@@ -505,9 +688,8 @@ void kl__crash_stop(kl__crash *c)
     if (!c)
         return;
     c->stopped = 1;
-    kl__http_cancel(c->client->loop, c->req);
-    c->req = NULL;
-    kl__timer_cancel(c->client->loop, &c->retry);
+    kl__sub_stop(c->self_sub);
+    c->self_sub = NULL;
     unfollow(c);
 }
 
@@ -525,6 +707,5 @@ void kl__crash_free(kl__crash *c)
     kl__free(c->identity);
     kl__free(c->what);
     kl__free(c->subject);
-    kl__free(c->pod_path);
     kl__free(c);
 }

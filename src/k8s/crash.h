@@ -1,4 +1,4 @@
-/* Crash failover (issue 23; docs/semantics.md, "Crash failover"): a
+/* Crash failover (docs/semantics.md, "Crash failover"): a
  * leader names, in an annotation of its Lease, the container instance it
  * runs in; a follower watches that Pod and, when the kubelet reports exactly
  * that instance terminated after the leader checked it, tells the election
@@ -20,6 +20,7 @@
 #define KL_K8S_CRASH_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include <jansson.h>
 
@@ -61,11 +62,35 @@ int kl__crash_annotate(json_t *lease_root, const char *value);
  * the slow path, which is always right. */
 int kl__crash_text_has(const char *lease_json, const char *value);
 
+/* Whether the containerID of a record names the instance a status reports:
+ * the same string, or the record's is the bare ID (no "runtime://") that
+ * the status names with its runtime's prefix. */
+int kl__crash_same_instance(const char *recorded, const char *reported);
+
 /* Wall µs at which this process started (from /proc), 0 if unknown. */
 int64_t kl__process_start_us(void);
 
+/* This process's container instance as the kernel shows it, before the
+ * kubelet reports it: the kubelet names a container's cgroup after its
+ * containerID, under its Pod's UID (cgroupfs: ".../pod<UID>/<ID>";
+ * systemd: ".../kubepods-...-pod<UID, _ for ->.slice/<runtime>-<ID>.scope").
+ * Empty strings when the paths say nothing (no Pod, a cgroup namespace). */
+typedef struct kl__proc_instance {
+    char id[65];        /* the 64 hex digits of the containerID */
+    char runtime[16];   /* "containerd://" ..., "" when the path does not name it */
+    char pod_uid[37];   /* the Pod's UID, as the cgroup path has it */
+    char container[64]; /* the name in /dev/termination-log's mount, "" if none */
+} kl__proc_instance;
+
+/* Read it from the texts of /proc/self/cgroup and /proc/self/mountinfo
+ * (either may be NULL). */
+void kl__proc_instance_read(kl__proc_instance *out, FILE *cgroup, FILE *mountinfo);
+
 typedef struct kl__crash kl__crash;
 typedef void (*kl__crash_ended_cb)(const char *holder, int64_t epoch, void *arg);
+/* Our instance became known: a write of our term carries the record from
+ * now on (the elector renews at once, so that it reaches the Lease). */
+typedef void (*kl__crash_known_cb)(void *arg);
 
 typedef struct kl__crash_config {
     const char *pod_ns, *pod; /* this process's Pod */
@@ -76,13 +101,18 @@ typedef struct kl__crash_config {
     const char *what;    /* "lease NS/NAME", for messages */
     const char *subject; /* "NS/NAME": what they are about (core/common.h) */
     kl__crash_ended_cb ended;
+    kl__crash_known_cb known; /* may be NULL */
     void *arg;
 } kl__crash_config;
 
 /* Strings are copied. 0, K8SLEASE_EINVAL (a bad Pod namespace, name or
  * container name), K8SLEASE_ENOMEM. Any thread. */
 int kl__crash_new(kl__crash **out, k8slease_client *client, const kl__crash_config *cfg);
-/* Read this process's Pod until its container instance is known. Loop. */
+/* Learn this process's container instance (loop): from its cgroup as soon
+ * as its Pod's UID agrees (the kubelet reports a container running a second
+ * or so after it started), or from the kubelet's report, which a watch of
+ * the Pod brings as it is written; the kubelet's exact containerID replaces
+ * a cgroup's that lacked the runtime's prefix. */
 void kl__crash_start(kl__crash *c);
 /* The annotation value a write of term epoch by holder should carry (our
  * identity: our record; anything else, e.g. "" of a release: NULL), NULL

@@ -285,6 +285,15 @@ static void on_holder_ended(const char *holder, int64_t epoch, void *arg)
     run(arg, &ev);
 }
 
+/* Crash failover: our container instance is known; the record goes with
+ * a renewal now rather than the next one. */
+static void on_self_known(void *arg)
+{
+    kl__elector_event ev = {.type = KL_EV_RENEW};
+
+    run(arg, &ev);
+}
+
 /* A request that could not even start is answered like a failed one, on a
  * later loop turn so the state machine is never re-entered. */
 static void on_failed(kl__timer *t, void *arg)
@@ -699,6 +708,7 @@ static int new_crash(k8s_elector *e, const char *ns, const k8slease_elector_opti
     cc.what = e->pub.what;
     cc.subject = e->pub.about.subject;
     cc.ended = on_holder_ended;
+    cc.known = on_self_known;
     cc.arg = e;
     return kl__crash_new(&e->crash, e->pub.client, &cc);
 }

@@ -325,6 +325,9 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
                              const kl__lease_spec *spec, const char *preferred, int64_t now,
                              int64_t wall_us, kl__elector_actions *out)
 {
+    int asap = e->renew_asap; /* the write that answers did not carry what RENEW announced */
+
+    e->renew_asap = 0;
     if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND && !e->cfg.coordinated) {
         new_term(e, 1, now, wall_us, out);
         return;
@@ -360,7 +363,7 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
     e->epoch = e->transitions;
     e->term_acquire_us = e->acquire_us;
     e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
-    e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
+    e->next_attempt = asap ? now : kl__add_sat(now, e->cfg.retry_period_ns);
     push(out, KL_ACT_STARTED)->epoch = e->epoch;
     report_leader(e, out);
 }
@@ -369,11 +372,14 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
                            const kl__lease_spec *spec, const char *preferred, int64_t now,
                            int64_t wall_us, kl__elector_actions *out)
 {
+    int asap = e->renew_asap;
+
+    e->renew_asap = 0;
     if (req == KL_REQ_UPDATE && status == 0) {
         observe(e, spec, preferred, now, 1);
         report_leader(e, out);
         e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
-        e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
+        e->next_attempt = asap ? now : kl__add_sat(now, e->cfg.retry_period_ns);
     } else if (req == KL_REQ_UPDATE && e->req_fast_path) {
         /* the cached object may be stale: read it and try again now */
         get(e, now, out);
@@ -539,6 +545,18 @@ static void on_timer(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_a
         renew(e, 1, now, wall_us, out);
 }
 
+static void on_renew(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
+{
+    /* A write already on its way was made without it: one more, right
+     * after it, if it starts or renews our term. A write not yet sent will
+     * carry it. */
+    if (e->state == KL_EL_LEADING && e->req == KL_REQ_NONE)
+        renew(e, 1, now, wall_us, out);
+    else if ((e->state == KL_EL_LEADING || e->state == KL_EL_ACQUIRING) &&
+             (e->req == KL_REQ_CREATE || e->req == KL_REQ_UPDATE))
+        e->renew_asap = 1;
+}
+
 static void on_stop(kl__elector *e, int release, int64_t now, kl__elector_actions *out)
 {
     if (e->stop_requested)
@@ -595,6 +613,9 @@ void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, 
         break;
     case KL_EV_HOLDER_ENDED:
         on_holder_ended(e, ev->spec, now, wall_us, out);
+        break;
+    case KL_EV_RENEW:
+        on_renew(e, now, wall_us, out);
         break;
     }
 }

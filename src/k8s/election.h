@@ -113,6 +113,11 @@
  *    last seen: a renewal that landed meanwhile makes it a 409).
  *  - A conflict while taking such a record: GET at once, not after a retry
  *    period (the renewal that landed is the dead holder's last).
+ *  - RENEW (the elector learnt its container instance): while LEADING with
+ *    no request in flight, a renewal at once (the fast path); while a
+ *    CREATE/UPDATE is in flight (LEADING or ACQUIRING), the next renewal
+ *    right after it succeeds (and the term starts), not a retry period
+ *    later: the record reaches the Lease within a round trip of being known.
  */
 #ifndef KL_ELECTOR_H
 #define KL_ELECTOR_H
@@ -159,7 +164,11 @@ typedef enum kl__elector_event_type {
     KL_EV_WATCH,   /* the watch became healthy (healthy = 1) or not (0) */
     /* Crash failover: the kubelet reported the container of the term
      * spec->holder, spec->transitions terminated (k8s/crash.c). */
-    KL_EV_HOLDER_ENDED
+    KL_EV_HOLDER_ENDED,
+    /* The driver has something new for the Lease (crash failover's
+     * record): while LEADING, renew now; after a CREATE/UPDATE in flight
+     * that starts or renews our term, renew right after it. */
+    KL_EV_RENEW
 } kl__elector_event_type;
 
 typedef struct kl__elector_event {
@@ -251,6 +260,7 @@ typedef struct kl__elector {
     kl__name_id ended;
     int64_t ended_transitions;
     int have_ended;
+    int renew_asap; /* RENEW came while a write of our term was in flight */
     uint64_t rng;
 } kl__elector;
 

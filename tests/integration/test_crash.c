@@ -504,7 +504,7 @@ static struct {
 static void count_warnings(k8slease_log_level level, const char *msg, void *ud)
 {
     (void)ud;
-    if (level != K8SLEASE_LOG_WARN || !strstr(msg, "crash failover: get pod"))
+    if (level != K8SLEASE_LOG_WARN || !strstr(msg, "crash failover: cannot read pod"))
         return;
     pthread_mutex_lock(&logged.mu);
     logged.warnings++;

@@ -71,6 +71,7 @@ typedef struct step {
 #define DELETED(t)        KL_EV_OBSERVE, (t), K8SLEASE_ENOTFOUND, NULL, 0
 #define WATCH(t, healthy) KL_EV_WATCH, (t), 0, NULL, (healthy) /* step.release carries it */
 #define ENDED(t, sp)      KL_EV_HOLDER_ENDED, (t), 0, (sp), 0
+#define RENEW(t)          KL_EV_RENEW, (t), 0, NULL, 0
 
 static kl__elector_config default_config(void)
 {
@@ -1508,6 +1509,70 @@ static void test_holder_ended_ignored_or_waits(void **state)
     RUN(cfg, coordinated);
 }
 
+/* RENEW (the record of our instance became known): a renewal at once when
+ * nothing is in flight; right after a write of our term that is in flight
+ * (it was made without the record); nothing when the next write will carry
+ * it anyway, or when there is no term. */
+static void test_renew_now(void **state)
+{
+    static const step idle_leader[] = {
+        LEAD_FROM_CREATE,
+        {RENEW(1000), "UPDATE(me,15s,a=100,r=1000,t=0)", KL_EL_LEADING, 10100},
+        {RESULT(1050, 0, &created), "", KL_EL_LEADING, 3050},
+    };
+    /* The CREATE that makes us leader is in flight: the term starts, and
+     * the first renewal goes at once instead of a retry period later. */
+    static const step while_creating[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(50, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=50,r=50,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RENEW(70), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &created), "STARTED(0) NEW_LEADER(me,0)", KL_EL_LEADING, 100},
+        {TIMER(100), "UPDATE(me,15s,a=100,r=100,t=0)", KL_EL_LEADING, 10050},
+        {RESULT(150, 0, &created), "", KL_EL_LEADING, 2150},
+    };
+    /* A renewal in flight: the next one right after it. */
+    static const step while_renewing[] = {
+        LEAD_FROM_CREATE,
+        {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_EL_LEADING, 10100},
+        {RENEW(2250), "", KL_EL_LEADING, 10100},
+        {RESULT(2300, 0, &renewed_2200), "", KL_EL_LEADING, 2300},
+        {TIMER(2300), "UPDATE(me,15s,a=100,r=2300,t=0)", KL_EL_LEADING, 12200},
+        {RESULT(2350, 0, &renewed_2200), "", KL_EL_LEADING, 4350},
+    };
+    /* A GET in flight: the write after it carries the record; and a
+     * candidate without a term has nothing to renew. */
+    static const step while_reading[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RENEW(20), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(50, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=50,r=50,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RESULT(100, 0, &created), "STARTED(0) NEW_LEADER(me,0)", KL_EL_LEADING, 2100},
+    };
+    static const step follower[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, JITTER},
+        {RENEW(200), "", KL_EL_ACQUIRING, ANY},
+    };
+    /* A failed write forgets it: no term started. */
+    static const step failed_create[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(50, K8SLEASE_ENOTFOUND, NULL), "CREATE(me,15s,a=50,r=50,t=0)", KL_EL_ACQUIRING,
+         NO_TIMER},
+        {RENEW(70), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, K8SLEASE_ECONFLICT, NULL), "", KL_EL_ACQUIRING, JITTER},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, idle_leader);
+    RUN(cfg, while_creating);
+    RUN(cfg, while_renewing);
+    RUN(cfg, while_reading);
+    RUN(cfg, follower);
+    RUN(cfg, failed_create);
+}
+
 static void test_observe_while_releasing(void **state)
 {
     static const step steps[] = {
@@ -1818,6 +1883,7 @@ int main(void)
         cmocka_unit_test(test_observe_while_releasing),
         cmocka_unit_test(test_holder_ended_takes_at_once),
         cmocka_unit_test(test_holder_ended_ignored_or_waits),
+        cmocka_unit_test(test_renew_now),
         cmocka_unit_test(test_watch_events_ignored_when_idle_or_done),
         cmocka_unit_test(test_poll_only_ignores_watch),
         cmocka_unit_test(test_expiry_jitter_bounded),
