@@ -41,7 +41,7 @@ clean:
 	rm -rf build build-asan build-tsan
 
 # Packaging and documentation (scripts/ has the details).
-.PHONY: docs packages check-packages examples check-deploy
+.PHONY: docs packages check-packages examples check-deploy image node-test
 
 docs:
 	./scripts/build-docs.sh $(BUILD)/docs
@@ -57,6 +57,24 @@ examples: build
 
 check-deploy: build
 	./scripts/check-deploy.sh $(BUILD)/tools/testserver/k8slease-testserver
+
+# OCI images (no registry, no daemon): $(BUILD)/image/k8slease.tar and the
+# node suite's; scripts/build-image.sh says what is in them.
+image: build
+	./scripts/build-image.sh $(BUILD)
+
+# The node suite on a real single-node cluster (as root): NODE_ASSETS=DIR
+# with kube-apiserver, kubelet, kube-controller-manager, kube-scheduler and
+# etcd (default: ../shared/kube-apiserver's v1.24.0, unpacked into
+# $(BUILD)/k8s-assets).
+NODE_ASSETS ?=
+node-test: build
+	@assets="$(NODE_ASSETS)"; \
+	if [ -z "$$assets" ]; then \
+	    [ -x ../shared/kube-apiserver/unpack.sh ] || { echo "node-test: set NODE_ASSETS=DIR (no ../shared/kube-apiserver)"; exit 2; }; \
+	    ../shared/kube-apiserver/unpack.sh $(CURDIR)/$(BUILD)/k8s-assets >/dev/null; assets=$(CURDIR)/$(BUILD)/k8s-assets/v1.24.0; \
+	fi; \
+	./scripts/node-suites.sh $(BUILD) "$$assets" $(CTEST_ARGS)
 
 # Benchmarks (bench/README.md); not part of `make test`. bench: about 7
 # minutes on the test server; with APISERVER=DIR (envtest binaries: DIR/
