@@ -238,6 +238,7 @@ struct kl__crash {
      * UID as the path has it, and our container's name from the mount of
      * /dev/termination-log ("" if none). */
     kl__proc_instance proc;
+    int64_t start_us; /* this process's start (wall µs), 0 if unknown */
 
     /* Loop thread only. */
     kl__sub *self_sub;     /* our own Pod, until the record is the kubelet's */
@@ -379,6 +380,38 @@ int kl__crash_same_instance(const char *recorded, const char *reported)
      * runtime's prefix when the cgroup path does not say it. */
     return !strstr(recorded, "://") && (id = strstr(reported, "://")) &&
            strcmp(id + 3, recorded) == 0;
+}
+
+static int same_either(const char *a, const char *b)
+{
+    return kl__crash_same_instance(a, b) || kl__crash_same_instance(b, a);
+}
+
+int kl__crash_is_predecessor(const kl__crash_record *r, const kl__lease_spec *spec,
+                             const char *identity, const char *own_id, int64_t start_us)
+{
+    if (!spec->holder || strcmp(spec->holder, identity) != 0 || strcmp(r->holder, identity) != 0 ||
+        r->epoch != spec->transitions)
+        return 0;
+    if (own_id && own_id[0])
+        return !same_either(r->container_id, own_id);
+    /* Our instance not known yet: a record verified before this process
+     * started (whole seconds) is an earlier process's. */
+    return start_us > 0 && r->verified_us / 1000000 < start_us / 1000000;
+}
+
+int kl__crash_predecessor(const kl__crash *c, const kl__lease *lease)
+{
+    kl__crash_record r;
+    const char *own = c->self_known ? c->self.container_id : c->proc.id;
+    int is;
+
+    if (!lease->spec.holder || strcmp(lease->spec.holder, c->identity) != 0 ||
+        kl__crash_record_of_lease(lease, &r) < 0)
+        return 0;
+    is = kl__crash_is_predecessor(&r, &lease->spec, c->identity, own, c->start_us);
+    kl__crash_record_clear(&r);
+    return is;
 }
 
 /* ---- the elector's side: our instance ----------------------------------------- */
@@ -556,6 +589,7 @@ int kl__crash_new(kl__crash **out, k8slease_client *client, const kl__crash_conf
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     }
     read_proc_instance(&c->proc);
+    c->start_us = kl__process_start_us();
     *out = c;
     return 0;
 }

@@ -67,6 +67,14 @@ int kl__crash_text_has(const char *lease_json, const char *value);
  * the status names with its runtime's prefix. */
 int kl__crash_same_instance(const char *recorded, const char *reported);
 
+/* Whether the term of spec (the Lease's), whose holder is our identity,
+ * is an earlier process's, by its record r: one of another container
+ * instance than own_id (ours; NULL or "" when not known yet), or, without
+ * own_id, verified in a second before start_us (this process's start,
+ * wall µs). 0 when the holder is not identity or r is of another term. */
+int kl__crash_is_predecessor(const kl__crash_record *r, const kl__lease_spec *spec,
+                             const char *identity, const char *own_id, int64_t start_us);
+
 /* Wall µs at which this process started (from /proc), 0 if unknown. */
 int64_t kl__process_start_us(void);
 
@@ -122,6 +130,12 @@ const char *kl__crash_value(kl__crash *c, const char *holder, int64_t epoch);
  * when it is the record of another holder's current term; stop following
  * otherwise. Loop. */
 void kl__crash_observe(kl__crash *c, const kl__lease *lease);
+/* Whether lease's term, held under our identity, is an earlier instance's
+ * of our container (kl__crash_is_predecessor with what c knows of ours):
+ * the elector must not take it as its own (a restart in place would take
+ * the Lease back before the followers, who act on the kubelet's report).
+ * Loop. */
+int kl__crash_predecessor(const kl__crash *c, const kl__lease *lease);
 /* Cancel everything (loop); no callback after it returns. */
 void kl__crash_stop(kl__crash *c);
 void kl__crash_free(kl__crash *c);

@@ -144,6 +144,7 @@ static int newer_than_get(k8s_elector *e, const kl__log_about *req, kl__lease *g
     } else {
         ev->spec = &(*newer)->spec;
         ev->preferred_holder = (*newer)->preferred_holder;
+        ev->predecessor = e->crash && kl__crash_predecessor(e->crash, *newer);
     }
     kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, req,
                "rv %s is older than the watch's: using that", got->rv);
@@ -209,6 +210,7 @@ static void on_result(const kl__http_result *res, void *arg)
         }
         ev.spec = &lease->spec;
         ev.preferred_holder = lease->preferred_holder;
+        ev.predecessor = e->crash && kl__crash_predecessor(e->crash, lease);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "ok, holder \"%s\" rv %s",
                    lease->spec.holder ? lease->spec.holder : "", lease->rv);
     } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
@@ -258,6 +260,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
             set_absent(e);
         ev.spec = &sev->lease->spec;
         ev.preferred_holder = sev->lease->preferred_holder;
+        ev.predecessor = e->crash && kl__crash_predecessor(e->crash, sev->lease);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->pub.about,
                    "watch: holder \"%s\" rv %s",
                    sev->lease->spec.holder ? sev->lease->spec.holder : "", sev->rv);

@@ -139,7 +139,7 @@ static int holder_is_self(const kl__elector *e)
     size_t len = strlen(e->cfg.identity);
 
     /* identity is shorter than the buffer, so a match is never a prefix */
-    return e->have_observed && e->holder_id.len == len &&
+    return e->have_observed && !e->predecessor && e->holder_id.len == len &&
            memcmp(e->holder, e->cfg.identity, len) == 0;
 }
 
@@ -147,9 +147,11 @@ static int holder_is_self(const kl__elector *e)
  * renewing leaves the same record, and its expiry must count from the first
  * time we saw it, by our clock, never from its (skewed) renewTime. Our own
  * writes always restart it. */
-static void observe(kl__elector *e, const kl__lease_spec *s, const char *preferred, int64_t now,
-                    int written)
+static void observe(kl__elector *e, const kl__elector_event *ev, int64_t now, int written)
 {
+    const kl__lease_spec *s = ev->spec;
+    const char *preferred = ev->preferred_holder;
+    int predecessor = ev->predecessor && !written;
     const char *h = s->holder ? s->holder : "";
     size_t len = strlen(h);
     uint64_t hash = kl__fnv1a(h, len);
@@ -159,9 +161,10 @@ static void observe(kl__elector *e, const kl__lease_spec *s, const char *preferr
     if (!written && e->have_observed && same_holder(e, h, len, hash) &&
         e->duration_s == s->duration_s && e->acquire_us == s->acquire_us &&
         e->renew_us == s->renew_us && e->transitions == s->transitions &&
-        e->preferred_other == preferred_other)
+        e->preferred_other == preferred_other && e->predecessor == predecessor)
         return;
     e->preferred_other = preferred_other;
+    e->predecessor = predecessor;
     copy_name(e->holder, h, len);
     e->holder_id = name_id(h, len, hash);
     e->duration_s = s->duration_s;
@@ -322,8 +325,8 @@ static int may_take(const kl__elector *e, int64_t now)
 }
 
 static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
-                             const kl__lease_spec *spec, const char *preferred, int64_t now,
-                             int64_t wall_us, kl__elector_actions *out)
+                             const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                             kl__elector_actions *out)
 {
     int asap = e->renew_asap; /* the write that answers did not carry what RENEW announced */
 
@@ -342,7 +345,7 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
         return;
     }
     if (req == KL_REQ_GET) {
-        observe(e, spec, preferred, now, 0);
+        observe(e, ev, now, 0);
         report_leader(e, out);
         if (may_take(e, now))
             new_term(e, 0, now, wall_us, out);
@@ -350,7 +353,7 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
             retry_later(e, now);
         return;
     }
-    observe(e, spec, preferred, now, 1);
+    observe(e, ev, now, 1);
     /* A write answered after the renew deadline would start a term that is
      * already over: stay a candidate. The next GET shows us as holder and
      * takes a fresh term at once. */
@@ -369,14 +372,14 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
 }
 
 static void leading_result(kl__elector *e, kl__elector_req req, int status,
-                           const kl__lease_spec *spec, const char *preferred, int64_t now,
-                           int64_t wall_us, kl__elector_actions *out)
+                           const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                           kl__elector_actions *out)
 {
     int asap = e->renew_asap;
 
     e->renew_asap = 0;
     if (req == KL_REQ_UPDATE && status == 0) {
-        observe(e, spec, preferred, now, 1);
+        observe(e, ev, now, 1);
         report_leader(e, out);
         e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
         e->next_attempt = asap ? now : kl__add_sat(now, e->cfg.retry_period_ns);
@@ -384,7 +387,7 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
         /* the cached object may be stale: read it and try again now */
         get(e, now, out);
     } else if (req == KL_REQ_GET && status == 0) {
-        observe(e, spec, preferred, now, 0);
+        observe(e, ev, now, 0);
         report_leader(e, out);
         /* Somebody else holds it, or a new term started under our name
          * (same identity twice): either way our epoch is no longer the
@@ -416,15 +419,15 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
 }
 
 static void releasing_result(kl__elector *e, kl__elector_req req, int status,
-                             const kl__lease_spec *spec, const char *preferred, int64_t now,
-                             int64_t wall_us, kl__elector_actions *out)
+                             const kl__elector_event *ev, int64_t now, int64_t wall_us,
+                             kl__elector_actions *out)
 {
     if (!e->release_started) {
         /* Sent before stopping. A write that succeeded, or failed without
          * a conflict (it may have reached the server), may have made us
          * holder: the release GET will tell. */
         if (status == 0)
-            observe(e, spec, preferred, now, req != KL_REQ_GET);
+            observe(e, ev, now, req != KL_REQ_GET);
         if (req != KL_REQ_GET && status != K8SLEASE_ECONFLICT) {
             e->may_hold = 1;
             e->held_transitions = e->req_transitions;
@@ -435,7 +438,7 @@ static void releasing_result(kl__elector *e, kl__elector_req req, int status,
         return;
     }
     if (status == 0) {
-        observe(e, spec, preferred, now, req != KL_REQ_GET);
+        observe(e, ev, now, req != KL_REQ_GET);
         report_leader(e, out);
         if (req == KL_REQ_GET && holder_is_self(e) && e->transitions == e->held_transitions &&
             e->acquire_us == e->held_acquire_us)
@@ -462,11 +465,11 @@ static void on_result(kl__elector *e, const kl__elector_event *ev, int64_t now, 
         status = K8SLEASE_EPROTOCOL;
     e->req = KL_REQ_NONE;
     if (e->state == KL_EL_ACQUIRING)
-        acquiring_result(e, req, status, ev->spec, ev->preferred_holder, now, wall_us, out);
+        acquiring_result(e, req, status, ev, now, wall_us, out);
     else if (e->state == KL_EL_LEADING)
-        leading_result(e, req, status, ev->spec, ev->preferred_holder, now, wall_us, out);
+        leading_result(e, req, status, ev, now, wall_us, out);
     else if (e->state == KL_EL_RELEASING)
-        releasing_result(e, req, status, ev->spec, ev->preferred_holder, now, wall_us, out);
+        releasing_result(e, req, status, ev, now, wall_us, out);
 }
 
 /* An observation from the watch. The driver has already dropped the ones
@@ -480,7 +483,7 @@ static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now,
         return;
     if (!absent &&
         (e->state == KL_EL_ACQUIRING || e->state == KL_EL_LEADING || e->state == KL_EL_RELEASING)) {
-        observe(e, ev->spec, ev->preferred_holder, now, 0);
+        observe(e, ev, now, 0);
         report_leader(e, out);
     }
     if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE) {

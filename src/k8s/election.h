@@ -113,6 +113,15 @@
  *    last seen: a renewal that landed meanwhile makes it a 409).
  *  - A conflict while taking such a record: GET at once, not after a retry
  *    period (the renewal that landed is the dead holder's last).
+ *  - An observation (GET result or OBSERVE) whose holder is our identity
+ *    but which the driver marks as a predecessor's (crash failover: the
+ *    record names an earlier instance of our container, which a restart in
+ *    place replaced) is another holder's term: held until it expires, by
+ *    the rules above, never taken at once as our own (client-go would).
+ *    The followers, which take it on the kubelet's report of that
+ *    instance's end, lead instead of the restarted process; it takes the
+ *    Lease only when nobody has by its expiry. A change of that mark is a
+ *    change of the record.
  *  - RENEW (the elector learnt its container instance): while LEADING with
  *    no request in flight, a renewal at once (the fast path); while a
  *    CREATE/UPDATE is in flight (LEADING or ACQUIRING), the next renewal
@@ -186,6 +195,10 @@ typedef struct kl__elector_event {
     int healthy;
     /* With spec: spec.preferredHolder, NULL or "" when absent. Borrowed. */
     const char *preferred_holder;
+    /* With spec (crash failover): the holder is our identity, but the
+     * record names an earlier instance of our container (the process before
+     * a restart in place), not this process: not our term. */
+    int predecessor;
 } kl__elector_event;
 
 typedef enum kl__elector_action_type {
@@ -233,6 +246,7 @@ typedef struct kl__elector {
     kl__name_id holder_id;
     int64_t duration_s, acquire_us, renew_us, transitions;
     int preferred_other; /* coordinated: preferredHolder names another candidate */
+    int predecessor;     /* the holder is our identity in an earlier instance (event) */
     int have_observed;
     int64_t observed_time;
 

@@ -141,12 +141,47 @@ static void same_instance(void **state)
     assert_false(kl__crash_same_instance(ID, ""));
 }
 
+/* An earlier instance's term under our identity (a restart in place)? */
+static void predecessor(void **state)
+{
+    kl__crash_record r = {"me", 3, "ns", "p", UID, "main", "containerd://" ID, 0};
+    kl__lease_spec spec = {"me", 15, 0, 0, 3};
+    int64_t start = INT64_C(1796297000) * 1000000 + 400000; /* 0.4 s into a second */
+
+    (void)state;
+    r.verified_us = start - 3000000;
+    /* Our instance known: another one, or ours (prefixed or bare). */
+    assert_true(kl__crash_is_predecessor(&r, &spec, "me", "aaaa", start));
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", ID, start));
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", "containerd://" ID, start));
+    r.container_id = (char *)ID;
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", "containerd://" ID, start));
+    /* Not known: by the times (whole seconds). */
+    assert_true(kl__crash_is_predecessor(&r, &spec, "me", NULL, start));
+    assert_true(kl__crash_is_predecessor(&r, &spec, "me", "", start));
+    r.verified_us = start - 300000; /* the same second: ours, maybe */
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", NULL, start));
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", NULL, 0));
+    r.verified_us = start - 3000000;
+    /* Not our identity, or a record of another term: never. */
+    spec.holder = "other";
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", "aaaa", start));
+    spec.holder = NULL;
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", "aaaa", start));
+    spec.holder = "me";
+    spec.transitions = 4;
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", "aaaa", start));
+    spec.transitions = 3;
+    r.holder = "you";
+    assert_false(kl__crash_is_predecessor(&r, &spec, "me", "aaaa", start));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(cgroupfs),      cmocka_unit_test(systemd_scopes),
         cmocka_unit_test(says_nothing),  cmocka_unit_test(termination_log),
-        cmocka_unit_test(same_instance),
+        cmocka_unit_test(same_instance), cmocka_unit_test(predecessor),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

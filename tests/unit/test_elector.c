@@ -61,6 +61,7 @@ typedef struct step {
     kl__elector_state state;
     int64_t timer_ms;
     const char *preferred; /* the event's spec.preferredHolder (coordinated) */
+    int predecessor;       /* the event's mark: our identity, an earlier instance's term */
 } step;
 
 #define START(t)          KL_EV_START, (t), 0, NULL, 0
@@ -125,11 +126,13 @@ typedef struct run {
 } run;
 
 static const char *deliver_preferred; /* spec.preferredHolder of the next event */
+static int deliver_predecessor;       /* and its predecessor mark */
 
 static void deliver(run *r, kl__elector_event_type type, int64_t now, int status,
                     const kl__lease_spec *spec, int release)
 {
-    kl__elector_event ev = {type, status, spec, release, release, deliver_preferred};
+    kl__elector_event ev = {
+        type, status, spec, release, release, deliver_preferred, deliver_predecessor};
 
     kl__elector_step(&r->e, &ev, now, WALL0_US + (now - T0) / 1000, &r->out);
     for (int i = 0; i < r->out.n; i++) {
@@ -163,6 +166,7 @@ static void run_steps(run *r, const step *steps, size_t n)
 
         assert_true(now != INT64_MAX);
         deliver_preferred = s->preferred;
+        deliver_predecessor = s->predecessor;
         deliver(r, s->type, now, s->status, s->spec, s->release);
         got = format_actions(&r->out);
         if (strcmp(got, s->actions) != 0)
@@ -485,6 +489,39 @@ static void test_own_identity_at_start_takes_new_term(void **state)
 
     (void)state;
     RUN(cfg, steps);
+}
+
+/* Restarted in place with crash failover: the Lease names our identity,
+ * but the driver marks the term as an earlier instance's (its record names
+ * another container instance). Another holder's term: held until it
+ * expires (the followers take it on the kubelet's report meanwhile), then
+ * ours like any expired one. The same record unmarked is ours at once
+ * (test_own_identity_at_start_takes_new_term). */
+static void test_predecessor_held_until_expiry(void **state)
+{
+    static const step steps[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &mine_before_restart), "NEW_LEADER(me,3)", KL_EL_ACQUIRING, EXPIRY(15100),
+         NULL, 1},
+        {OBSERVE(2000, &mine_before_restart), "", KL_EL_ACQUIRING, EXPIRY(15100), NULL, 1},
+        {TIMER(AT_TIMER), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(15200, 0, &mine_before_restart), "UPDATE(me,15s,a=15200,r=15200,t=4)",
+         KL_EL_ACQUIRING, NO_TIMER, NULL, 1},
+    };
+    /* A follower took it meanwhile: a holder like any other. */
+    static const step follower_took[] = {
+        {START(0), "GET", KL_EL_ACQUIRING, NO_TIMER},
+        {WATCH(50, 1), "", KL_EL_ACQUIRING, NO_TIMER},
+        {RESULT(100, 0, &mine_before_restart), "NEW_LEADER(me,3)", KL_EL_ACQUIRING, EXPIRY(15100),
+         NULL, 1},
+        {OBSERVE(1000, &other_valid), "NEW_LEADER(other,5)", KL_EL_ACQUIRING, EXPIRY(16000)},
+    };
+    kl__elector_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+    RUN(cfg, follower_took);
 }
 
 static void test_update_conflict_not_leader(void **state)
@@ -1884,6 +1921,7 @@ int main(void)
         cmocka_unit_test(test_holder_ended_takes_at_once),
         cmocka_unit_test(test_holder_ended_ignored_or_waits),
         cmocka_unit_test(test_renew_now),
+        cmocka_unit_test(test_predecessor_held_until_expiry),
         cmocka_unit_test(test_watch_events_ignored_when_idle_or_done),
         cmocka_unit_test(test_poll_only_ignores_watch),
         cmocka_unit_test(test_expiry_jitter_bounded),
