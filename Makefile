@@ -81,7 +81,7 @@ node-test: build
 # kube-apiserver, DIR/etcd) also on that real kube-apiserver, in the same
 # run (about 12 minutes; bench-quick about 3). BENCH_ARGS: e.g. --only 1,3,
 # or --kubeconfig FILE for a shared cluster (light benchmarks only).
-.PHONY: bench bench-quick
+.PHONY: bench bench-quick bench-node
 APISERVER ?=
 BENCH_ARGS ?=
 
@@ -90,6 +90,12 @@ bench: deps
 
 bench-quick: deps
 	./bench/run.sh --quick $(if $(APISERVER),--apiserver $(APISERVER)) $(BENCH_ARGS)
+
+# Benchmark 8 on a real node (as root; about 5 minutes): crash failover with
+# a real kubelet, SIGKILL and OOM, 20 kills each (bench/node-crash.sh).
+# NODE_ASSETS as for node-test.
+bench-node: build
+	./bench/node-crash.sh $(BUILD) $(NODE_ASSETS) $(BENCH_ARGS)
 
 # Chaos suite (docs/chaos.md): faults against 3-5 candidates, invariants
 # checked (0 overlaps, recovery, epochs, no stuck candidate). chaos-quick

@@ -261,6 +261,29 @@ test_deploy() {
     [ "$tl_slice_two_max_ms" = 0 ] || fail "the EndpointSlice had two ready endpoints for $tl_slice_two_max_ms ms"
     wait_until 120 "3 ready replicas again" rolled_out
 
+    # The leader crashes (SIGKILL of k8slease, the container's process):
+    # a follower leads on the kubelet's report; the dead Pod keeps its label
+    # until its restarted container removes it, listed not ready meanwhile.
+    local pid dead
+    dead=$(leader_pod)
+    wait_until 30 "the record of $dead" record_is my-master pod "$dead"
+    after_verified my-master
+    pid=$(container_pid "$dead") || fail "no pid of $dead's container"
+    t1=$(now_us)
+    kill -KILL "$pid"
+    wait_until 30 "a new leader after the crash" sh -c "h=\$(kubectl -n $NS get lease my-master -o jsonpath='{.spec.holderIdentity}'); [ -n \"\$h\" ] && [ \"\$h\" != $dead ]"
+    new=$(leader_pod)
+    wait_until 60 "$dead's label removed by its restarted container" label_is "$dead" role ""
+    wait_until 30 "the EndpointSlice naming the new leader only" slice_is_leader
+    timeline "$t1" "$(now_us)"
+    took=$(first_after lease "$t1" "spec=$new,")
+    local unlabelled
+    unlabelled=$(awk -v since="$t1" -v p="$dead" '$1 > since && index($0, "pod=" p " role= ") { print $1; exit }' "$T/pods.obs")
+    echo "figure: SIGKILL of the leader: $new leads $(ms "$took - $t1") ms after the kill; the dead Pod's label off $(ms "${unlabelled:-$t1} - $t1") ms after it (its restart); EndpointSlice empty at most $tl_slice_empty_max_ms ms, two ready at most $tl_slice_two_max_ms ms"
+    [ "$tl_slice_two_max_ms" = 0 ] || fail "the EndpointSlice had two ready endpoints for $tl_slice_two_max_ms ms"
+    [ $((took - t1)) -lt 10000000 ] || fail "$new led $(ms "$took - $t1") ms after the crash: by expiry"
+    wait_until 120 "3 ready replicas again" rolled_out
+
     # kubectl rollout restart: every Pod replaced, one at a time.
     t1=$(now_us)
     kc rollout restart deployment/my-master >/dev/null || fail "kubectl rollout restart"
@@ -292,8 +315,8 @@ test_deploy() {
     [ "$tl_leader_changes" -ge 2 ] || fail "only $tl_leader_changes terms while the command fails"
     save_logs
     grep -q "cannot run no-such-server" "$T"/logs/*.log || fail "no \"cannot run no-such-server\" in any log"
-    timeline "$t0" "$(now_us)"
-    check_labels "the whole test"
+    # (Not over the whole test: a crashed leader's Pod keeps its label until
+    # its container restarts, by design; each step is checked above.)
 }
 
 # ---- the in-cluster configuration ------------------------------------------------
