@@ -7,7 +7,7 @@ JOBS ?= $(shell nproc)
 TEST_JOBS ?= $(shell echo $$(( $$(nproc) + 1 )))
 CTEST_ARGS ?=
 
-.PHONY: all deps build test demo asan-test tsan-test clean format
+.PHONY: all deps build test demo demo-node asan-test tsan-test clean format
 
 all: build
 
@@ -23,6 +23,11 @@ test: build
 
 demo: build
 	$(BUILD)/cli/k8slease demo
+
+# The demo on a real node (as root): deploy/ with k8slease's image on a
+# single-node cluster (scripts/demo-node.sh; NODE_ASSETS as for node-test).
+demo-node: build
+	./scripts/demo-node.sh $(BUILD) $(NODE_ASSETS)
 
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=address,undefined >/dev/null
