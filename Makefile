@@ -74,12 +74,8 @@ image: build
 # $(BUILD)/k8s-assets).
 NODE_ASSETS ?=
 node-test: build
-	@assets="$(NODE_ASSETS)"; \
-	if [ -z "$$assets" ]; then \
-	    [ -x ../shared/kube-apiserver/unpack.sh ] || { echo "node-test: set NODE_ASSETS=DIR (no ../shared/kube-apiserver)"; exit 2; }; \
-	    ../shared/kube-apiserver/unpack.sh $(CURDIR)/$(BUILD)/k8s-assets >/dev/null; assets=$(CURDIR)/$(BUILD)/k8s-assets/v1.24.0; \
-	fi; \
-	./scripts/node-suites.sh $(BUILD) "$$assets" $(CTEST_ARGS)
+	assets=$$(tests/node/assets.sh $(BUILD) $(NODE_ASSETS)) && \
+	    ./scripts/node-suites.sh $(BUILD) "$$assets" $(CTEST_ARGS)
 
 # Benchmarks (bench/README.md); not part of `make test`. bench: about 7
 # minutes on the test server; with APISERVER=DIR (envtest binaries: DIR/

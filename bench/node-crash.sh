@@ -39,12 +39,7 @@ case $kills in '' | *[!0-9]*) echo "bench/node-crash.sh: --kills $kills: a numbe
 
 # ---- outside the cluster: images, then the cluster runs us again ----------
 if [ -z "${K8SLEASE_NODE_DIR:-}" ]; then
-    if [ -z "$assets" ]; then
-        [ -x ../shared/kube-apiserver/unpack.sh ] ||
-            { echo "bench/node-crash.sh: give ASSETS (no ../shared/kube-apiserver)" >&2; exit 2; }
-        ../shared/kube-apiserver/unpack.sh "$PWD/$build/k8s-assets" >/dev/null
-        assets=$PWD/$build/k8s-assets/v1.24.0
-    fi
+    assets=$(tests/node/assets.sh "$build" "$assets") || exit 2
     mkdir -p "$out"
     out=$(cd "$out" && pwd)
     scripts/build-image.sh "$build" || exit 1

@@ -14,12 +14,7 @@ SRC=$PWD
 build=${1:-build} assets=${2:-}
 
 if [ -z "${K8SLEASE_NODE_DIR:-}" ]; then
-    if [ -z "$assets" ]; then
-        [ -x ../shared/kube-apiserver/unpack.sh ] ||
-            { echo "demo-node.sh: give ASSETS (a directory with kube-apiserver, kubelet, ...)" >&2; exit 2; }
-        ../shared/kube-apiserver/unpack.sh "$PWD/$build/k8s-assets" >/dev/null
-        assets=$PWD/$build/k8s-assets/v1.24.0
-    fi
+    assets=$(tests/node/assets.sh "$build" "$assets") || exit 2
     scripts/build-image.sh "$build" 2>/dev/null || exit 1
     echo "starting a single-node cluster (about 20 s) ..."
     K8SLEASE_NODE_ASSETS=$assets exec tests/node/cluster.sh --images "$build/image" \

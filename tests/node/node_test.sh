@@ -106,11 +106,32 @@ test_crash() {
     holder_is cf cf-b || fail "holder is $(holder cf), not cf-b"
 }
 
+# seed_fault SIGNAL LEADER FOLLOWER REPORT WHAT: once LEADER's record is
+# in Lease sd and FOLLOWER runs, send SIGNAL to LEADER's process (KILL, or
+# USR1: it allocates until the OOM killer ends it); FOLLOWER must lead on
+# the kubelet's report (REPORT in the Pod's state), not by expiry.
+seed_fault() {
+    local sig=$1 leader=$2 follower=$3 report=$4 what=$5 pid t report_us elected_us
+    wait_until 10 "a record of $leader" record_is sd pod "$leader"
+    wait_until 60 "$follower running" running "$follower"
+    after_verified sd
+    wait_until 60 "$leader running" running "$leader"
+    pid=$(container_pid "$leader") || fail "no pid of $leader's container"
+    t=$(now_us)
+    kill "-$sig" "$pid" || fail "kill -$sig $pid"
+    wait_until 12 "$follower elected after the $what" holder_is sd "$follower"
+    report_us=$(first_after pods "$t" "pod=$leader .*$report")
+    elected_us=$(first_after lease "$t" "spec=$follower,")
+    [ -n "$report_us" ] || fail "no $report report of $leader"
+    [ -n "$elected_us" ] || fail "no election seen after the $what"
+    echo "figure: seed ABI, $what: report $(ms "$report_us - $t") ms, elected $(ms "$elected_us - $t") ms after the signal"
+    [ $((elected_us - t)) -lt 10000000 ] || fail "led $(ms "$elected_us - $t") ms after the $what: by expiry"
+}
+
 # The seed ABI (K8SLEASE_CRASH_FAILOVER=1), in a C program of the test
 # image as Mooncake's master drives it: SIGKILL, then an OOM kill under a
 # memory limit (the program allocates on SIGUSR1).
 test_seed() {
-    local kill_us report_us elected_us pid
     make_namespace
     observe lease lease lease --field-selector metadata.name=sd
     observe pods pod pods -l k8slease-test=1
@@ -123,34 +144,9 @@ test_seed() {
     leader=$(holder sd)
     follower=sd-a
     [ "$leader" = sd-a ] && follower=sd-b
-    wait_until 10 "a record of $leader" record_is sd pod "$leader"
-    wait_until 60 "$follower running" running "$follower"
-    after_verified sd
-    wait_until 60 "$leader running" running "$leader"
-    pid=$(container_pid "$leader") || fail "no pid of $leader's container"
-    kill_us=$(now_us)
-    kill -KILL "$pid" || fail "kill $pid"
-    wait_until 12 "$follower elected after the kill" holder_is sd "$follower"
-    report_us=$(first_after pods "$kill_us" "pod=$leader .*terminated")
-    elected_us=$(first_after lease "$kill_us" "spec=$follower,")
-    [ -n "$report_us" ] && [ -n "$elected_us" ] || fail "no report or election seen after the kill"
-    echo "figure: seed ABI, SIGKILL: report $(ms "$report_us - $kill_us") ms, elected $(ms "$elected_us - $kill_us") ms after the kill"
-    [ $((elected_us - kill_us)) -lt 10000000 ] || fail "led $(ms "$elected_us - $kill_us") ms after the kill: by expiry"
-
+    seed_fault KILL "$leader" "$follower" terminated SIGKILL
     # Now the new leader runs out of memory.
-    wait_until 10 "a record of $follower" record_is sd pod "$follower"
-    after_verified sd
-    wait_until 60 "$leader running again" running "$leader"
-    pid=$(container_pid "$follower") || fail "no pid of $follower's container"
-    kill_us=$(now_us)
-    kill -USR1 "$pid" || fail "kill -USR1 $pid"
-    wait_until 12 "$leader elected after the OOM kill" holder_is sd "$leader"
-    report_us=$(first_after pods "$kill_us" "pod=$follower .*OOMKilled")
-    elected_us=$(first_after lease "$kill_us" "spec=$leader,")
-    [ -n "$report_us" ] || fail "no OOMKilled report of $follower"
-    [ -n "$elected_us" ] || fail "no election seen after the OOM kill"
-    echo "figure: seed ABI, OOM kill: report $(ms "$report_us - $kill_us") ms, elected $(ms "$elected_us - $kill_us") ms after SIGUSR1"
-    [ $((elected_us - kill_us)) -lt 10000000 ] || fail "led $(ms "$elected_us - $kill_us") ms after the OOM: by expiry"
+    seed_fault USR1 "$follower" "$leader" OOMKilled "OOM kill"
 }
 
 # The kubelet frozen, then the leader SIGKILLed: nobody reports the crash,
