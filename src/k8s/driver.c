@@ -40,7 +40,7 @@ typedef struct k8s_elector {
     int64_t request_timeout_ms;
 
     /* Loop thread only. */
-    kl__elector sm;
+    kl__k8s_election sm;
     /* The newest Lease object seen, as JSON text: the base of every UPDATE
      * (spliced, k8s/codec.h). Text costs about a tenth of a parsed jansson
      * tree, which matters at thousands of elections. */
@@ -50,7 +50,7 @@ typedef struct k8s_elector {
     kl__rv_gate gate_at_start; /* gate when the request in flight started */
     kl__sub *sub;              /* the shared watch; NULL with poll_only */
     kl__http_req *req;         /* request in flight, if any */
-    kl__elector_req req_kind;
+    kl__k8s_req req_kind;
     int64_t req_started; /* monotonic ns */
     int req_renewal;     /* the UPDATE in flight renews our term */
     kl__timer timer;
@@ -67,7 +67,7 @@ typedef struct k8s_elector {
     int done_waits; /* the machine is DONE; report it when the candidate is gone */
     /* A release request held until then, or until the threads that waited
      * in wait_lost when the term ended have returned (resume_deferred). */
-    kl__elector_action deferred;
+    kl__k8s_election_action deferred;
     int have_deferred;
 
     kl__crash *crash; /* crash failover, NULL when off */
@@ -75,11 +75,11 @@ typedef struct k8s_elector {
 
 #define LEASE_WHAT "lease "
 
-static void run(k8s_elector *e, const kl__elector_event *ev);
+static void run(k8s_elector *e, const kl__k8s_election_event *ev);
 
 static void on_timer(kl__timer *t, void *arg)
 {
-    kl__elector_event ev = {.type = KL_EV_TIMER};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_TIMER};
 
     (void)t;
     run(arg, &ev);
@@ -106,9 +106,9 @@ static void count(k8s_elector *e, const kl__http_result *res, int status)
 
     pthread_mutex_lock(&e->pub.mu);
     st->requests++;
-    if (e->req_kind == KL_REQ_GET)
+    if (e->req_kind == KL_KE_REQ_GET)
         st->gets++;
-    else if (e->req_kind == KL_REQ_CREATE)
+    else if (e->req_kind == KL_KE_REQ_CREATE)
         st->creates++;
     else
         st->updates++;
@@ -118,10 +118,10 @@ static void count(k8s_elector *e, const kl__http_result *res, int status)
         st->conflicts++;
     else if (res->status >= 500)
         st->http_5xx++;
-    else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_REQ_GET))
+    else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_KE_REQ_GET))
         st->http_4xx++;
     /* Acquisitions and renewals; not the write that releases the Lease. */
-    if (status == 0 && e->req_kind != KL_REQ_GET && e->sm.state != KL_EL_RELEASING)
+    if (status == 0 && e->req_kind != KL_KE_REQ_GET && e->sm.state != KL_KE_RELEASING)
         st->last_renew_ns = e->req_started;
     if (status == 0 && e->req_renewal)
         kl__elector_count_renewal(st, e->req_started, took);
@@ -132,9 +132,9 @@ static void count(k8s_elector *e, const kl__http_result *res, int status)
  * server read it before the change the event reported): answer with the
  * newer state instead, so the machine never steps back. */
 static int newer_than_get(k8s_elector *e, const kl__log_about *req, kl__lease *got,
-                          kl__lease **newer, kl__elector_event *ev)
+                          kl__lease **newer, kl__k8s_election_event *ev)
 {
-    if (e->req_kind != KL_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
+    if (e->req_kind != KL_KE_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
         return 0;
     if (e->absent) {
         ev->status = K8SLEASE_ENOTFOUND;
@@ -172,12 +172,12 @@ static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
 static void on_result(const kl__http_result *res, void *arg)
 {
     k8s_elector *e = arg;
-    kl__elector_event ev = {.type = KL_EV_RESULT};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_RESULT};
     kl__lease *lease = NULL, *newer = NULL;
     char what[400];
-    const char *verb = e->req_kind == KL_REQ_GET      ? "get"
-                       : e->req_kind == KL_REQ_CREATE ? "create"
-                                                      : "update";
+    const char *verb = e->req_kind == KL_KE_REQ_GET      ? "get"
+                       : e->req_kind == KL_KE_REQ_CREATE ? "create"
+                                                         : "update";
     kl__log_about req = {what, e->pub.about.subject, KL_LOG_REQUEST, NULL};
 
     e->req = NULL;
@@ -185,7 +185,7 @@ static void on_result(const kl__http_result *res, void *arg)
     ev.status = kl__lease_result(res, what, &lease);
     count(e, res, ev.status);
     /* Our own write: holder reads of this client see it from now on. */
-    if (ev.status == 0 && e->req_kind != KL_REQ_GET)
+    if (ev.status == 0 && e->req_kind != KL_KE_REQ_GET)
         kl__holders_note(e->pub.client->holders, lease);
     if (ev.status == 0)
         check_rv_went_back(e, lease);
@@ -211,7 +211,7 @@ static void on_result(const kl__http_result *res, void *arg)
         ev.preferred_holder = lease->preferred_holder;
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "ok, holder \"%s\" rv %s",
                    lease->spec.holder ? lease->spec.holder : "", lease->rv);
-    } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
+    } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_KE_REQ_GET) {
         set_absent(e);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "not found");
     } else {
@@ -220,7 +220,7 @@ static void on_result(const kl__http_result *res, void *arg)
                    "%s", kl__after_prefix(kl__error_get(), what));
     }
     kl__elector_report_request(&e->pub, verb, ev.status, kl__after_prefix(kl__error_get(), what));
-    if (ev.status == 0 && e->req_kind == KL_REQ_UPDATE && e->sm.state == KL_EL_RELEASING &&
+    if (ev.status == 0 && e->req_kind == KL_KE_REQ_UPDATE && e->sm.state == KL_KE_RELEASING &&
         (!lease->spec.holder || !lease->spec.holder[0]))
         kl__elector_report_released(&e->pub, lease->spec.transitions);
     run(e, &ev);
@@ -234,13 +234,13 @@ static void on_result(const kl__http_result *res, void *arg)
 static void on_watch(const kl__sub_event *sev, void *arg)
 {
     k8s_elector *e = arg;
-    kl__elector_event ev = {.type = KL_EV_OBSERVE};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_OBSERVE};
 
     if (sev->type == KL_SUB_HEALTH) {
         pthread_mutex_lock(&e->pub.mu);
         e->pub.stats.watch_healthy = sev->healthy;
         pthread_mutex_unlock(&e->pub.mu);
-        ev.type = KL_EV_WATCH;
+        ev.type = KL_KE_EV_WATCH;
         ev.healthy = sev->healthy;
         run(e, &ev);
         return;
@@ -280,7 +280,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
 static void on_holder_ended(const char *holder, int64_t epoch, void *arg)
 {
     kl__lease_spec spec = {holder, 0, 0, 0, epoch};
-    kl__elector_event ev = {.type = KL_EV_HOLDER_ENDED, .spec = &spec};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_HOLDER_ENDED, .spec = &spec};
 
     run(arg, &ev);
 }
@@ -289,7 +289,7 @@ static void on_holder_ended(const char *holder, int64_t epoch, void *arg)
  * later loop turn so the state machine is never re-entered. */
 static void on_failed(kl__timer *t, void *arg)
 {
-    kl__elector_event ev = {.type = KL_EV_RESULT, .status = K8SLEASE_ENOMEM};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_RESULT, .status = K8SLEASE_ENOMEM};
 
     (void)t;
     run(arg, &ev);
@@ -349,7 +349,7 @@ static char *create_body(const k8s_elector *e, const kl__lease_spec *spec)
     return body;
 }
 
-static void start_request(k8s_elector *e, const kl__elector_action *a)
+static void start_request(k8s_elector *e, const kl__k8s_election_action *a)
 {
     kl__http_opts req = {0};
     char *body = NULL;
@@ -360,35 +360,35 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
      * resourceVersion, so a second copy only gets a conflict nobody sees).
      * Acquisitions are not: a create's copy that answered first with 409
      * would hide the create that won. */
-    if (e->sm.state == KL_EL_LEADING && a->type != KL_ACT_CREATE)
+    if (e->sm.state == KL_KE_LEADING && a->type != KL_KE_ACT_CREATE)
         req.hedge_ms = kl__hedge_ms(e->request_timeout_ms);
     e->req_started = kl__clock_mono_ns();
-    e->req_renewal = a->type == KL_ACT_UPDATE && e->sm.state == KL_EL_LEADING;
-    if (a->type == KL_ACT_GET && e->sm.state == KL_EL_LEADING) {
+    e->req_renewal = a->type == KL_KE_ACT_UPDATE && e->sm.state == KL_KE_LEADING;
+    if (a->type == KL_KE_ACT_GET && e->sm.state == KL_KE_LEADING) {
         pthread_mutex_lock(&e->pub.mu);
         e->pub.stats.slow_path++;
         pthread_mutex_unlock(&e->pub.mu);
     }
     switch (a->type) {
-    case KL_ACT_GET:
+    case KL_KE_ACT_GET:
         req.method = "GET";
         req.path = e->path;
-        e->req_kind = KL_REQ_GET;
+        e->req_kind = KL_KE_REQ_GET;
         break;
-    case KL_ACT_CREATE:
+    case KL_KE_ACT_CREATE:
         req.method = "POST";
         req.path = e->collection;
         body = create_body(e, &a->spec);
-        e->req_kind = KL_REQ_CREATE;
+        e->req_kind = KL_KE_REQ_CREATE;
         break;
     default:
         req.method = "PUT";
         req.path = e->path;
         body = update_body(e, &a->spec);
-        e->req_kind = KL_REQ_UPDATE;
+        e->req_kind = KL_KE_REQ_UPDATE;
         break;
     }
-    if (a->type != KL_ACT_GET) {
+    if (a->type != KL_KE_ACT_GET) {
         if (!body)
             goto fail;
         req.content_type = "application/json";
@@ -441,7 +441,7 @@ static void resume_deferred(k8s_elector *e)
 {
     if (!e->have_deferred)
         return;
-    if (e->sm.state == KL_EL_DONE) {
+    if (e->sm.state == KL_KE_DONE) {
         e->have_deferred = 0;
         return;
     }
@@ -494,7 +494,7 @@ static void finish(k8s_elector *e)
 static void on_candidate_fatal(const char *message, void *arg)
 {
     k8s_elector *e = arg;
-    kl__elector_event ev = {.type = KL_EV_STOP, .release = e->pub.opts.release_on_cancel};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_STOP, .release = e->pub.opts.release_on_cancel};
 
     kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->pub.about, "%s", message);
     kl__elector_report_error(&e->pub, message);
@@ -502,51 +502,51 @@ static void on_candidate_fatal(const char *message, void *arg)
     run(e, &ev);
 }
 
-static void exec_action(k8s_elector *e, const kl__elector_action *a)
+static void exec_action(k8s_elector *e, const kl__k8s_election_action *a)
 {
     switch (a->type) {
-    case KL_ACT_GET:
-    case KL_ACT_CREATE:
-    case KL_ACT_UPDATE:
-        if (e->sm.state == KL_EL_RELEASING && release_held(e)) {
+    case KL_KE_ACT_GET:
+    case KL_KE_ACT_CREATE:
+    case KL_KE_ACT_UPDATE:
+        if (e->sm.state == KL_KE_RELEASING && release_held(e)) {
             e->deferred = *a; /* the machine waits for its answer: one at most */
             e->have_deferred = 1;
         } else {
             start_request(e, a);
         }
         break;
-    case KL_ACT_STARTED:
-        kl__elector_report_started(&e->pub, a->epoch, kl__elector_leader_deadline(&e->sm));
+    case KL_KE_ACT_STARTED:
+        kl__elector_report_started(&e->pub, a->epoch, kl__k8s_election_leader_deadline(&e->sm));
         break;
-    case KL_ACT_STOPPED:
+    case KL_KE_ACT_STOPPED:
         kl__elector_report_stopped(&e->pub);
         stop_candidate(e);
         break;
-    case KL_ACT_NEW_LEADER:
+    case KL_KE_ACT_NEW_LEADER:
         kl__elector_report_new_leader(&e->pub, a->identity, a->epoch);
         break;
-    case KL_ACT_DONE:
+    case KL_KE_ACT_DONE:
         finish(e);
         break;
     }
 }
 
 /* Feed one event to the state machine and carry out what it says. */
-static void run(k8s_elector *e, const kl__elector_event *ev)
+static void run(k8s_elector *e, const kl__k8s_election_event *ev)
 {
-    kl__elector_actions acts;
+    kl__k8s_election_actions acts;
     int64_t at;
 
-    if (e->sm.state == KL_EL_DONE)
+    if (e->sm.state == KL_KE_DONE)
         return;
-    kl__elector_step(&e->sm, ev, kl__clock_mono_ns(), kl__clock_wall_us(), &acts);
+    kl__k8s_election_step(&e->sm, ev, kl__clock_mono_ns(), kl__clock_wall_us(), &acts);
     for (int i = 0; i < acts.n; i++)
         exec_action(e, &acts.a[i]);
-    if (e->sm.state == KL_EL_DONE)
+    if (e->sm.state == KL_KE_DONE)
         return;
-    if (e->sm.state == KL_EL_LEADING)
-        kl__elector_report_deadline(&e->pub, kl__elector_leader_deadline(&e->sm));
-    at = kl__elector_timer(&e->sm);
+    if (e->sm.state == KL_KE_LEADING)
+        kl__elector_report_deadline(&e->pub, kl__k8s_election_leader_deadline(&e->sm));
+    at = kl__k8s_election_timer(&e->sm);
     if (at == INT64_MAX)
         kl__timer_cancel(e->pub.client->loop, &e->timer);
     else
@@ -556,10 +556,10 @@ static void run(k8s_elector *e, const kl__elector_event *ev)
 static void start(k8slease_elector *pub)
 {
     k8s_elector *e = (k8s_elector *)pub;
-    kl__elector_event ev = {.type = KL_EV_START};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_START};
 
     kl__loop_set_dead_timeout(e->pub.client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
-    if (!e->pub.opts.poll_only && e->sm.state == KL_EL_IDLE &&
+    if (!e->pub.opts.poll_only && e->sm.state == KL_KE_IDLE &&
         !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
                                  on_watch, e)))
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
@@ -578,7 +578,7 @@ static void start(k8slease_elector *pub)
 
 static void stop(k8slease_elector *pub, int release)
 {
-    kl__elector_event ev = {.type = KL_EV_STOP, .release = release};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_STOP, .release = release};
     k8s_elector *e = (k8s_elector *)pub;
 
     /* The candidate goes first, so that the controller, seeing the Lease
@@ -706,7 +706,7 @@ static int new_crash(k8s_elector *e, const char *ns, const k8slease_elector_opti
 static int create(k8slease_elector **out, k8slease_client *client,
                   const k8slease_elector_options *opts)
 {
-    kl__elector_config cfg = {0};
+    kl__k8s_election_config cfg = {0};
     k8s_elector *e = NULL;
     const char *ns;
     int64_t ld, rd, rp;
@@ -763,7 +763,7 @@ static int create(k8slease_elector **out, k8slease_client *client,
     cfg.seed = kl__elector_seed(e);
     cfg.poll_only = opts->poll_only != 0;
     cfg.coordinated = opts->coordinated != 0;
-    if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
+    if ((err = kl__k8s_election_init(&e->sm, &cfg)) < 0)
         goto out;
     if (opts->coordinated && (err = new_candidate(e, ns, opts, rp)) < 0)
         goto out;
