@@ -1285,8 +1285,8 @@ static int sync_leader(k8slease_client *client, const prefix *p, const char *wha
 
     if (!body)
         return kl__error_wrap(K8SLEASE_ENOMEM, "%s", what);
-    if ((err = kl__etcd_sync(client->etcd, "/v3/kv/range", body, ms_left(deadline), &resp, &len)) <
-            0 ||
+    if ((err = kl__etcd_sync(kl__etcd_of(client), "/v3/kv/range", body, ms_left(deadline), &resp,
+                             &len)) < 0 ||
         (err = kl__etcd_parse_range(r, resp, len)) < 0)
         kl__error_wrap(err, "%s", what);
     kl__free(resp);
@@ -1327,8 +1327,8 @@ int kl__etcd_holder_get(k8slease_client *client, const char *name, int64_t timeo
     h->epoch = kv->create_revision;
     /* The TTL is a detail: a failure to read it leaves 0 (as "absent"). */
     if (kv->lease != 0 && (body = kl__etcd_encode_timetolive(kv->lease, 0)) &&
-        kl__etcd_sync(client->etcd, "/v3/lease/timetolive", body, ms_left(deadline), &resp, &len) ==
-            0 &&
+        kl__etcd_sync(kl__etcd_of(client), "/v3/lease/timetolive", body, ms_left(deadline), &resp,
+                      &len) == 0 &&
         kl__etcd_parse_timetolive(&ttl, resp, len) == 0)
         h->lease_duration_s = ttl.granted_ttl > 0 ? ttl.granted_ttl : 0;
     *out = h;
@@ -1387,7 +1387,7 @@ int kl__etcd_lease_release(k8slease_client *client, const char *name, const char
         err = kl__error_wrap(K8SLEASE_ENOMEM, "%s", what);
         goto out;
     }
-    err = kl__etcd_sync(client->etcd, path, body, ms_left(deadline), &resp, &len);
+    err = kl__etcd_sync(kl__etcd_of(client), path, body, ms_left(deadline), &resp, &len);
     if (err == K8SLEASE_ENOTFOUND) {
         err = 0; /* the lease expired in between: released all the same */
     } else if (err < 0) {
@@ -1566,7 +1566,7 @@ int kl__etcd_watch_new(kl__etcd_watch **out, k8slease_client *client, const char
         return err;
     if (!(w = kl__calloc(1, sizeof(*w))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    w->conn = client->etcd;
+    w->conn = kl__etcd_of(client);
     w->loop = client->loop;
     w->log = &client->log;
     snprintf(w->what, sizeof(w->what), "watch etcd election %s", name);
@@ -1620,13 +1620,18 @@ static int check_etcd_file(const char *field, const char *path)
     return 0;
 }
 
-/* etcd: a rest config for the loop (first endpoint, TLS files), the conn. */
+/* etcd: a rest config for the loop (first endpoint, TLS files), the conn
+ * (the client's state). */
 static int client_init(k8slease_client *c, const k8slease_client_options *opts)
 {
+    kl__etcd_conn *conn = NULL;
     char **endpoints = NULL;
     size_t n = 0;
     int err;
 
+    if (opts->crash_failover)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: crash_failover is "
+                                              "Kubernetes only (a Pod's container statuses)");
     if (opts->kubeconfig || opts->context)
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: kubeconfig and context "
                                               "must be NULL with the etcd backend");
@@ -1660,8 +1665,9 @@ static int client_init(k8slease_client *c, const k8slease_client_options *opts)
                    n == 1 ? "" : "s", endpoints[0]);
     if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
         goto out;
-    err = kl__etcd_conn_new(&c->etcd, c->loop, &c->log, endpoints, n, opts->etcd_username,
+    err = kl__etcd_conn_new(&conn, c->loop, &c->log, endpoints, n, opts->etcd_username,
                             opts->etcd_password);
+    c->state = conn;
 out:
     kl__etcd_endpoints_free(endpoints);
     return err;
@@ -1669,7 +1675,8 @@ out:
 
 static void client_free(k8slease_client *c)
 {
-    kl__etcd_conn_free(c->etcd);
+    kl__etcd_conn_free(kl__etcd_of(c));
+    c->state = NULL;
 }
 
 static int holder_get(k8slease_client *client, const char *ns, const char *name, int64_t timeout_ms,

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/backend.h"
+#include "core/client.h"
 #include "core/common.h"
 #include "etcd/codec.h"
 #include "core/http.h"
@@ -27,6 +28,12 @@ typedef struct kl__etcd_watch kl__etcd_watch;
 /* The backend (core/backend.h) and its elector (etcd/driver.c). */
 extern const kl__backend kl__etcd_backend;
 extern const kl__elector_backend kl__etcd_elector_backend;
+
+/* The state of c, a client of the etcd backend: its conn. */
+static inline kl__etcd_conn *kl__etcd_of(const k8slease_client *c)
+{
+    return (kl__etcd_conn *)c->state;
+}
 
 /* Split and check k8slease_client_options.etcd_endpoints: comma-separated
  * URLs "http(s)://host:port" (optional trailing '/', no other path, no

@@ -218,8 +218,8 @@ static void on_result(const kl__etcd_result *res, void *arg)
             break;
         }
         if (status < 0) {
-            snprintf(buf, sizeof(buf), "etcd %s: %s", kl__etcd_conn_endpoint(e->pub.client->etcd),
-                     kl__error_get());
+            snprintf(buf, sizeof(buf), "etcd %s: %s",
+                     kl__etcd_conn_endpoint(kl__etcd_of(e->pub.client)), kl__error_get());
             errmsg = buf;
         }
     }
@@ -374,14 +374,14 @@ static void start_request(etcd_elector *e, const kl__etcd_election_action *a)
         (unsigned long long)(a->lease_id ? a->lease_id : e->sm.lease_id),
         (int)(a->key_len > 200 ? 200 : a->key_len), a->key ? a->key : "", (long long)a->revision);
     if (a->type == KL_EE_ACT_WATCH_KEY) {
-        if ((ch->stream = kl__etcd_stream_start(e->pub.client->etcd, &wr, &e->sopts, on_watch_msg,
-                                                on_watch_end, ch)))
+        if ((ch->stream = kl__etcd_stream_start(kl__etcd_of(e->pub.client), &wr, &e->sopts,
+                                                on_watch_msg, on_watch_end, ch)))
             return;
     } else if (body) {
         o.body = body;
         o.body_len = strlen(body);
         o.timeout_ms = e->request_timeout_ms;
-        ch->call = kl__etcd_call_start(e->pub.client->etcd, &o, on_result, ch);
+        ch->call = kl__etcd_call_start(kl__etcd_of(e->pub.client), &o, on_result, ch);
         kl__free(body);
         if (ch->call)
             return;

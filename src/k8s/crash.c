@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/client.h"
+#include "k8s/client.h"
 #include "core/clock.h"
 #include "core/http.h"
 #include "k8s/api.h"
@@ -492,8 +493,8 @@ void kl__crash_observe(kl__crash *c, const kl__lease *lease)
     kl__sub_stop(c->sub);
     kl__pod_free(c->last);
     c->last = NULL;
-    c->sub =
-        kl__sub_start(c->client->pod_informer, r.pod_ns, r.pod, c->cfg.retry_period_ns, on_pod, c);
+    c->sub = kl__sub_start(kl__k8s_of(c->client)->pod_informer, r.pod_ns, r.pod,
+                           c->cfg.retry_period_ns, on_pod, c);
     if (!c->sub)
         kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
                    "crash failover: cannot watch pod %s/%s: %s; the Lease's expiry rules", r.pod_ns,

@@ -186,7 +186,7 @@ static void on_result(const kl__http_result *res, void *arg)
     count(e, res, ev.status);
     /* Our own write: holder reads of this client see it from now on. */
     if (ev.status == 0 && e->req_kind != KL_KE_REQ_GET)
-        kl__holders_note(e->pub.client->holders, lease);
+        kl__holders_note(kl__k8s_of(e->pub.client)->holders, lease);
     if (ev.status == 0)
         check_rv_went_back(e, lease);
     if (ev.status == 0 && newer_than_get(e, &req, lease, &newer, &ev)) {
@@ -560,8 +560,8 @@ static void start(k8slease_elector *pub)
 
     kl__loop_set_dead_timeout(e->pub.client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
     if (!e->pub.opts.poll_only && e->sm.state == KL_KE_IDLE &&
-        !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
-                                 on_watch, e)))
+        !(e->sub = kl__sub_start(kl__k8s_of(e->pub.client)->informer, e->ns, e->name,
+                                 e->sm.cfg.retry_period_ns, on_watch, e)))
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
                    "%s; polling without a watch", kl__error_get());
     if (e->cand)

@@ -12,6 +12,7 @@
 #include <cmocka.h>
 
 #include "core/client.h"
+#include "k8s/client.h"
 #include "core/common.h"
 #include "e2e.h"
 #include "k8s/holders.h"
@@ -523,7 +524,7 @@ static void holder_reads_answered_from_watch(void **state)
         fail_msg("standby client: %s", k8slease_error_last());
     a = start(name, "a", 1);
     ea = elected(a);
-    kl__holders_counts(standby->holders, &hits0, &misses0);
+    kl__holders_counts(kl__k8s_of(standby)->holders, &hits0, &misses0);
     gets0 = lease_gets();
     sent0 = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST);
     /* 40 reads 50 ms apart: 2 s, 4 of the leader's renewals. */
@@ -537,7 +538,7 @@ static void holder_reads_answered_from_watch(void **state)
         assert_false(h->expired);
         assert_true(h->resource_version[0] != '\0');
         k8slease_holder_free(h);
-        kl__holders_counts(standby->holders, &hits, &misses);
+        kl__holders_counts(kl__k8s_of(standby)->holders, &hits, &misses);
         if (first_hit < 0 && hits > hits0)
             first_hit = i;
         /* Once answered from the watch, always: the stream stays healthy. */
@@ -547,7 +548,7 @@ static void holder_reads_answered_from_watch(void **state)
     }
     gets = gets0 < 0 ? -1 : lease_gets() - gets0;
     sent = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST) - sent0;
-    kl__holders_counts(standby->holders, &hits, &misses);
+    kl__holders_counts(kl__k8s_of(standby)->holders, &hits, &misses);
     printf("40 reads: %llu from the watch, %llu GETs (first from the watch: read %lld); the "
            "standby sent %d GETs, the server counted %ld of every client\n",
            (unsigned long long)(hits - hits0), (unsigned long long)(misses - misses0),
@@ -578,7 +579,7 @@ static void holder_reads_answered_from_watch(void **state)
     assert_int_equal(e2e_api("DELETE", path, NULL, &status, NULL), 0);
     assert_int_equal(status, 200);
     poll_until(standby, name, NULL);
-    kl__holders_counts(standby->holders, &hits, &misses);
+    kl__holders_counts(kl__k8s_of(standby)->holders, &hits, &misses);
     assert_true(hits > hits0 + 30);
     k8slease_client_free(standby);
 }
@@ -597,11 +598,11 @@ static void holder_read_after_own_write(void **state)
     a = start(name, "a", 1);
     elected(a);
     /* Until a read is answered from the watch. */
-    kl__holders_counts(client->holders, &hits0, &misses0);
+    kl__holders_counts(kl__k8s_of(client)->holders, &hits0, &misses0);
     end = now_ms() + WAIT_MS;
     do {
         k8slease_holder_free(holder(name));
-        kl__holders_counts(client->holders, &hits, &misses);
+        kl__holders_counts(kl__k8s_of(client)->holders, &hits, &misses);
         if (now_ms() > end)
             fail_msg("no read of %s answered from its watch within %d ms", name, WAIT_MS);
     } while (hits == hits0 && (pause_ms(20), 1));
@@ -623,15 +624,15 @@ static void holder_reads_stop_when_idle(void **state)
 
     (void)state;
     assert_int_equal(e2e_setup(&c), 0);
-    kl__holders_set_idle(c->holders, 300 * 1000000LL);
+    kl__holders_set_idle(kl__k8s_of(c)->holders, 300 * 1000000LL);
     a = start(name, "a", 1);
     elected(a);
     for (int round = 0; round < 2; round++) {
         poll_until(c, name, "a");
         poll_until(c, name, "a");
-        assert_int_equal(kl__holders_following(c->holders), 1);
+        assert_int_equal(kl__holders_following(kl__k8s_of(c)->holders), 1);
         end = now_ms() + WAIT_MS;
-        while (kl__holders_following(c->holders) != 0) {
+        while (kl__holders_following(kl__k8s_of(c)->holders) != 0) {
             if (now_ms() > end)
                 fail_msg("still following %s %d ms after the last read (idle 300 ms)", name,
                          WAIT_MS);
@@ -696,7 +697,7 @@ static void holder_reads_out_of_memory(void **state)
         while (!failed && hits == 0 && now_ms() < end) {
             pause_ms(5);
             failed |= oom_read(c, name, n, ++reads) != 0;
-            kl__holders_counts(c->holders, &hits, &misses);
+            kl__holders_counts(kl__k8s_of(c)->holders, &hits, &misses);
         }
         kl__alloc_fail_after(-1);
         if (!failed && hits == 0)

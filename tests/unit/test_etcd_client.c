@@ -488,7 +488,7 @@ static int post(k8slease_client *c, const char *path, const char *body)
 {
     char *out = NULL;
     size_t len = 0;
-    int err = kl__etcd_sync(c->etcd, path, body, 2000, &out, &len);
+    int err = kl__etcd_sync(kl__etcd_of(c), path, body, 2000, &out, &len);
 
     if (err == 0)
         assert_non_null(out);
@@ -553,10 +553,10 @@ static void failover_on_refused_connection(void **state)
     snprintf(first, sizeof(first), "http://127.0.0.1:%d", kl_test_closed_port());
     snprintf(eps, sizeof(eps), "%s,%s", first, f->http.url);
     c = client_new(eps, NULL, NULL);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), first);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), first);
     /* refused: never sent, so tried at once on the next endpoint */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), f->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), f->http.url);
     snprintf(want, sizeof(want), "etcd: %s failed (connect: ", first);
     assert_true(log_has(want));
     snprintf(want, sizeof(want), "; trying %s", f->http.url);
@@ -587,14 +587,14 @@ static void failover_on_unavailable(void **state)
      * by a member that lost its leader) and the next one goes elsewhere */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_ETRANSPORT);
     assert_non_null(strstr(k8slease_error_last(), "no leader (HTTP 503, gRPC code 14)"));
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), b->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), b->http.url);
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
     assert_int_equal(fake_count(b, "/v3/kv/range"), 1);
     /* round robin: b failing sends us back to a */
     b->unavailable = 1;
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_ETRANSPORT);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), a->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), a->http.url);
     k8slease_client_free(c);
     fake_stop(a);
     fake_stop(b);
@@ -756,7 +756,7 @@ static void st_start(void *arg)
     stream_test *t = arg;
     kl__etcd_watch_req wr = {.key = "samples/election/", .key_len = 17, .start_revision = 3};
 
-    t->s = kl__etcd_stream_start(t->c->etcd, &wr, t->opts, st_msg, st_end, t);
+    t->s = kl__etcd_stream_start(kl__etcd_of(t->c), &wr, t->opts, st_msg, st_end, t);
     assert_non_null(t->s);
 }
 
@@ -934,7 +934,7 @@ static void stream_probe_without_answer(void **state)
     assert_int_equal(t.created, 2); /* a's, then b's */
     assert_int_equal(t.deletes, 1);
     assert_int_equal(t.ended, 0);
-    assert_string_equal(kl__etcd_conn_endpoint(t.c->etcd), b->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(t.c)), b->http.url);
     assert_int_equal(fake_count(a, "/v3/watch"), 1);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
     assert_int_equal(fake_count(b, "/v3/watch"), 1);
@@ -1037,7 +1037,7 @@ static void stream_follows_the_conn(void **state)
     a->unavailable = 1;
     pthread_mutex_unlock(&a->mu);
     assert_int_equal(post(t.c, "/v3/kv/txn", "{}"), K8SLEASE_ETRANSPORT);
-    assert_string_equal(kl__etcd_conn_endpoint(t.c->etcd), b->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(t.c)), b->http.url);
     assert_int_equal(st_wait(&t, &t.created, 2, WAIT_MS), 2);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 0);
     assert_int_equal(fake_count(b, "/v3/watch"), 1);
