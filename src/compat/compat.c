@@ -474,6 +474,10 @@ static void lg_event(const kl__log_event *ev, void *user_data)
         /* An election's requests: what they mean is in its notes. */
         lg_write(K8SLEASE_LOG_DEBUG, ev->subject, "%s", ev->text);
         break;
+    case KL_LOG_TERM_LOST:
+        /* Its notes say it in the seed's words ("lost leadership"). */
+        lg_write(K8SLEASE_LOG_DEBUG, ev->subject, "%s", ev->message);
+        break;
     case KL_LOG_ELECTION:
         /* What an election says at info level is said in its notes in the
          * words of the seed's users; its warnings and errors as they are. */

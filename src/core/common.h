@@ -99,7 +99,8 @@ typedef enum kl__log_kind {
     KL_LOG_WATCH,           /* the watch of the subject: any other line */
     KL_LOG_WATCH_HEALTHY,   /* the watch of the subject is healthy (again) */
     KL_LOG_WATCH_UNHEALTHY, /* no event or bookmark in time */
-    KL_LOG_WATCH_FAILED     /* the watch failed: error */
+    KL_LOG_WATCH_FAILED,    /* the watch failed: error */
+    KL_LOG_TERM_LOST        /* an election lost its term: why (core/driver.h) */
 } kl__log_kind;
 
 typedef struct kl__log_about {

@@ -18,8 +18,20 @@ int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
                           const char *what_fmt, ...)
 {
-    pthread_condattr_t attr;
     va_list ap;
+    int err;
+
+    va_start(ap, what_fmt);
+    err = kl__elector_head_vinit(e, client, backend, opts, what_fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int kl__elector_head_vinit(k8slease_elector *e, k8slease_client *client,
+                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                           const char *what_fmt, va_list ap)
+{
+    pthread_condattr_t attr;
 
     pthread_mutex_init(&e->mu, NULL);
     pthread_condattr_init(&attr);
@@ -34,12 +46,11 @@ int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
     e->opts.binary_version = e->opts.emulation_version = e->opts.strategy = NULL;
     atomic_init(&e->epoch, -1);
     atomic_init(&e->leader_deadline, 0);
-    kl__timer_init(&e->reap, NULL, e); /* armed only once retired */
+    kl__timer_init(&e->reap, NULL, e);  /* armed only once retired */
+    kl__timer_init(&e->timer, NULL, e); /* the backend sets its callback */
     /* Sized to the text: a fixed buffer would cost every election of
      * thousands the longest name's room. */
-    va_start(ap, what_fmt);
     e->what = kl__vsprintf(what_fmt, ap);
-    va_end(ap);
     e->about.what = e->what;
     e->about.kind = KL_LOG_ELECTION;
     return e->what ? 0 : kl__error_set(K8SLEASE_ENOMEM, "out of memory");
@@ -49,6 +60,7 @@ void kl__elector_head_destroy(k8slease_elector *e)
 {
     if (e->end_reason != end_reason_oom)
         kl__free(e->end_reason);
+    kl__free(e->renewal_error);
     kl__free(e->what);
     pthread_cond_destroy(&e->cv);
     pthread_mutex_destroy(&e->mu);

@@ -12,6 +12,7 @@
 #define KL_CORE_ELECTOR_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -82,6 +83,13 @@ struct k8slease_elector {
     kl__elector_note_cb note_cb;
     void *note_arg;
 
+    /* Loop thread: what the backend's driver keeps here (core/driver.h). */
+    kl__timer timer;          /* the machine's one timer (kl__elector_settle); its
+                                 callback set by the backend */
+    int64_t term_deadline_ms; /* a term with no renewal for this long is lost */
+    int64_t renewal_sent;     /* monotonic ns a renewal in flight was sent; 0: none */
+    char *renewal_error;      /* the last renewal's error since a success; NULL: none */
+
     /* Retired (kl__elector_retire): the loop frees it once DONE. Loop thread. */
     int retired;
     void (*reaped)(void *arg); /* called once it is freed */
@@ -108,6 +116,11 @@ struct kl__elector_backend {
     /* Free (head included, with kl__elector_head_destroy()). Any thread,
      * after detach or when start never ran. Accepts NULL. */
     void (*destroy)(k8slease_elector *e);
+    /* The words of the line that tells a lost term (core/driver.h): what
+     * keeps the term ("renewal", "keepalive"), the deadline it must
+     * succeed within ("renew deadline", "lease TTL": e->term_deadline_ms),
+     * and what KL_TERM_DELETED says ("the Lease was deleted"). */
+    const char *renewal, *deadline, *deleted;
 };
 
 /* Set up the head: copies opts (without its strings), mutex, condition,
@@ -117,6 +130,9 @@ struct kl__elector_backend {
 int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
                           const char *what_fmt, ...) KL_PRINTF(5, 6);
+int kl__elector_head_vinit(k8slease_elector *e, k8slease_client *client,
+                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                           const char *what_fmt, va_list ap) KL_PRINTF(5, 0);
 void kl__elector_head_destroy(k8slease_elector *e);
 
 /* Loop thread, as the backend's machine says: */

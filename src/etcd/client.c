@@ -23,6 +23,7 @@
 #include "core/elector.h"
 #include "etcd/codec.h"
 #include "core/text.h"
+#include "core/timings.h"
 
 #define AUTH_TIMEOUT_MS      10000
 #define SYNC_TIMEOUT_MS      10000
@@ -844,7 +845,7 @@ void kl__etcd_stream_opts_init(kl__etcd_stream_opts *o, int64_t lease_duration_m
                                int64_t renew_deadline_ms, int64_t retry_period_ms)
 {
     o->silence_ms = lease_duration_ms / 3;
-    o->probe_timeout_ms = renew_deadline_ms / 2 > 1000 ? renew_deadline_ms / 2 : 1000;
+    o->probe_timeout_ms = kl__request_timeout_ms(renew_deadline_ms, retry_period_ms);
     o->grace_ms = retry_period_ms;
 }
 

@@ -167,13 +167,15 @@ typedef struct kl__etcd_stream_opts {
  *   silence_ms       = lease_duration / 3 (the keepalive interval: a
  *                      silent stream is checked as often as the lease is
  *                      kept alive)
- *   probe_timeout_ms = renew_deadline / 2, at least 1 s (the timeout of
- *                      every request of an election)
+ *   probe_timeout_ms = the timeout of every request of an election,
+ *                      kl__request_timeout_ms (core/timings.h):
+ *                      (renew_deadline - retry_period) / 2, at least 500 ms
  *   grace_ms         = retry_period
  * A member that hangs under a stream is left within silence_ms +
- * probe_timeout_ms = TTL/3 + max(renew_deadline / 2, 1 s): under 5/6 of
- * the TTL once renew_deadline >= 2 s (it is less than the TTL); 10 s with
- * the defaults (15 s, 10 s, 2 s), 2 s at 3 s, 2 s, 300 ms. */
+ * probe_timeout_ms = TTL/3 + the request timeout, at most 5/6 of the TTL
+ * (the request timeout is at most TTL/2: renew_deadline < TTL, and the
+ * TTL is at least 1 s); 9 s with the defaults (15 s, 10 s, 2 s), 1.85 s
+ * at 3 s, 2 s, 300 ms. */
 void kl__etcd_stream_opts_init(kl__etcd_stream_opts *o, int64_t lease_duration_ms,
                                int64_t renew_deadline_ms, int64_t retry_period_ms);
 

@@ -28,6 +28,7 @@
 #include "k8s/crash.h"
 #include "k8s/election.h"
 #include "k8s/holders.h"
+#include "core/driver.h"
 #include "core/elector.h"
 #include "k8s/informer.h"
 #include "k8s/codec.h"
@@ -52,9 +53,9 @@ typedef struct k8s_elector {
     kl__http_req *req;         /* request in flight, if any */
     kl__k8s_req req_kind;
     int64_t req_started; /* monotonic ns */
+    int req_leading;     /* the request in flight was sent while leading */
     int req_renewal;     /* the UPDATE in flight renews our term */
-    kl__timer timer;
-    kl__timer failed; /* answers a request that could not start */
+    kl__timer failed;    /* answers a request that could not start */
 
     /* Coordinated election: our LeaseCandidate. It is deleted as soon as
      * the term (or the campaign) ends, and the Lease is released only once
@@ -99,33 +100,25 @@ static void set_absent(k8s_elector *e)
     e->absent = 1;
 }
 
-static void count(k8s_elector *e, const kl__http_result *res, int status)
+/* Stats, and the renewal's outcome for the line of a lost term. */
+static void count(k8s_elector *e, const kl__http_result *res, int status, const char *message)
 {
-    k8slease_elector_stats *st = &e->pub.stats;
-    int64_t took = kl__clock_mono_ns() - e->req_started;
+    kl__request_outcome o = {0};
 
-    pthread_mutex_lock(&e->pub.mu);
-    st->requests++;
-    if (e->req_kind == KL_KE_REQ_GET)
-        st->gets++;
-    else if (e->req_kind == KL_KE_REQ_CREATE)
-        st->creates++;
-    else
-        st->updates++;
-    if (res->err)
-        st->transport_errors++;
-    else if (res->status == 409)
-        st->conflicts++;
-    else if (res->status >= 500)
-        st->http_5xx++;
-    else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_KE_REQ_GET))
-        st->http_4xx++;
+    o.kind = e->req_kind == KL_KE_REQ_GET      ? KL_REQUEST_GET
+             : e->req_kind == KL_KE_REQ_CREATE ? KL_REQUEST_CREATE
+                                               : KL_REQUEST_UPDATE;
+    o.started_ns = e->req_started;
+    o.transport_error = res->err != 0;
+    o.http_status = res->err ? 0 : res->status;
+    o.expected = res->status == 404 && e->req_kind == KL_KE_REQ_GET;
+    o.conflict = !res->err && res->status == 409;
+    o.renewing = e->req_leading;
     /* Acquisitions and renewals; not the write that releases the Lease. */
-    if (status == 0 && e->req_kind != KL_KE_REQ_GET && e->sm.state != KL_KE_RELEASING)
-        st->last_renew_ns = e->req_started;
-    if (status == 0 && e->req_renewal)
-        kl__elector_count_renewal(st, e->req_started, took);
-    pthread_mutex_unlock(&e->pub.mu);
+    o.held = status == 0 && e->req_kind != KL_KE_REQ_GET && e->sm.state != KL_KE_RELEASING;
+    o.renewal = status == 0 && e->req_renewal;
+    o.error = status < 0 && !o.expected ? message : NULL;
+    kl__elector_count_request(&e->pub, &o);
 }
 
 /* A GET answered with an older state than the watch already showed (the
@@ -183,7 +176,7 @@ static void on_result(const kl__http_result *res, void *arg)
     e->req = NULL;
     snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
     ev.status = kl__lease_result(res, what, &lease);
-    count(e, res, ev.status);
+    count(e, res, ev.status, kl__after_prefix(kl__error_get(), what));
     /* Our own write: holder reads of this client see it from now on. */
     if (ev.status == 0 && e->req_kind != KL_KE_REQ_GET)
         kl__holders_note(kl__k8s_of(e->pub.client)->holders, lease);
@@ -237,9 +230,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
     kl__k8s_election_event ev = {.type = KL_KE_EV_OBSERVE};
 
     if (sev->type == KL_SUB_HEALTH) {
-        pthread_mutex_lock(&e->pub.mu);
-        e->pub.stats.watch_healthy = sev->healthy;
-        pthread_mutex_unlock(&e->pub.mu);
+        kl__elector_watch_healthy(&e->pub, sev->healthy);
         ev.type = KL_KE_EV_WATCH;
         ev.healthy = sev->healthy;
         run(e, &ev);
@@ -267,9 +258,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->pub.about,
                    "watch: no lease (rv %s)", sev->rv);
     }
-    pthread_mutex_lock(&e->pub.mu);
-    e->pub.stats.watch_events++;
-    pthread_mutex_unlock(&e->pub.mu);
+    kl__elector_watch_events(&e->pub, 1);
     run(e, &ev);
     if (e->crash && sev->type == KL_SUB_LEASE)
         kl__crash_observe(e->crash, sev->lease);
@@ -363,7 +352,10 @@ static void start_request(k8s_elector *e, const kl__k8s_election_action *a)
     if (e->sm.state == KL_KE_LEADING && a->type != KL_KE_ACT_CREATE)
         req.hedge_ms = kl__hedge_ms(e->request_timeout_ms);
     e->req_started = kl__clock_mono_ns();
-    e->req_renewal = a->type == KL_KE_ACT_UPDATE && e->sm.state == KL_KE_LEADING;
+    e->req_leading = e->sm.state == KL_KE_LEADING;
+    e->req_renewal = a->type == KL_KE_ACT_UPDATE && e->req_leading;
+    if (e->req_leading)
+        kl__elector_renewal_sent(&e->pub, e->req_started);
     if (a->type == KL_KE_ACT_GET && e->sm.state == KL_KE_LEADING) {
         pthread_mutex_lock(&e->pub.mu);
         e->pub.stats.slow_path++;
@@ -410,7 +402,7 @@ fail:
 /* Cancel the Lease side: timers, the request in flight, the watch. */
 static void detach_lease(k8s_elector *e)
 {
-    kl__timer_cancel(e->pub.client->loop, &e->timer);
+    kl__timer_cancel(e->pub.client->loop, &e->pub.timer);
     kl__timer_cancel(e->pub.client->loop, &e->failed);
     kl__http_cancel(e->pub.client->loop, e->req);
     e->req = NULL;
@@ -519,7 +511,7 @@ static void exec_action(k8s_elector *e, const kl__k8s_election_action *a)
         kl__elector_report_started(&e->pub, a->epoch, kl__k8s_election_leader_deadline(&e->sm));
         break;
     case KL_KE_ACT_STOPPED:
-        kl__elector_report_stopped(&e->pub);
+        kl__elector_report_term_end(&e->pub, a->end, a->identity, a->epoch);
         stop_candidate(e);
         break;
     case KL_KE_ACT_NEW_LEADER:
@@ -535,22 +527,15 @@ static void exec_action(k8s_elector *e, const kl__k8s_election_action *a)
 static void run(k8s_elector *e, const kl__k8s_election_event *ev)
 {
     kl__k8s_election_actions acts;
-    int64_t at;
 
     if (e->sm.state == KL_KE_DONE)
         return;
     kl__k8s_election_step(&e->sm, ev, kl__clock_mono_ns(), kl__clock_wall_us(), &acts);
     for (int i = 0; i < acts.n; i++)
         exec_action(e, &acts.a[i]);
-    if (e->sm.state == KL_KE_DONE)
-        return;
-    if (e->sm.state == KL_KE_LEADING)
-        kl__elector_report_deadline(&e->pub, kl__k8s_election_leader_deadline(&e->sm));
-    at = kl__k8s_election_timer(&e->sm);
-    if (at == INT64_MAX)
-        kl__timer_cancel(e->pub.client->loop, &e->timer);
-    else
-        kl__timer_arm(e->pub.client->loop, &e->timer, at);
+    if (e->sm.state != KL_KE_DONE)
+        kl__elector_settle(&e->pub, kl__k8s_election_leader_deadline(&e->sm),
+                           kl__k8s_election_timer(&e->sm));
 }
 
 static void start(k8slease_elector *pub)
@@ -707,9 +692,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
                   const k8slease_elector_options *opts)
 {
     kl__k8s_election_config cfg = {0};
-    k8s_elector *e = NULL;
+    kl__elector_timings t;
+    k8slease_elector *pub = NULL;
+    k8s_elector *e;
     const char *ns;
-    int64_t ld, rd, rp;
     int err;
 
     ns = opts->ns ? opts->ns : client->cfg->ns;
@@ -721,24 +707,15 @@ static int create(k8slease_elector **out, k8slease_client *client,
         return kl__error_set(K8SLEASE_EINVAL,
                              "identity is not valid UTF-8 (a Lease's holderIdentity is a JSON "
                              "string)");
-    ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
-    rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
-    rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;
-    if (ld < 0 || rd < 0 || rp < 0)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "durations must be positive (lease_duration %lld ms, renew_deadline "
-                             "%lld ms, retry_period %lld ms)",
-                             (long long)ld, (long long)rd, (long long)rp);
-    if (ld > INT64_MAX / KL_NS_PER_MS)
-        return kl__error_set(K8SLEASE_EINVAL, "lease_duration %lld ms is too large", (long long)ld);
+    if ((err = kl__elector_timings_of(&t, opts)) < 0)
+        return err;
     if ((err = check_coordinated(opts)) < 0 || (err = check_crash(opts)) < 0)
         return err;
 
-    if (!(e = kl__calloc(1, sizeof(*e))))
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    if ((err = kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts,
-                                     LEASE_WHAT "%s/%s", ns, opts->name)) < 0)
-        goto out;
+    if ((err = kl__elector_new(&pub, sizeof(*e), client, &kl__k8s_elector_backend, opts, on_timer,
+                               LEASE_WHAT "%s/%s", ns, opts->name)) < 0)
+        return err;
+    e = (k8s_elector *)pub;
     /* Its lines are about the Lease (pub.what is LEASE_WHAT "NS/NAME"). */
     e->pub.about.subject = e->pub.what + strlen(LEASE_WHAT);
     e->ns = kl__strdup(ns);
@@ -753,29 +730,30 @@ static int create(k8slease_elector **out, k8slease_client *client,
     /* Room for a stalled attempt and one on a new connection inside the
      * renew deadline (core/timings.h); client-go takes half the renew
      * deadline, which leaves no room for the second. */
-    e->request_timeout_ms = kl__request_timeout_ms(rd, rp);
+    e->request_timeout_ms = t.request_timeout_ms;
+    e->pub.term_deadline_ms = t.renew_deadline_ms;
 
     cfg.identity = e->identity;
-    cfg.lease_duration_ns = ld * KL_NS_PER_MS;
-    cfg.renew_deadline_ns = rd * KL_NS_PER_MS;
-    cfg.retry_period_ns = rp * KL_NS_PER_MS;
+    cfg.lease_duration_ns = t.lease_duration_ms * KL_NS_PER_MS;
+    cfg.renew_deadline_ns = t.renew_deadline_ms * KL_NS_PER_MS;
+    cfg.retry_period_ns = t.retry_period_ms * KL_NS_PER_MS;
     cfg.release_on_cancel = opts->release_on_cancel;
     cfg.seed = kl__elector_seed(e);
     cfg.poll_only = opts->poll_only != 0;
     cfg.coordinated = opts->coordinated != 0;
     if ((err = kl__k8s_election_init(&e->sm, &cfg)) < 0)
         goto out;
-    if (opts->coordinated && (err = new_candidate(e, ns, opts, rp)) < 0)
+    if (opts->coordinated && (err = new_candidate(e, ns, opts, t.retry_period_ms)) < 0)
         goto out;
-    if (opts->crash_failover && (err = new_crash(e, ns, opts, rp)) < 0)
+    if (opts->crash_failover && (err = new_crash(e, ns, opts, t.retry_period_ms)) < 0)
         goto out;
-    kl__timer_init(&e->timer, on_timer, e);
     kl__timer_init(&e->failed, on_failed, e);
-    *out = &e->pub;
-    e = NULL;
+    *out = pub;
+    pub = NULL;
 out:
-    destroy((k8slease_elector *)e);
+    destroy(pub);
     return err;
 }
 
-const kl__elector_backend kl__k8s_elector_backend = {create, start, stop, detach, destroy};
+const kl__elector_backend kl__k8s_elector_backend = {
+    create, start, stop, detach, destroy, "renewal", "renew deadline", "the Lease was deleted"};

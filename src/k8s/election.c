@@ -216,17 +216,33 @@ static int named_by_controller(const kl__k8s_election *e, int64_t now)
            kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
 }
 
-static void emit_stopped(kl__k8s_election *e, kl__k8s_election_actions *out)
+/* STOPPED, once, saying why (the holder and epoch of the Lease as
+ * observed, for a term another took). */
+/* Leading, the observed record is not our term: another holder (or none),
+ * or a new term under our identity. */
+static kl__term_end taken_why(const kl__k8s_election *e)
 {
+    return holder_is_self(e) ? KL_TERM_RETAKEN : KL_TERM_TAKEN;
+}
+
+static void emit_stopped(kl__k8s_election *e, kl__term_end why, kl__k8s_election_actions *out)
+{
+    kl__k8s_election_action *a;
+
     if (e->stopped_emitted)
         return;
     e->stopped_emitted = 1;
-    push(out, KL_KE_ACT_STOPPED);
+    a = push(out, KL_KE_ACT_STOPPED);
+    a->end = why;
+    if (why == KL_TERM_TAKEN || why == KL_TERM_RETAKEN) {
+        a->identity = e->holder;
+        a->epoch = e->transitions;
+    }
 }
 
 static void finish(kl__k8s_election *e, kl__k8s_election_actions *out)
 {
-    emit_stopped(e, out);
+    emit_stopped(e, KL_TERM_STOPPED, out);
     set_state(e, KL_KE_DONE);
     e->req = KL_KE_REQ_NONE;
     e->next_attempt = INT64_MAX;
@@ -276,18 +292,18 @@ static void begin_release(kl__k8s_election *e, int64_t now, kl__k8s_election_act
     get(e, now, out);
 }
 
-/* Leaving LEADING or ACQUIRING for good. STOPPED goes out first so that
- * is_leader is false before anything is written; a request in flight is
- * waited for because its outcome decides whether there is a lease to
- * release. */
-static void step_down(kl__k8s_election *e, int release, int may_hold, int64_t now,
+/* Leaving LEADING or ACQUIRING for good, for the reason why. STOPPED goes
+ * out first so that is_leader is false before anything is written; a
+ * request in flight is waited for because its outcome decides whether
+ * there is a lease to release. */
+static void step_down(kl__k8s_election *e, kl__term_end why, int release, int may_hold, int64_t now,
                       kl__k8s_election_actions *out)
 {
     if (e->state == KL_KE_LEADING) {
         e->held_transitions = e->epoch;
         e->held_acquire_us = e->term_acquire_us;
     }
-    emit_stopped(e, out);
+    emit_stopped(e, why, out);
     set_state(e, KL_KE_RELEASING);
     e->stop_release = release;
     e->may_hold = may_hold;
@@ -386,15 +402,15 @@ static void leading_result(kl__k8s_election *e, kl__k8s_req req, int status,
          * (same identity twice): either way our epoch is no longer the
          * fencing token, even if that holder has expired. */
         if (holder_is_self(e) && e->transitions == e->epoch && e->preferred_other)
-            step_down(e, e->cfg.release_on_cancel, 1, now, out);
+            step_down(e, KL_TERM_PREFERRED, e->cfg.release_on_cancel, 1, now, out);
         else if (holder_is_self(e) && e->transitions == e->epoch)
             renew(e, 0, now, wall_us, out);
         else
-            step_down(e, 0, 0, now, out);
+            step_down(e, taken_why(e), 0, 0, now, out);
     } else if (req == KL_KE_REQ_GET && status == K8SLEASE_ENOTFOUND) {
         /* Deleted under us. Recreating it would restart transitions at 0
          * and break the epoch order, so this term is over. */
-        step_down(e, 0, 0, now, out);
+        step_down(e, KL_TERM_DELETED, 0, 0, now, out);
     } else if (status == K8SLEASE_ETIMEOUT) {
         /* The timeout spaced the attempts already, and its connection was
          * abandoned: try again at once, on a new one. */
@@ -490,10 +506,12 @@ static void on_observe(kl__k8s_election *e, const kl__k8s_election_event *ev, in
          * renewal the leader makes would postpone it for ever. */
     } else if (e->state == KL_KE_LEADING) {
         /* as a GET showing the same would (leading_result) */
-        if (absent || !holder_is_self(e) || e->transitions != e->epoch)
-            step_down(e, 0, 0, now, out);
+        if (absent)
+            step_down(e, KL_TERM_DELETED, 0, 0, now, out);
+        else if (!holder_is_self(e) || e->transitions != e->epoch)
+            step_down(e, taken_why(e), 0, 0, now, out);
         else if (e->preferred_other)
-            step_down(e, e->cfg.release_on_cancel, 1, now, out);
+            step_down(e, KL_TERM_PREFERRED, e->cfg.release_on_cancel, 1, now, out);
     }
 }
 
@@ -550,9 +568,9 @@ static void on_stop(kl__k8s_election *e, int release, int64_t now, kl__k8s_elect
     if (e->state == KL_KE_IDLE)
         finish(e, out);
     else if (e->state == KL_KE_ACQUIRING)
-        step_down(e, release, 0, now, out);
+        step_down(e, KL_TERM_STOPPED, release, 0, now, out);
     else if (e->state == KL_KE_LEADING)
-        step_down(e, release, 1, now, out);
+        step_down(e, KL_TERM_STOPPED, release, 1, now, out);
     /* RELEASING: already on its way to DONE */
 }
 
@@ -568,7 +586,7 @@ void kl__k8s_election_step(kl__k8s_election *e, const kl__k8s_election_event *ev
     /* Every event, not only the timer: a late event must never extend a
      * term whose deadline has passed. */
     if (e->state == KL_KE_LEADING && now >= e->leader_deadline)
-        step_down(e, e->cfg.release_on_cancel, 1, now, out);
+        step_down(e, KL_TERM_DEADLINE, e->cfg.release_on_cancel, 1, now, out);
     if (e->state == KL_KE_RELEASING && now >= e->release_deadline) {
         finish(e, out);
         return;

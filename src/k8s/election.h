@@ -37,7 +37,10 @@
  *    NEW_LEADER(holder or "", transitions). (client-go reports the holder
  *    only; a new term under the same name changes the fencing epoch.)
  *  - STOPPED exactly once per elector: when leadership ends, or when the
- *    election ends without having led. DONE is the last action ever.
+ *    election ends without having led; it says why (core/term.h): the
+ *    deadline, a record of another holder or of a new term under our name,
+ *    404, preferredHolder, or KL_TERM_STOPPED for a stop and an election
+ *    that never led. DONE is the last action ever.
  *  - Stop (event STOP with release flag): if a request is in flight, wait
  *    for its result first. If leading: STOPPED at once (is_leader false
  *    before the release is written); then with release: GET; if holder is
@@ -119,6 +122,7 @@
 
 #include <stdint.h>
 
+#include "core/term.h"
 #include "core/timings.h" /* KL_IDENTITY_MAX, the validation rules */
 #include "k8s/codec.h"
 
@@ -194,9 +198,12 @@ typedef enum kl__k8s_election_action_type {
 
 typedef struct kl__k8s_election_action {
     kl__k8s_election_action_type type;
-    kl__lease_spec spec;  /* CREATE/UPDATE: holder points at the identity or "" */
-    int64_t epoch;        /* STARTED, NEW_LEADER */
-    const char *identity; /* NEW_LEADER: borrowed from the elector, valid until the next step */
+    kl__lease_spec spec; /* CREATE/UPDATE: holder points at the identity or "" */
+    int64_t epoch;       /* STARTED, NEW_LEADER; STOPPED: KL_TERM_TAKEN, _RETAKEN's */
+    /* NEW_LEADER; STOPPED: KL_TERM_TAKEN's holder. Borrowed from the
+     * elector, valid until the next step. */
+    const char *identity;
+    kl__term_end end; /* STOPPED: why */
 } kl__k8s_election_action;
 
 typedef struct kl__k8s_election_actions {

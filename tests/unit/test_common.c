@@ -8,6 +8,8 @@
 #include <cmocka.h>
 
 #include "core/client.h"
+#include "core/clock.h"
+#include "core/driver.h"
 #include "core/elector.h"
 #include "k8s/api.h"
 #include "core/common.h"
@@ -184,6 +186,115 @@ static void elector_head_strings(void **state)
     kl__elector_head_destroy(&e); /* frees both (LeakSanitizer in the sanitizer build) */
 }
 
+/* The line of a lost term (core/driver.h), as the backend's driver calls
+ * it, at the CLI's default level (warn): why, in the backend's words. */
+static char lost_line[2048];
+
+static void keep_lost_line(k8slease_log_level level, const char *msg, void *ud)
+{
+    (void)ud;
+    if (level == K8SLEASE_LOG_WARN)
+        snprintf(lost_line, sizeof(lost_line), "%s", msg);
+}
+
+static const kl__elector_backend words = {
+    .renewal = "renewal", .deadline = "renew deadline", .deleted = "the Lease was deleted"};
+
+/* A term of epoch 3 (epoch < 0: none) ended for the reason why; the warn
+ * line it made ("" when none). */
+static const char *term_end(void (*before)(k8slease_elector *), kl__term_end why,
+                            const char *holder, int64_t epoch_seen, int64_t epoch)
+{
+    k8slease_elector_options opts = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_client c;
+    k8slease_elector e;
+
+    memset(&c, 0, sizeof(c));
+    memset(&e, 0, sizeof(e));
+    c.log.cb = keep_lost_line;
+    c.log.level = K8SLEASE_LOG_WARN;
+    lost_line[0] = '\0';
+    assert_int_equal(kl__elector_head_init(&e, &c, &words, &opts, "lease %s/%s", "ns", "x"), 0);
+    e.about.subject = "ns/x";
+    e.term_deadline_ms = 10000;
+    atomic_store(&e.epoch, epoch);
+    if (before)
+        before(&e);
+    kl__elector_report_term_end(&e, why, holder, epoch_seen);
+    assert_int_equal(e.stopped, 1);
+    kl__elector_head_destroy(&e); /* the kept error too (LeakSanitizer) */
+    return lost_line;
+}
+
+static void renewal_failed(k8slease_elector *e)
+{
+    kl__request_outcome o = {.kind = KL_REQUEST_UPDATE, .renewing = 1};
+
+    o.error = "HTTP 500 InternalError: first";
+    kl__elector_count_request(e, &o);
+    o.error = "HTTP 503 ServiceUnavailable: etcd is down";
+    kl__elector_count_request(e, &o);       /* the last one is said */
+    assert_int_equal(e->stats.http_5xx, 0); /* no status given: not counted as one */
+}
+
+static void renewal_failed_and_waits(k8slease_elector *e)
+{
+    renewal_failed(e);
+    kl__elector_renewal_sent(e, kl__clock_mono_ns() - 1500 * KL_NS_PER_MS);
+}
+
+static void renewal_waits(k8slease_elector *e)
+{
+    kl__elector_renewal_sent(e, kl__clock_mono_ns() - 1500 * KL_NS_PER_MS);
+}
+
+static void renewal_failed_then_ok(k8slease_elector *e)
+{
+    kl__request_outcome ok = {.kind = KL_REQUEST_UPDATE, .renewing = 1, .held = 1};
+
+    renewal_failed(e);
+    kl__elector_count_request(e, &ok);
+}
+
+static void lost_term_says_why(void **state)
+{
+    const char *l;
+
+    (void)state;
+    assert_string_equal(term_end(renewal_failed, KL_TERM_DEADLINE, NULL, 0, 3),
+                        "lease ns/x: lost the lease (epoch 3): no successful renewal within the "
+                        "renew deadline of 10 s (last renewal: HTTP 503 ServiceUnavailable: etcd "
+                        "is down)");
+    l = term_end(renewal_failed_and_waits, KL_TERM_DEADLINE, NULL, 0, 3);
+    if (!strstr(l, "(last renewal: HTTP 503 ServiceUnavailable: etcd is down; another, sent ") ||
+        !strstr(l, " ms before, has no answer)"))
+        fail_msg("%s", l);
+    l = term_end(renewal_waits, KL_TERM_DEADLINE, NULL, 0, 3);
+    if (!strstr(l, "within the renew deadline of 10 s (a renewal sent ") ||
+        !strstr(l, " ms before has no answer)"))
+        fail_msg("%s", l);
+    assert_string_equal(term_end(NULL, KL_TERM_DEADLINE, NULL, 0, 3),
+                        "lease ns/x: lost the lease (epoch 3): no successful renewal within the "
+                        "renew deadline of 10 s (no renewal attempted)");
+    /* A success in between: the error is not the last renewal's. */
+    assert_string_equal(term_end(renewal_failed_then_ok, KL_TERM_DEADLINE, NULL, 0, 3),
+                        "lease ns/x: lost the lease (epoch 3): no successful renewal within the "
+                        "renew deadline of 10 s (no renewal attempted)");
+    assert_string_equal(term_end(NULL, KL_TERM_TAKEN, "b:1", 4, 3),
+                        "lease ns/x: lost the lease (epoch 3): \"b:1\" holds it now (epoch 4)");
+    assert_string_equal(term_end(NULL, KL_TERM_TAKEN, "", 3, 3),
+                        "lease ns/x: lost the lease (epoch 3): it names no holder now (epoch 3): "
+                        "released by another");
+    assert_string_equal(term_end(NULL, KL_TERM_RETAKEN, "a:1", 4, 3),
+                        "lease ns/x: lost the lease (epoch 3): a new term under our own identity "
+                        "took it (epoch 4)");
+    assert_string_equal(term_end(NULL, KL_TERM_DELETED, NULL, 0, 3),
+                        "lease ns/x: lost the lease (epoch 3): the Lease was deleted");
+    /* Stopped by its owner, or never led: nothing at warn level. */
+    assert_string_equal(term_end(renewal_failed, KL_TERM_STOPPED, NULL, 0, 3), "");
+    assert_string_equal(term_end(NULL, KL_TERM_DEADLINE, NULL, 0, -1), "");
+}
+
 /* The internal log sink gets each line's text (the public callback's),
  * and what it is about as data: subject, kind, the message after the
  * "WHAT: " prefix, a watch failure's error. */
@@ -279,6 +390,7 @@ int main(void)
         cmocka_unit_test(utf8_validation),
         cmocka_unit_test(log_escapes_control_characters),
         cmocka_unit_test(elector_head_strings),
+        cmocka_unit_test(lost_term_says_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -91,8 +91,38 @@ static void format_spec(char *buf, size_t size, const kl__lease_spec *s)
              (long long)((s->renew_us - WALL0_US) / 1000), (long long)s->transitions);
 }
 
+/* Why a STOPPED says the term ended: nothing for a stop or an election
+ * that never led, else "[deadline]", "[taken HOLDER,EPOCH]", "[retaken
+ * EPOCH]", "[deleted]", "[preferred]". */
+static void format_end(char *buf, size_t size, const kl__k8s_election_action *a)
+{
+    switch (a->end) {
+    case KL_TERM_STOPPED:
+        buf[0] = '\0';
+        break;
+    case KL_TERM_DEADLINE:
+        snprintf(buf, size, "[deadline]");
+        break;
+    case KL_TERM_TAKEN:
+        snprintf(buf, size, "[taken %s,%lld]", a->identity, (long long)a->epoch);
+        break;
+    case KL_TERM_RETAKEN:
+        snprintf(buf, size, "[retaken %lld]", (long long)a->epoch);
+        break;
+    case KL_TERM_DELETED:
+        snprintf(buf, size, "[deleted]");
+        break;
+    case KL_TERM_PREFERRED:
+        snprintf(buf, size, "[preferred]");
+        break;
+    default:
+        snprintf(buf, size, "[?]");
+        break;
+    }
+}
+
 /* "GET", "CREATE(me,15s,a=100,r=100,t=0)", "STARTED(0)", "NEW_LEADER(x,5)",
- * ... separated by spaces. */
+ * "STOPPED[deadline]", ... separated by spaces. */
 static const char *format_actions(const kl__k8s_election_actions *out)
 {
     static char buf[1024];
@@ -111,6 +141,8 @@ static const char *format_actions(const kl__k8s_election_actions *out)
             snprintf(detail, sizeof(detail), "(%lld)", (long long)a->epoch);
         else if (a->type == KL_KE_ACT_NEW_LEADER)
             snprintf(detail, sizeof(detail), "(%s,%lld)", a->identity, (long long)a->epoch);
+        else if (a->type == KL_KE_ACT_STOPPED)
+            format_end(detail, sizeof(detail), a);
         len += (size_t)snprintf(buf + len, sizeof(buf) - len, "%s%s%s", i ? " " : "",
                                 names[a->type], detail);
     }
@@ -644,7 +676,7 @@ static void test_renew_failures_until_deadline(void **state)
         {RESULT(6800, K8SLEASE_ESERVER, NULL), "", KL_KE_LEADING, 8800},
         {TIMER(8800), "UPDATE(me,15s,a=100,r=8800,t=0)", KL_KE_LEADING, 10100},
         {RESULT(8900, K8SLEASE_ETRANSPORT, NULL), "GET", KL_KE_LEADING, 10100},
-        {TIMER(AT_TIMER), "STOPPED", KL_KE_RELEASING, 20100}, /* GET still in flight */
+        {TIMER(AT_TIMER), "STOPPED[deadline]", KL_KE_RELEASING, 20100}, /* GET still in flight */
         {RESULT(10200, K8SLEASE_ETRANSPORT, NULL), "GET", KL_KE_RELEASING, 20100},
         {RESULT(10300, 0, &renewed_2200), "UPDATE(,1s,a=10300,r=10300,t=0)", KL_KE_RELEASING,
          20100},
@@ -680,7 +712,7 @@ static void test_deadline_without_release_on_cancel(void **state)
     static const step steps[] = {
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
-        {TIMER(10100), "STOPPED", KL_KE_RELEASING, 20100},
+        {TIMER(10100), "STOPPED[deadline]", KL_KE_RELEASING, 20100},
         {RESULT(10200, K8SLEASE_ETIMEOUT, NULL), "DONE", KL_KE_DONE, NO_TIMER},
     };
     kl__k8s_election_config cfg = default_config();
@@ -732,7 +764,7 @@ static void test_late_renew_after_deadline(void **state)
     static const step steps[] = {
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
-        {RESULT(10100, 0, &renewed_2200), "STOPPED GET", KL_KE_RELEASING, 20100},
+        {RESULT(10100, 0, &renewed_2200), "STOPPED[deadline] GET", KL_KE_RELEASING, 20100},
         {RESULT(10200, 0, &renewed_2200), "UPDATE(,1s,a=10200,r=10200,t=0)", KL_KE_RELEASING,
          20100},
     };
@@ -752,7 +784,8 @@ static void test_get_while_leading_shows_other_holder(void **state)
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_KE_LEADING, 10100},
-        {RESULT(2400, 0, &taken), "NEW_LEADER(other,1) STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {RESULT(2400, 0, &taken), "NEW_LEADER(other,1) STOPPED[taken other,1] DONE", KL_KE_DONE,
+         NO_TIMER},
     };
     kl__k8s_election_config cfg = default_config();
 
@@ -768,7 +801,8 @@ static void test_get_while_leading_shows_other_term(void **state)
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_KE_LEADING, 10100},
-        {RESULT(2400, 0, &mine_other_term), "NEW_LEADER(me,9) STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {RESULT(2400, 0, &mine_other_term), "NEW_LEADER(me,9) STOPPED[retaken 9] DONE", KL_KE_DONE,
+         NO_TIMER},
     };
     kl__k8s_election_config cfg = default_config();
 
@@ -782,7 +816,7 @@ static void test_lease_deleted_while_leading(void **state)
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ENOTFOUND, NULL), "GET", KL_KE_LEADING, 10100},
-        {RESULT(2400, K8SLEASE_ENOTFOUND, NULL), "STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {RESULT(2400, K8SLEASE_ENOTFOUND, NULL), "STOPPED[deleted] DONE", KL_KE_DONE, NO_TIMER},
     };
     kl__k8s_election_config cfg = default_config();
 
@@ -1039,7 +1073,7 @@ static void test_stopped_exactly_once(void **state)
     static const step deadline_then_stop[] = {
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
-        {STOP(10100, 1), "STOPPED", KL_KE_RELEASING, 20100},
+        {STOP(10100, 1), "STOPPED[deadline]", KL_KE_RELEASING, 20100}, /* passed first */
         {STOP(10200, 1), "", KL_KE_RELEASING, 20100},
         {RESULT(10300, K8SLEASE_ECONFLICT, NULL), "GET", KL_KE_RELEASING, 20100},
         {RESULT(10400, 0, &other_valid), "NEW_LEADER(other,5) DONE", KL_KE_DONE, NO_TIMER},
@@ -1048,7 +1082,8 @@ static void test_stopped_exactly_once(void **state)
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_KE_LEADING, 10100},
-        {RESULT(2400, 0, &other_valid), "NEW_LEADER(other,5) STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {RESULT(2400, 0, &other_valid), "NEW_LEADER(other,5) STOPPED[taken other,5] DONE",
+         KL_KE_DONE, NO_TIMER},
         {STOP(2500, 1), "", KL_KE_DONE, NO_TIMER},
     };
     kl__k8s_election_config cfg = default_config();
@@ -1398,22 +1433,25 @@ static void test_observe_while_leading(void **state)
     };
     static const step other[] = {
         LEAD_FROM_CREATE,
-        {OBSERVE(1000, &other_valid), "NEW_LEADER(other,5) STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {OBSERVE(1000, &other_valid), "NEW_LEADER(other,5) STOPPED[taken other,5] DONE", KL_KE_DONE,
+         NO_TIMER},
     };
     /* renew in flight: step down at once, end once it is answered */
     static const step other_in_flight[] = {
         LEAD_FROM_CREATE,
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=0)", KL_KE_LEADING, 10100},
-        {OBSERVE(2250, &other_valid), "NEW_LEADER(other,5) STOPPED", KL_KE_RELEASING, 12250},
+        {OBSERVE(2250, &other_valid), "NEW_LEADER(other,5) STOPPED[taken other,5]", KL_KE_RELEASING,
+         12250},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "DONE", KL_KE_DONE, NO_TIMER},
     };
     static const step deleted[] = {
         LEAD_FROM_CREATE,
-        {DELETED(1000), "STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {DELETED(1000), "STOPPED[deleted] DONE", KL_KE_DONE, NO_TIMER},
     };
     static const step other_term[] = {
         LEAD_FROM_CREATE,
-        {OBSERVE(1000, &mine_other_term), "NEW_LEADER(me,9) STOPPED DONE", KL_KE_DONE, NO_TIMER},
+        {OBSERVE(1000, &mine_other_term), "NEW_LEADER(me,9) STOPPED[retaken 9] DONE", KL_KE_DONE,
+         NO_TIMER},
     };
     kl__k8s_election_config cfg = default_config();
 
@@ -1718,7 +1756,7 @@ static void test_coordinated_steps_down_for_preferred(void **state)
         {RESULT(100, 0, &named), "NEW_LEADER(me,7) UPDATE(me,15s,a=100,r=100,t=8)", KL_KE_ACQUIRING,
          NO_TIMER},
         {RESULT(200, 0, &taken_term), "STARTED(8) NEW_LEADER(me,8)", KL_KE_LEADING, 2200},
-        {OBSERVE(1300, &renewed_term), "STOPPED GET", KL_KE_RELEASING, 11300, "other"},
+        {OBSERVE(1300, &renewed_term), "STOPPED[preferred] GET", KL_KE_RELEASING, 11300, "other"},
         {RESULT(1400, 0, &renewed_term), "UPDATE(,1s,a=1400,r=1400,t=8)", KL_KE_RELEASING, 11300,
          "other"},
         {RESULT(1500, 0, &released), "NEW_LEADER(,0) DONE", KL_KE_DONE, NO_TIMER, "other"},
@@ -1731,7 +1769,7 @@ static void test_coordinated_steps_down_for_preferred(void **state)
         /* polling: the fast-path renew fails, the GET shows it */
         {TIMER(2200), "UPDATE(me,15s,a=100,r=2200,t=8)", KL_KE_LEADING, 10100},
         {RESULT(2300, K8SLEASE_ECONFLICT, NULL), "GET", KL_KE_LEADING, 10100},
-        {RESULT(2400, 0, &renewed_term), "STOPPED DONE", KL_KE_DONE, NO_TIMER, "other"},
+        {RESULT(2400, 0, &renewed_term), "STOPPED[preferred] DONE", KL_KE_DONE, NO_TIMER, "other"},
     };
     kl__k8s_election_config no_release = coordinated_config();
 
