@@ -81,6 +81,19 @@ K8SLEASE_API void k8slease_client_free(k8slease_client *client)
 {
     if (!client)
         return;
+    if (client->loop && kl__loop_on_thread(client->loop)) {
+        /* A callback of the client: its loop thread cannot stop and join
+         * itself, and what the loop runs would be freed from under it.
+         * Nothing is freed; the log goes quiet, since a caller that
+         * thinks the client gone may free what its callback uses. */
+        kl__error_set(K8SLEASE_ESTATE, "k8slease_client_free: called from a callback (the "
+                                       "client's loop thread): not freed; free it from another "
+                                       "thread");
+        kl__log_printf(&client->log, K8SLEASE_LOG_ERROR, "%s", kl__error_get());
+        client->log.cb = NULL;
+        client->log.event_cb = NULL;
+        return;
+    }
     /* The electors the seed ABI gave up while they released: cut short. */
     if (client->loop)
         kl__loop_call(client->loop, reap_retired, client);

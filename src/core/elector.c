@@ -525,6 +525,19 @@ K8SLEASE_API void k8slease_elector_free(k8slease_elector *e)
 {
     if (!e)
         return;
+    if (kl__loop_on_thread(e->client->loop)) {
+        /* A callback of the client: it cannot wait for the release, and
+         * freeing now would pull the elector from under the code that runs
+         * the callback. Its callbacks end now (the loop thread is the only
+         * one that reads them); the loop stops and frees it once over. */
+        e->opts.on_started_leading = NULL;
+        e->opts.on_stopped_leading = NULL;
+        e->opts.on_new_leader = NULL;
+        kl__log_at(&e->client->log, K8SLEASE_LOG_DEBUG, &e->about,
+                   "freed from a callback: stopped, and freed once its election is over");
+        kl__elector_retire(e, NULL, NULL);
+        return;
+    }
     if (k8slease_elector_stop(e, -1) < 0) {
         /* Out of memory posting the stop: end it without releasing. */
         kl__loop_call(e->client->loop, detach, e);

@@ -713,6 +713,164 @@ static void holder_reads_out_of_memory(void **state)
     k8slease_elector_free(a);
 }
 
+/* What a callback that frees its elector or its client sees. */
+typedef struct freeing {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    k8slease_client *c;
+    k8slease_elector *e;
+    int started;       /* on_started_leading ran (and freed) */
+    int after;         /* callbacks that ran after the free */
+    char message[512]; /* k8slease_error_last() after it */
+    char holder[64];   /* the watch's last report */
+    int saw_released;  /* the watch reported "" after "x:1" */
+} freeing;
+
+static void freeing_init(freeing *f)
+{
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+}
+
+/* on_started_leading: k8slease_elector_free of its own elector. */
+static void free_own_elector(int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+    k8slease_elector *e;
+
+    (void)epoch;
+    pthread_mutex_lock(&f->mu); /* until the starter has stored e */
+    e = f->e;
+    pthread_mutex_unlock(&f->mu);
+    k8slease_elector_free(e);
+    pthread_mutex_lock(&f->mu);
+    f->started = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Any callback after the free. */
+static void after_stopped(void *ud)
+{
+    freeing *f = ud;
+
+    pthread_mutex_lock(&f->mu);
+    f->after++;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void after_new_leader(const char *id, int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+
+    (void)id;
+    (void)epoch;
+    pthread_mutex_lock(&f->mu);
+    f->after += f->started;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void watch_released(const char *identity, int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+
+    (void)epoch;
+    pthread_mutex_lock(&f->mu);
+    if (!identity[0] && strcmp(f->holder, "x:1") == 0)
+        f->saw_released = 1;
+    snprintf(f->holder, sizeof(f->holder), "%s", identity);
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* on_started_leading: k8slease_client_free of the elector's client. */
+static void free_own_client(int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+
+    (void)epoch;
+    k8slease_client_free(f->c);
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->message, sizeof(f->message), "%s", k8slease_error_last());
+    f->started = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Waits until *flag is set (f->mu); fails after WAIT_MS. */
+static void await(freeing *f, const int *flag, const char *what)
+{
+    struct timespec until;
+    int set;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_MS / 1000;
+    pthread_mutex_lock(&f->mu);
+    while (!(set = *flag) && pthread_cond_timedwait(&f->cv, &f->mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&f->mu);
+    if (!set)
+        fail_msg("%s: not within %d ms", what, WAIT_MS);
+}
+
+/* k8slease_elector_free from a callback of its client cannot wait for the
+ * release: no callback of the elector runs after it, and it is stopped
+ * (released, as its options say) and freed on the loop once over.
+ * k8slease_client_free from a callback frees nothing (the loop thread
+ * cannot stop itself): K8SLEASE_ESTATE, and the client still works from
+ * another thread. Freeing either while it runs would be a use after free
+ * (AddressSanitizer in the sanitizer build). */
+static void free_from_a_callback(void **state)
+{
+    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_client *c = NULL;
+    k8slease_watch *w = NULL;
+    k8slease_elector *e = NULL;
+    freeing f;
+
+    (void)state;
+    freeing_init(&f);
+    assert_int_equal(e2e_setup(&c), 0);
+    assert_int_equal(k8slease_watch_start(&w, client, NULL, "e2e-free-cb", watch_released, &f), 0);
+    o.name = "e2e-free-cb";
+    o.identity = "x:1";
+    o.lease_duration_ms = LD_MS;
+    o.renew_deadline_ms = RD_MS;
+    o.retry_period_ms = RP_MS;
+    o.on_started_leading = free_own_elector;
+    o.on_stopped_leading = after_stopped;
+    o.on_new_leader = after_new_leader;
+    o.user_data = &f;
+    pthread_mutex_lock(&f.mu);
+    assert_int_equal(k8slease_elector_start(&f.e, c, &o), 0);
+    pthread_mutex_unlock(&f.mu);
+    await(&f, &f.started, "elected (and freed from on_started_leading)");
+    await(&f, &f.saw_released, "the Lease released after the free from the callback");
+    k8slease_client_free(c); /* frees the elector too if still over its release */
+    k8slease_watch_free(w);
+    assert_int_equal(f.after, 0);
+
+    /* The client, from a callback of its own. */
+    freeing_init(&f);
+    assert_int_equal(e2e_setup(&c), 0);
+    f.c = c;
+    o.name = "e2e-free-client-cb";
+    o.on_started_leading = free_own_client;
+    o.on_stopped_leading = NULL;
+    o.on_new_leader = NULL;
+    assert_int_equal(k8slease_elector_start(&e, c, &o), 0);
+    await(&f, &f.started, "elected (and the client freed from on_started_leading)");
+    if (!strstr(f.message, "k8slease_client_free: called from a callback"))
+        fail_msg("k8slease_error_last() after k8slease_client_free from a callback: \"%s\"",
+                 f.message);
+    /* Still whole: it stops, releases and is freed from here. */
+    assert_true(k8slease_elector_is_leader(e));
+    assert_int_equal(k8slease_elector_stop(e, 1), 0);
+    k8slease_elector_free(e);
+    k8slease_client_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -731,6 +889,11 @@ int main(void)
         cmocka_unit_test(holder_read_after_own_write),
         cmocka_unit_test(holder_reads_stop_when_idle),
         cmocka_unit_test(holder_reads_out_of_memory),
+        cmocka_unit_test(free_from_a_callback),
     };
+    const char *only = getenv("K8SLEASE_TEST_FILTER");
+
+    if (only && only[0])
+        cmocka_set_test_filter(only); /* e.g. K8SLEASE_TEST_FILTER=free_from_a_callback */
     return cmocka_run_group_tests(tests, setup, teardown);
 }
