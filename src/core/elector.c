@@ -32,12 +32,26 @@ int kl__elector_head_vinit(k8slease_elector *e, k8slease_client *client,
                            const char *what_fmt, va_list ap)
 {
     pthread_condattr_t attr;
+    const char *call = NULL;
+    char buf[128];
+    int rc;
 
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &attr);
+    if ((rc = pthread_mutex_init(&e->mu, NULL)) != 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "pthread_mutex_init: %s",
+                             kl__strerror(rc, buf, sizeof(buf)));
+    e->sync = KL_SYNC_MU;
+    if ((rc = pthread_condattr_init(&attr)) != 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "pthread_condattr_init: %s",
+                             kl__strerror(rc, buf, sizeof(buf)));
+    /* The waits are timed on the monotonic clock: no condition on another. */
+    if ((rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)) != 0)
+        call = "pthread_condattr_setclock";
+    else if ((rc = pthread_cond_init(&e->cv, &attr)) != 0)
+        call = "pthread_cond_init";
     pthread_condattr_destroy(&attr);
+    if (call)
+        return kl__error_set(K8SLEASE_ENOMEM, "%s: %s", call, kl__strerror(rc, buf, sizeof(buf)));
+    e->sync |= KL_SYNC_CV;
     e->client = client;
     e->backend = backend;
     e->stats.version = K8SLEASE_ELECTOR_STATS_VERSION;
@@ -62,8 +76,10 @@ void kl__elector_head_destroy(k8slease_elector *e)
         kl__free(e->end_reason);
     kl__free(e->renewal_error);
     kl__free(e->what);
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->mu);
+    if (e->sync & KL_SYNC_CV)
+        pthread_cond_destroy(&e->cv);
+    if (e->sync & KL_SYNC_MU)
+        pthread_mutex_destroy(&e->mu);
 }
 
 static void note(k8slease_elector *e, const kl__elector_note *n)

@@ -52,6 +52,9 @@ typedef struct kl__elector_note {
 
 typedef void (*kl__elector_note_cb)(const kl__elector_note *note, void *arg);
 
+#define KL_SYNC_MU 1u
+#define KL_SYNC_CV 2u
+
 struct k8slease_elector {
     k8slease_client *client;
     const kl__elector_backend *backend;
@@ -64,6 +67,7 @@ struct k8slease_elector {
     /* Shared with the threads that wait. */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    unsigned sync;     /* which of them are set up: KL_SYNC_MU, KL_SYNC_CV */
     int elected;       /* STARTED happened */
     int stopped;       /* STOPPED happened: the term is over (or never was) */
     int done;          /* DONE happened: nothing left in flight */
@@ -123,10 +127,12 @@ struct kl__elector_backend {
     const char *renewal, *deadline, *deleted;
 };
 
-/* Set up the head: copies opts (without its strings), mutex, condition,
- * atomics (epoch -1), stats version. what: printf-style description, kept
- * in a string of its size. 0, or K8SLEASE_ENOMEM with the message set; the
- * head is to be destroyed either way (e zeroed before). */
+/* Set up the head: copies opts (without its strings), mutex, condition
+ * (on CLOCK_MONOTONIC), atomics (epoch -1), stats version. what:
+ * printf-style description, kept in a string of its size. 0, or
+ * K8SLEASE_ENOMEM with the message set (out of memory, or the mutex or
+ * condition could not be set up: "pthread_cond_init: ..."); the head is
+ * to be destroyed either way (e zeroed before). */
 int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
                           const char *what_fmt, ...) KL_PRINTF(5, 6);

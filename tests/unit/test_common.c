@@ -1,4 +1,6 @@
 /* Errors, allocation, buffers, name checks. */
+#include <errno.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -184,6 +186,74 @@ static void elector_head_strings(void **state)
     kl__elector_report_error(&e, "gone"); /* the last one is kept, the first freed */
     assert_string_equal(e.end_reason, "gone");
     kl__elector_head_destroy(&e); /* frees both (LeakSanitizer in the sanitizer build) */
+}
+
+/* pthread_*_init failing (a resource limit): wrapped in this program
+ * (-Wl,--wrap, tests/unit/CMakeLists.txt); the next call of the one named
+ * fails with EAGAIN (ENOMEM for the attribute, as POSIX says). */
+static const char *fail_next_init;
+
+int __real_pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a);
+int __real_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
+int __real_pthread_condattr_init(pthread_condattr_t *a);
+int __real_pthread_condattr_setclock(pthread_condattr_t *a, clockid_t clock);
+int __wrap_pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a);
+int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a);
+int __wrap_pthread_condattr_init(pthread_condattr_t *a);
+int __wrap_pthread_condattr_setclock(pthread_condattr_t *a, clockid_t clock);
+
+static int init_fails(const char *which)
+{
+    if (!fail_next_init || strcmp(fail_next_init, which) != 0)
+        return 0;
+    fail_next_init = NULL;
+    return 1;
+}
+
+int __wrap_pthread_mutex_init(pthread_mutex_t *m, const pthread_mutexattr_t *a)
+{
+    return init_fails("pthread_mutex_init") ? EAGAIN : __real_pthread_mutex_init(m, a);
+}
+
+int __wrap_pthread_cond_init(pthread_cond_t *c, const pthread_condattr_t *a)
+{
+    return init_fails("pthread_cond_init") ? EAGAIN : __real_pthread_cond_init(c, a);
+}
+
+int __wrap_pthread_condattr_init(pthread_condattr_t *a)
+{
+    return init_fails("pthread_condattr_init") ? ENOMEM : __real_pthread_condattr_init(a);
+}
+
+int __wrap_pthread_condattr_setclock(pthread_condattr_t *a, clockid_t clock)
+{
+    return init_fails("pthread_condattr_setclock") ? EINVAL
+                                                   : __real_pthread_condattr_setclock(a, clock);
+}
+
+/* An elector's head whose mutex, condition or condition attribute cannot
+ * be set up fails with a message naming the call (a condition on another
+ * clock would time the waits on the wall clock), and its destroy touches
+ * only what was set up. */
+static void elector_head_sync_failures(void **state)
+{
+    static const char *const calls[] = {"pthread_mutex_init", "pthread_condattr_init",
+                                        "pthread_condattr_setclock", "pthread_cond_init"};
+    k8slease_elector_options opts = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector e;
+
+    (void)state;
+    for (size_t i = 0; i < KL_ARRAY_LEN(calls); i++) {
+        memset(&e, 0, sizeof(e));
+        fail_next_init = calls[i];
+        if (kl__elector_head_init(&e, NULL, NULL, &opts, "lease %s/%s", "ns", "x") !=
+            K8SLEASE_ENOMEM)
+            fail_msg("%s failing: the head was set up (%s)", calls[i], k8slease_error_last());
+        assert_null(fail_next_init); /* it was called */
+        if (!strstr(k8slease_error_last(), calls[i]))
+            fail_msg("%s failing: \"%s\"", calls[i], k8slease_error_last());
+        kl__elector_head_destroy(&e);
+    }
 }
 
 /* The line of a lost term (core/driver.h), as the backend's driver calls
@@ -390,6 +460,7 @@ int main(void)
         cmocka_unit_test(utf8_validation),
         cmocka_unit_test(log_escapes_control_characters),
         cmocka_unit_test(elector_head_strings),
+        cmocka_unit_test(elector_head_sync_failures),
         cmocka_unit_test(lost_term_says_why),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
