@@ -69,6 +69,63 @@ static void failing_allocator(void **state)
     kl__free(a);
 }
 
+/* Another thread: allocate, report whether it worked; with arm >= 0, arm
+ * its own countdown first. */
+typedef struct other_alloc {
+    long arm;
+    int got;
+} other_alloc;
+
+static void *allocate_elsewhere(void *arg)
+{
+    other_alloc *o = arg;
+    void *p;
+
+    if (o->arm >= 0)
+        kl__alloc_fail_after(o->arm);
+    p = kl__malloc(10);
+    o->got = p != NULL;
+    kl__free(p);
+    return NULL;
+}
+
+static void run_elsewhere(other_alloc *o)
+{
+    pthread_t t;
+
+    assert_int_equal(pthread_create(&t, NULL, allocate_elsewhere, o), 0);
+    assert_int_equal(pthread_join(t, NULL), 0);
+}
+
+/* The countdown is the arming thread's: another thread's allocations
+ * neither count nor fail (the loop thread of a client, another client's),
+ * so a run fails the same allocation whatever they do; a thread armed
+ * from there fails its own; the next arming, from any thread, ends it. */
+static void failing_allocator_per_thread(void **state)
+{
+    other_alloc free_running = {-1, 0}, armed = {0, 0};
+    void *a;
+
+    (void)state;
+    kl__alloc_fail_after(1);
+    run_elsewhere(&free_running);
+    assert_true(free_running.got); /* neither counted nor failed */
+    a = kl__malloc(10);
+    assert_non_null(a); /* the first of this thread's */
+    kl__free(a);
+    assert_null(kl__malloc(10));
+    assert_true(kl__alloc_failed());
+    run_elsewhere(&free_running);
+    assert_true(free_running.got); /* this thread's failures are its own */
+    run_elsewhere(&armed);         /* arms itself: 0 left, and disarms this one */
+    assert_false(armed.got);
+    a = kl__malloc(10);
+    assert_non_null(a);
+    kl__free(a);
+    kl__alloc_fail_after(-1);
+    assert_false(kl__alloc_failed());
+}
+
 static void buffers_grow(void **state)
 {
     kl__buf b = {0};
@@ -455,6 +512,7 @@ int main(void)
         cmocka_unit_test(log_events_carry_their_subject),
         cmocka_unit_test(strerror_names_every_code),
         cmocka_unit_test(failing_allocator),
+        cmocka_unit_test(failing_allocator_per_thread),
         cmocka_unit_test(buffers_grow),
         cmocka_unit_test(name_checks),
         cmocka_unit_test(utf8_validation),

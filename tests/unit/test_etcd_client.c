@@ -28,6 +28,7 @@
 #include "core/clock.h"
 #include "core/common.h"
 #include "etcd/client.h"
+#include "failalloc.h"
 #include "etcd/codec.h"
 #include "fakehttp.h"
 #include "testlib.h"
@@ -1167,10 +1168,11 @@ static void release_nobody_or_gone(void **state)
 /* Failing allocator                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* Allocation n (and every later one) fails, for n = 0, 1, ... until a run
- * fails none: every run ends with success or ENOMEM, and frees everything
- * (LeakSanitizer in the sanitizer build). The loop thread's allocations
- * fail too: a call that cannot start or finish must still complete. */
+/* Allocation n of one thread (and every later one of that thread) fails,
+ * for n = 0, 1, ... until a run fails none: the calling thread's, then
+ * the loop thread's (a call that cannot start or finish must still
+ * complete). Every run ends with success or ENOMEM, and frees everything
+ * (LeakSanitizer in the sanitizer build). */
 static void failalloc(void **state)
 {
     fake *f = fake_start();
@@ -1184,32 +1186,44 @@ static void failalloc(void **state)
     fake_route(f, "/v3/kv/range", 200, "kv_range_leader.json");
     fake_route(f, "/v3/lease/timetolive", 200, "lease_timetolive_keys.json");
     fake_route(f, "/v3/lease/revoke", 200, "lease_revoke.json");
-    for (long n = 0; !done && n < 5000; n++) {
-        char **eps_out = NULL;
-        size_t neps = 0;
-        k8slease_holder *h = NULL;
-        int e1, e2, e3;
+    for (int on_loop = 0; on_loop < 2; on_loop++) {
+        done = 0;
+        for (long n = 0; !done && n < 5000; n++) {
+            char **eps_out = NULL;
+            size_t neps = 0;
+            k8slease_holder *h = NULL;
+            int e1, e2, e3;
 
-        snprintf(eps, sizeof(eps), "http://127.0.0.1:%d, %s", kl_test_closed_port(), f->http.url);
-        c = client_new(eps, "root", PASSWORD);
-        kl__alloc_fail_after(n);
-        e1 = kl__etcd_endpoints_parse(eps, &eps_out, &neps);
-        e2 = k8slease_holder_get(c, NULL, "samples/election", 2000, &h);
-        e3 = k8slease_lease_release(c, NULL, "samples/election", "host-a:8080", 0, 2000);
-        kl__alloc_fail_after(-1);
-        if ((e1 && e1 != K8SLEASE_ENOMEM) || (e2 && e2 != K8SLEASE_ENOMEM) ||
-            (e3 && e3 != K8SLEASE_ENOMEM && e3 != K8SLEASE_EAUTH))
-            fail_msg("n=%ld: %d %d %d: %s", n, e1, e2, e3, k8slease_error_last());
-        done = e1 == 0 && e2 == 0 && e3 == 0;
-        last = n;
-        if (e2 == 0)
-            assert_string_equal(h->identity, "host-a:8080");
-        kl__etcd_endpoints_free(eps_out);
-        k8slease_holder_free(h);
-        k8slease_client_free(c);
+            snprintf(eps, sizeof(eps), "http://127.0.0.1:%d, %s", kl_test_closed_port(),
+                     f->http.url);
+            c = client_new(eps, "root", PASSWORD);
+            if (on_loop)
+                kl_test_alloc_fail_on_loop(c->loop, n);
+            else
+                kl__alloc_fail_after(n);
+            e1 = kl__etcd_endpoints_parse(eps, &eps_out, &neps);
+            e2 = k8slease_holder_get(c, NULL, "samples/election", 2000, &h);
+            e3 = k8slease_lease_release(c, NULL, "samples/election", "host-a:8080", 0, 2000);
+            done = !kl__alloc_failed();
+            kl__alloc_fail_after(-1);
+            if ((e1 && e1 != K8SLEASE_ENOMEM) || (e2 && e2 != K8SLEASE_ENOMEM) ||
+                (e3 && e3 != K8SLEASE_ENOMEM && e3 != K8SLEASE_EAUTH))
+                fail_msg("%s thread's allocation %ld: %d %d %d: %s", on_loop ? "loop" : "caller", n,
+                         e1, e2, e3, k8slease_error_last());
+            if (done && (e1 || e2 || e3))
+                fail_msg("no allocation failed, yet %d %d %d: %s", e1, e2, e3,
+                         k8slease_error_last());
+            last = n;
+            if (e2 == 0)
+                assert_string_equal(h->identity, "host-a:8080");
+            kl__etcd_endpoints_free(eps_out);
+            k8slease_holder_free(h);
+            k8slease_client_free(c);
+        }
+        assert_true(done);
+        print_message("failalloc: no failure after %ld allocation(s) of the %s thread\n", last,
+                      on_loop ? "loop" : "calling");
     }
-    assert_true(done);
-    print_message("failalloc: no failure after %ld allocation(s)\n", last);
     fake_stop(f);
 }
 
