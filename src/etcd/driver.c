@@ -1,7 +1,7 @@
 /* The elector over etcd: drives the pure election machine
  * (etcd/election.c) from the client's loop thread. Each of the machine's
  * three channels has at most one call or watch stream in flight on the
- * client's etcd conn (etcd/client.c); answers are decoded here and fed back
+ * client's etcd conn (etcd/conn.c); answers are decoded here and fed back
  * as RESULT events, watch messages as WATCH events, and the machine's
  * callbacks become the generic elector's reports (core/elector.c).
  *
@@ -554,7 +554,7 @@ static int create(k8slease_elector **out, k8slease_client *client,
     e->ttl_ms = ld;
     e->pub.term_deadline_ms = ld; /* a term lives on its lease's keepalives */
     /* A watch on a member that hangs is left within TTL/3 + the request
-     * timeout (etcd/client.h has the rule): a follower there learns of a
+     * timeout (etcd/conn.h has the rule): a follower there learns of a
      * release or an expiry within a TTL. */
     kl__etcd_stream_opts_init(&e->sopts, ld, t.renew_deadline_ms, t.retry_period_ms);
     cfg.prefix = opts->name;

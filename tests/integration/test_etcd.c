@@ -2298,7 +2298,7 @@ static void cluster_follower_hung_default_timings(void **state)
  * predecessor's key, the leader's key) are streams on that member, and the
  * leader hands over (release) right after it hangs, before anything on the
  * follower's client has noticed. Its streams notice by themselves
- * (etcd/client.h, kl__etcd_stream_opts_init): a stream silent for TTL/3 is
+ * (etcd/conn.h, kl__etcd_stream_opts_init): a stream silent for TTL/3 is
  * probed on its member, the probe gets no answer within the request
  * timeout, the client moves to another member and the stream resumes there
  * from the revision it had reached, which replays the release. So the

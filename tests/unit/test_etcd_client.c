@@ -1,4 +1,4 @@
-/* The etcd conn (src/etcd/client.c) without an etcd: endpoint parsing and
+/* The etcd conn (src/etcd/conn.c) without an etcd: endpoint parsing and
  * name checks as tables, then the conn against fake gateways on 127.0.0.1
  * (libmicrohttpd, plain http) that answer with the bodies a real etcd 3.4
  * gave (tests/data/etcd-samples): error mapping, failover, authentication
