@@ -1,4 +1,4 @@
-/* Issue 7's bad-input table, row by row (docs/bad-input.md names the test of
+/* The bad-input table, row by row (docs/bad-input.md names the test of
  * each row), and its security checks: credentials never reach a log line
  * (library at K8SLEASE_LOG_DEBUG, CLI at --log-level debug), and the
  * library's sockets do not leak into programs it forks and execs.

@@ -1168,7 +1168,7 @@ static void keepalive_blocked(void **state)
     fx->passed = 1;
 }
 
-/* The end of a term is reported when it ends (issue 21): with etcd
+/* The end of a term is reported when it ends: with etcd
  * frozen, wait_lost returns within 100 ms of the moment is_leader turned
  * false (the leader deadline passing, or the stop), not once the requests
  * to the frozen etcd have timed out; a new elector started then leads once

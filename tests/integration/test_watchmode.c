@@ -382,7 +382,7 @@ static kl__loop_counts loop_counts(k8slease_client *cl)
     return cc.c;
 }
 
-/* No idle work (issue 24): with one election held, the leader's loop runs
+/* No idle work: with one election held, the leader's loop runs
  * one timer per renewal (the renewal's), the follower's none (its watch's
  * health checks and its expiry move with each event instead of waking it);
  * both wait once per renewal and per arrival of data. Bounds with slack

@@ -647,11 +647,11 @@ static void test_compat(void **state)
     assert_true(sweep(&watch) > 0);
 }
 
-/* Regression: k8slease_elector_free and k8slease_watch_free detach from the
- * loop with kl__loop_call and then free. When kl__loop_call allocated and
- * failed, they freed the object while the loop thread still held it (timer,
- * request in flight): a use after free. kl__loop_call waits for its
- * closure, so it needs no allocation and must not fail. */
+/* k8slease_elector_free and k8slease_watch_free detach from the loop with
+ * kl__loop_call and then free: if kl__loop_call could fail for want of
+ * memory, they would free the object while the loop thread still held it
+ * (timer, request in flight). kl__loop_call waits for its closure, so it
+ * needs no allocation and must not fail. */
 static void call_flag(void *arg)
 {
     *(int *)arg = 1;
