@@ -40,16 +40,24 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static k8slease_elector *start(const char *name, const char *identity, int release)
+/* The options of name and identity, with the suite's timings. */
+static k8slease_elector_options timed(const char *name, const char *identity)
 {
     k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
-    k8slease_elector *e = NULL;
 
     o.name = name;
     o.identity = identity;
     o.lease_duration_ms = LD_MS;
     o.renew_deadline_ms = RD_MS;
     o.retry_period_ms = RP_MS;
+    return o;
+}
+
+static k8slease_elector *start(const char *name, const char *identity, int release)
+{
+    k8slease_elector_options o = timed(name, identity);
+    k8slease_elector *e = NULL;
+
     o.release_on_cancel = release;
     if (k8slease_elector_start(&e, client, &o) != 0)
         fail_msg("elector_start(%s, %s): %s", name, identity, k8slease_error_last());
@@ -287,15 +295,10 @@ static void cb_new_leader(const char *id, int64_t epoch, void *ud)
 static void callbacks_fire_once(void **state)
 {
     struct cb_log l = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
-    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector_options o = timed("e2e-callbacks", "cb:1");
     k8slease_elector *e = NULL;
 
     (void)state;
-    o.name = "e2e-callbacks";
-    o.identity = "cb:1";
-    o.lease_duration_ms = LD_MS;
-    o.renew_deadline_ms = RD_MS;
-    o.retry_period_ms = RP_MS;
     o.on_started_leading = cb_started;
     o.on_stopped_leading = cb_stopped;
     o.on_new_leader = cb_new_leader;
@@ -839,7 +842,7 @@ static void await(freeing *f, const int *flag, const char *what)
  * (AddressSanitizer in the sanitizer build). */
 static void free_from_a_callback(void **state)
 {
-    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector_options o = timed("e2e-free-cb", "x:1");
     k8slease_client *c = NULL;
     k8slease_watch *w = NULL;
     k8slease_elector *e = NULL;
@@ -849,11 +852,6 @@ static void free_from_a_callback(void **state)
     freeing_init(&f);
     assert_int_equal(e2e_setup(&c), 0);
     assert_int_equal(k8slease_watch_start(&w, client, NULL, "e2e-free-cb", watch_released, &f), 0);
-    o.name = "e2e-free-cb";
-    o.identity = "x:1";
-    o.lease_duration_ms = LD_MS;
-    o.renew_deadline_ms = RD_MS;
-    o.retry_period_ms = RP_MS;
     o.on_started_leading = free_own_elector;
     o.on_stopped_leading = after_stopped;
     o.on_new_leader = after_new_leader;
