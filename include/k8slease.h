@@ -162,7 +162,12 @@ typedef struct k8slease_client_options {
 K8SLEASE_API int k8slease_client_new(k8slease_client **out, const k8slease_client_options *opts);
 
 /** Stop the loop thread and free the client. Every elector and watch of the
- *  client must have been freed first. Accepts NULL. Not from a callback. */
+ *  client must have been freed first. Accepts NULL. Not from a callback
+ *  of the client: its loop thread cannot stop itself, so there it frees
+ *  nothing: it logs an error, silences the client's log callback (nothing
+ *  is logged through it any more) and sets k8slease_error_last()
+ *  (K8SLEASE_ESTATE); the client stays valid, to be freed from another
+ *  thread. Any other thread. */
 K8SLEASE_API void k8slease_client_free(k8slease_client *client);
 
 /** Namespace of the configuration (context namespace, in-cluster namespace
@@ -414,8 +419,15 @@ K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *elector, int64_t t
  *  K8SLEASE_ESTATE (from a callback). Any thread but the loop thread. */
 K8SLEASE_API int k8slease_elector_stop(k8slease_elector *elector, int release);
 
-/** Stop (as the options say about release) if running, then free.
- *  Accepts NULL. Not from a callback. */
+/** Stop (as the options say about release) if running, wait until the
+ *  election is over, then free; no callback of the elector runs after it
+ *  returns. Accepts NULL. Any thread. From a callback of the elector's
+ *  client (the loop thread, which cannot wait), it returns at once: the
+ *  elector's callbacks end there (the one running excepted), and the
+ *  library stops it and frees it on the loop thread once its election is
+ *  over (its release bounded as k8slease_elector_stop says;
+ *  k8slease_client_free frees it at the latest). Either way the caller
+ *  must not use the elector afterwards. */
 K8SLEASE_API void k8slease_elector_free(k8slease_elector *elector);
 
 /* ------------------------------------------------------------------------ */

@@ -406,7 +406,9 @@ class client
     }
 
     /** k8slease_client_free(): every elector and watch of the client must
-     *  be gone (asserted). Not from a callback. */
+     *  be gone (asserted). Not from a callback: there the C client is not
+     *  freed (it is left running, its log silenced; see
+     *  k8slease_client_free). */
     ~client()
     {
         reset();
@@ -590,7 +592,10 @@ class elector
 
     /** k8slease_elector_free(): stops the election (releasing if
      *  release_on_cancel) and waits until it is over; no callback runs
-     *  after it. Not from a callback. */
+     *  after it. From a callback of the same client it does not wait (the
+     *  library frees the election once over; no callback of it runs
+     *  after), but not from this elector's own callbacks: the callback's
+     *  std::function would be destroyed while it runs. */
     ~elector()
     {
         reset();

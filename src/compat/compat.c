@@ -474,6 +474,10 @@ static void lg_event(const kl__log_event *ev, void *user_data)
         /* An election's requests: what they mean is in its notes. */
         lg_write(K8SLEASE_LOG_DEBUG, ev->subject, "%s", ev->text);
         break;
+    case KL_LOG_TERM_LOST:
+        /* Its notes say it in the seed's words ("lost leadership"). */
+        lg_write(K8SLEASE_LOG_DEBUG, ev->subject, "%s", ev->message);
+        break;
     case KL_LOG_ELECTION:
         /* What an election says at info level is said in its notes in the
          * words of the seed's users; its warnings and errors as they are. */
@@ -520,7 +524,14 @@ static int fail_last(char **errMsg)
  * done, and for the ones given up (their releases are bounded by their
  * renew deadline). Elections still running at exit end with the process,
  * as with the Go library. Not from the loop thread (a callback that
- * exits): nothing would run the releases. */
+ * exits): nothing would run the releases.
+ *
+ * Registered once the client exists: exit handlers run in the reverse
+ * order of their registration, and OpenSSL registers its own cleanup when
+ * it is first initialised (by libcurl, when the first client is made).
+ * Registered before that, this one would run after OpenSSL's: the
+ * releases would go out over a TLS library already torn down, and every
+ * one that needs a new connection would fail. */
 static void wait_releases_at_exit(void)
 {
     pthread_mutex_lock(&g_mu);
@@ -566,13 +577,13 @@ static int ensure_client(char **errMsg)
         opts.log_level = K8SLEASE_LOG_DEBUG; /* lg_event picks what to print */
     if ((opts.crash_failover = crash_env(errMsg)) < 0)
         return -1;
-    pthread_once(&at_exit_once, register_at_exit);
     pthread_mutex_lock(&g_mu);
     if (!g_client)
         err = kl__client_new_logged(&g_client, &opts, lg_level != LOG_OFF ? lg_event : NULL);
     pthread_mutex_unlock(&g_mu);
     if (err < 0)
         return fail(errMsg, "failed to build k8s config: %s", k8slease_error_last());
+    pthread_once(&at_exit_once, register_at_exit); /* after OpenSSL's: see there */
     return 0;
 }
 

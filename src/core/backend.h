@@ -25,15 +25,16 @@ typedef void (*kl__holder_report_cb)(void *arg, const char *identity, int64_t ep
 typedef struct kl__backend {
     k8slease_backend id;
     /* Set up the client: its rest config (c->cfg, for messages and for the
-     * loop), its loop (c->loop) and the backend's own state. c->backend and
-     * c->log are set; opts is a full copy (version checked). On failure the
-     * core calls client_free. */
+     * loop), its loop (c->loop) and the backend's own state (c->state),
+     * checking the options that are the backend's. c->backend and c->log
+     * are set; opts is a full copy (version checked). On failure the core
+     * calls client_free. */
     int (*client_init)(k8slease_client *c, const k8slease_client_options *opts);
     /* Stop what the backend runs on the loop, before the loop stops (any
      * thread but the loop's). May be NULL. */
     void (*client_shutdown)(k8slease_client *c);
-    /* Free the backend's state, once the loop has stopped; also after a
-     * failed client_init. */
+    /* Free the backend's state (c->state, NULL or as far as client_init
+     * got), once the loop has stopped; also after a failed client_init. */
     void (*client_free)(k8slease_client *c);
 
     /* k8slease_holder_get, k8slease_lease_release: client and out (or

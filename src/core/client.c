@@ -41,20 +41,11 @@ static int client_new(k8slease_client **out, const k8slease_client_options *opts
                              "k8slease_client_options.backend is %d, expected "
                              "K8SLEASE_BACKEND_K8S or K8SLEASE_BACKEND_ETCD",
                              (int)o.backend);
-    if (o.backend == K8SLEASE_BACKEND_K8S &&
-        (o.etcd_endpoints || o.etcd_ca_file || o.etcd_cert_file || o.etcd_key_file ||
-         o.etcd_username || o.etcd_password))
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_* options are set "
-                                              "but backend is K8SLEASE_BACKEND_K8S");
-    if (o.backend == K8SLEASE_BACKEND_ETCD && o.crash_failover)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: crash_failover is "
-                                              "Kubernetes only (a Pod's container statuses)");
 
     c = kl__calloc(1, sizeof(*c));
     if (!c)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     c->backend = o.backend;
-    c->crash_failover = o.crash_failover != 0;
     c->log.cb = o.log_cb;
     c->log.user_data = o.log_user_data;
     c->log.level = o.log_level;
@@ -90,6 +81,19 @@ K8SLEASE_API void k8slease_client_free(k8slease_client *client)
 {
     if (!client)
         return;
+    if (client->loop && kl__loop_on_thread(client->loop)) {
+        /* A callback of the client: its loop thread cannot stop and join
+         * itself, and what the loop runs would be freed from under it.
+         * Nothing is freed; the log goes quiet, since a caller that
+         * thinks the client gone may free what its callback uses. */
+        kl__error_set(K8SLEASE_ESTATE, "k8slease_client_free: called from a callback (the "
+                                       "client's loop thread): not freed; free it from another "
+                                       "thread");
+        kl__log_printf(&client->log, K8SLEASE_LOG_ERROR, "%s", kl__error_get());
+        client->log.cb = NULL;
+        client->log.event_cb = NULL;
+        return;
+    }
     /* The electors the seed ABI gave up while they released: cut short. */
     if (client->loop)
         kl__loop_call(client->loop, reap_retired, client);

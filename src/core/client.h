@@ -1,5 +1,5 @@
-/* The client object shared by the elector driver, holder reads, watches
- * and pod labels. */
+/* The client object: what the core keeps of a client (the backend, its
+ * rest config, log and loop); the backend keeps the rest behind state. */
 #ifndef KL_CLIENT_H
 #define KL_CLIENT_H
 
@@ -7,11 +7,6 @@
 #include "core/common.h"
 #include "core/http.h"
 #include "core/restconfig.h"
-
-/* Backend state, defined by the backends (k8s/informer.h, etcd/client.h). */
-typedef struct kl__informer kl__informer;
-typedef struct kl__etcd_conn kl__etcd_conn;
-typedef struct kl__holders kl__holders;
 
 struct k8slease_client {
     k8slease_backend backend;
@@ -21,13 +16,12 @@ struct k8slease_client {
     kl__restconfig *cfg;
     kl__log log;
     kl__loop *loop;
-    kl__informer *informer;     /* Kubernetes: shared Lease watches (loop thread) */
-    kl__informer *pod_informer; /* Kubernetes: shared Pod watches (loop thread) */
-    kl__holders *holders;       /* Kubernetes: holder reads answered from the watches */
-    kl__etcd_conn *etcd;        /* etcd: endpoints and authentication */
-    k8slease_elector *retired;  /* kl__elector_retire: freed once over (loop thread) */
-    int *retired_drained;       /* kl__elector_wait_retired's flag, set once none is left */
-    int crash_failover;         /* holder reads follow crash failover records */
+    /* The backend's own state: set by its client_init, freed by its
+     * client_free; the core never looks inside (k8s/client.h, etcd/client.h
+     * say what it is). */
+    void *state;
+    k8slease_elector *retired; /* kl__elector_retire: freed once over (loop thread) */
+    int *retired_drained;      /* kl__elector_wait_retired's flag, set once none is left */
 };
 
 /* k8slease_client_new whose log lines go to log_event_cb (with

@@ -98,24 +98,40 @@ K8SLEASE_API const char *k8slease_version(void)
     return K8SLEASE_VERSION_STRING;
 }
 
-/* Failing-allocator test hook: countdown of allocations left to succeed. */
-static _Atomic long alloc_budget = -1;
+/* Failing-allocator test hook. The countdown is the arming thread's, and
+ * so are the failures: the same run fails the same allocation whatever the
+ * other threads (the loop thread, other clients) do meanwhile, and they go
+ * on unharmed. A call from any thread makes every other thread's countdown
+ * stale (alloc_gen). */
+static _Atomic unsigned long alloc_gen;
+static _Atomic int alloc_failing; /* an armed countdown ran out */
+static _Thread_local long alloc_budget = -1;
+static _Thread_local unsigned long alloc_budget_gen;
 
 void kl__alloc_fail_after(long n)
 {
-    atomic_store(&alloc_budget, n);
+    unsigned long gen = atomic_fetch_add(&alloc_gen, 1) + 1;
+
+    atomic_store(&alloc_failing, 0);
+    alloc_budget = n;
+    alloc_budget_gen = gen;
+}
+
+int kl__alloc_failed(void)
+{
+    return atomic_load(&alloc_failing);
 }
 
 static int alloc_allowed(void)
 {
-    long b = atomic_load(&alloc_budget);
-
-    while (b >= 0) {
-        if (b == 0)
-            return 0;
-        if (atomic_compare_exchange_weak(&alloc_budget, &b, b - 1))
-            return 1;
+    if (alloc_budget < 0 ||
+        alloc_budget_gen != atomic_load_explicit(&alloc_gen, memory_order_relaxed))
+        return 1;
+    if (alloc_budget == 0) {
+        atomic_store(&alloc_failing, 1);
+        return 0;
     }
+    alloc_budget--;
     return 1;
 }
 

@@ -67,7 +67,7 @@ const char *kl__error_get(void);
 const char *kl__strerror(int e, char *buf, size_t size);
 
 /* Allocation. Every allocation of the library goes through these so that a
- * test build can fail the Nth one (see kl__alloc_fail_after). */
+ * test can fail the Nth one (see kl__alloc_fail_after). */
 void *kl__malloc(size_t n);
 void *kl__calloc(size_t n, size_t size);
 void *kl__realloc(void *p, size_t n);
@@ -76,8 +76,15 @@ char *kl__strndup(const char *s, size_t n);
 void kl__free(void *p);
 char *kl__sprintf(const char *fmt, ...) KL_PRINTF(1, 2);
 char *kl__vsprintf(const char *fmt, va_list ap) KL_PRINTF(1, 0);
-/* Test hook: fail the allocation after n more succeed (n < 0: never). */
+/* Test hook: the calling thread's allocation after n more of its own
+ * succeed fails, and every later one of that thread, until the next call
+ * (n < 0: none fails). Only that thread's allocations count and fail, so
+ * a run fails the same allocation each time and other threads go on
+ * unharmed: to fail a loop thread's, arm it from there (kl__loop_call).
+ * Any thread; a call makes every other thread's countdown stale. */
 void kl__alloc_fail_after(long n);
+/* Whether an armed countdown ran out since the last kl__alloc_fail_after. */
+int kl__alloc_failed(void);
 
 /* Growable byte buffer, always NUL-terminated when data != NULL. */
 typedef struct kl__buf {
@@ -99,7 +106,8 @@ typedef enum kl__log_kind {
     KL_LOG_WATCH,           /* the watch of the subject: any other line */
     KL_LOG_WATCH_HEALTHY,   /* the watch of the subject is healthy (again) */
     KL_LOG_WATCH_UNHEALTHY, /* no event or bookmark in time */
-    KL_LOG_WATCH_FAILED     /* the watch failed: error */
+    KL_LOG_WATCH_FAILED,    /* the watch failed: error */
+    KL_LOG_TERM_LOST        /* an election lost its term: why (core/driver.h) */
 } kl__log_kind;
 
 typedef struct kl__log_about {

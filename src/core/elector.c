@@ -18,14 +18,40 @@ int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
                           const char *what_fmt, ...)
 {
-    pthread_condattr_t attr;
     va_list ap;
+    int err;
 
-    pthread_mutex_init(&e->mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&e->cv, &attr);
+    va_start(ap, what_fmt);
+    err = kl__elector_head_vinit(e, client, backend, opts, what_fmt, ap);
+    va_end(ap);
+    return err;
+}
+
+int kl__elector_head_vinit(k8slease_elector *e, k8slease_client *client,
+                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                           const char *what_fmt, va_list ap)
+{
+    pthread_condattr_t attr;
+    const char *call = NULL;
+    char buf[128];
+    int rc;
+
+    if ((rc = pthread_mutex_init(&e->mu, NULL)) != 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "pthread_mutex_init: %s",
+                             kl__strerror(rc, buf, sizeof(buf)));
+    e->sync = KL_SYNC_MU;
+    if ((rc = pthread_condattr_init(&attr)) != 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "pthread_condattr_init: %s",
+                             kl__strerror(rc, buf, sizeof(buf)));
+    /* The waits are timed on the monotonic clock: no condition on another. */
+    if ((rc = pthread_condattr_setclock(&attr, CLOCK_MONOTONIC)) != 0)
+        call = "pthread_condattr_setclock";
+    else if ((rc = pthread_cond_init(&e->cv, &attr)) != 0)
+        call = "pthread_cond_init";
     pthread_condattr_destroy(&attr);
+    if (call)
+        return kl__error_set(K8SLEASE_ENOMEM, "%s: %s", call, kl__strerror(rc, buf, sizeof(buf)));
+    e->sync |= KL_SYNC_CV;
     e->client = client;
     e->backend = backend;
     e->stats.version = K8SLEASE_ELECTOR_STATS_VERSION;
@@ -34,12 +60,11 @@ int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
     e->opts.binary_version = e->opts.emulation_version = e->opts.strategy = NULL;
     atomic_init(&e->epoch, -1);
     atomic_init(&e->leader_deadline, 0);
-    kl__timer_init(&e->reap, NULL, e); /* armed only once retired */
+    kl__timer_init(&e->reap, NULL, e);  /* armed only once retired */
+    kl__timer_init(&e->timer, NULL, e); /* the backend sets its callback */
     /* Sized to the text: a fixed buffer would cost every election of
      * thousands the longest name's room. */
-    va_start(ap, what_fmt);
     e->what = kl__vsprintf(what_fmt, ap);
-    va_end(ap);
     e->about.what = e->what;
     e->about.kind = KL_LOG_ELECTION;
     return e->what ? 0 : kl__error_set(K8SLEASE_ENOMEM, "out of memory");
@@ -49,9 +74,12 @@ void kl__elector_head_destroy(k8slease_elector *e)
 {
     if (e->end_reason != end_reason_oom)
         kl__free(e->end_reason);
+    kl__free(e->renewal_error);
     kl__free(e->what);
-    pthread_cond_destroy(&e->cv);
-    pthread_mutex_destroy(&e->mu);
+    if (e->sync & KL_SYNC_CV)
+        pthread_cond_destroy(&e->cv);
+    if (e->sync & KL_SYNC_MU)
+        pthread_mutex_destroy(&e->mu);
 }
 
 static void note(k8slease_elector *e, const kl__elector_note *n)
@@ -513,6 +541,19 @@ K8SLEASE_API void k8slease_elector_free(k8slease_elector *e)
 {
     if (!e)
         return;
+    if (kl__loop_on_thread(e->client->loop)) {
+        /* A callback of the client: it cannot wait for the release, and
+         * freeing now would pull the elector from under the code that runs
+         * the callback. Its callbacks end now (the loop thread is the only
+         * one that reads them); the loop stops and frees it once over. */
+        e->opts.on_started_leading = NULL;
+        e->opts.on_stopped_leading = NULL;
+        e->opts.on_new_leader = NULL;
+        kl__log_at(&e->client->log, K8SLEASE_LOG_DEBUG, &e->about,
+                   "freed from a callback: stopped, and freed once its election is over");
+        kl__elector_retire(e, NULL, NULL);
+        return;
+    }
     if (k8slease_elector_stop(e, -1) < 0) {
         /* Out of memory posting the stop: end it without releasing. */
         kl__loop_call(e->client->loop, detach, e);

@@ -12,6 +12,7 @@
 #define KL_CORE_ELECTOR_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdatomic.h>
 #include <stdint.h>
 
@@ -51,6 +52,9 @@ typedef struct kl__elector_note {
 
 typedef void (*kl__elector_note_cb)(const kl__elector_note *note, void *arg);
 
+#define KL_SYNC_MU 1u
+#define KL_SYNC_CV 2u
+
 struct k8slease_elector {
     k8slease_client *client;
     const kl__elector_backend *backend;
@@ -63,6 +67,7 @@ struct k8slease_elector {
     /* Shared with the threads that wait. */
     pthread_mutex_t mu;
     pthread_cond_t cv; /* CLOCK_MONOTONIC */
+    unsigned sync;     /* which of them are set up: KL_SYNC_MU, KL_SYNC_CV */
     int elected;       /* STARTED happened */
     int stopped;       /* STOPPED happened: the term is over (or never was) */
     int done;          /* DONE happened: nothing left in flight */
@@ -81,6 +86,13 @@ struct k8slease_elector {
     /* Set before the start is posted, then read on the loop thread only. */
     kl__elector_note_cb note_cb;
     void *note_arg;
+
+    /* Loop thread: what the backend's driver keeps here (core/driver.h). */
+    kl__timer timer;          /* the machine's one timer (kl__elector_settle); its
+                                 callback set by the backend */
+    int64_t term_deadline_ms; /* a term with no renewal for this long is lost */
+    int64_t renewal_sent;     /* monotonic ns a renewal in flight was sent; 0: none */
+    char *renewal_error;      /* the last renewal's error since a success; NULL: none */
 
     /* Retired (kl__elector_retire): the loop frees it once DONE. Loop thread. */
     int retired;
@@ -108,15 +120,25 @@ struct kl__elector_backend {
     /* Free (head included, with kl__elector_head_destroy()). Any thread,
      * after detach or when start never ran. Accepts NULL. */
     void (*destroy)(k8slease_elector *e);
+    /* The words of the line that tells a lost term (core/driver.h): what
+     * keeps the term ("renewal", "keepalive"), the deadline it must
+     * succeed within ("renew deadline", "lease TTL": e->term_deadline_ms),
+     * and what KL_TERM_DELETED says ("the Lease was deleted"). */
+    const char *renewal, *deadline, *deleted;
 };
 
-/* Set up the head: copies opts (without its strings), mutex, condition,
- * atomics (epoch -1), stats version. what: printf-style description, kept
- * in a string of its size. 0, or K8SLEASE_ENOMEM with the message set; the
- * head is to be destroyed either way (e zeroed before). */
+/* Set up the head: copies opts (without its strings), mutex, condition
+ * (on CLOCK_MONOTONIC), atomics (epoch -1), stats version. what:
+ * printf-style description, kept in a string of its size. 0, or
+ * K8SLEASE_ENOMEM with the message set (out of memory, or the mutex or
+ * condition could not be set up: "pthread_cond_init: ..."); the head is
+ * to be destroyed either way (e zeroed before). */
 int kl__elector_head_init(k8slease_elector *e, k8slease_client *client,
                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
                           const char *what_fmt, ...) KL_PRINTF(5, 6);
+int kl__elector_head_vinit(k8slease_elector *e, k8slease_client *client,
+                           const kl__elector_backend *backend, const k8slease_elector_options *opts,
+                           const char *what_fmt, va_list ap) KL_PRINTF(5, 0);
 void kl__elector_head_destroy(k8slease_elector *e);
 
 /* Loop thread, as the backend's machine says: */

@@ -1,7 +1,8 @@
 /* The rules an elector's options meet in every backend, so that both say
  * the same thing about the same options: client-go's timing rules and the
- * identity's bounds. k8s/election.c applies them when an elector is
- * initialised, etcd/driver.c when one is created.
+ * identity's bounds, and the timeout of an elector's requests.
+ * k8s/election.c applies the rules when an elector is initialised,
+ * etcd/driver.c when one is created.
  *
  * PURE: no I/O, no clock reads, no allocation; the one side effect is
  * kl__error_set naming the rule broken. Any thread. */
@@ -28,13 +29,15 @@ int kl__identity_check(const char *identity);
 int kl__timings_check(int64_t lease_duration_ns, int64_t renew_deadline_ns,
                       int64_t retry_period_ns);
 
-/* The timeout of a Kubernetes elector's requests (ms) for its renew
- * deadline and retry period (ms): (renew_deadline - retry_period) / 2, at
- * least KL_REQUEST_TIMEOUT_MIN_MS. A renewal starts retry_period after the
- * last success and must succeed within renew_deadline of it; what is left
- * holds one attempt that gets no answer (its connection is then
- * abandoned) and one more on a new connection. 15/10/2 s: 4 s; 5/3/1 s:
- * 1 s. */
+/* The timeout of an elector's requests (ms) for its renew deadline and
+ * retry period (ms), whatever the backend (kl__elector_timings_of,
+ * core/driver.h; etcd's keepalives, campaign requests and watch probes
+ * too): (renew_deadline - retry_period) / 2, at least
+ * KL_REQUEST_TIMEOUT_MIN_MS. A renewal starts retry_period after the last
+ * success and must succeed within renew_deadline of it; what is left holds
+ * one attempt that gets no answer (its connection is then abandoned) and
+ * one more on a new connection. 15/10/2 s: 4 s; 5/3/1 s: 1 s. The
+ * documentation says it in docs/semantics.md ("Request timeout"). */
 #define KL_REQUEST_TIMEOUT_MIN_MS 500
 int64_t kl__request_timeout_ms(int64_t renew_deadline_ms, int64_t retry_period_ms);
 

@@ -77,6 +77,16 @@ size_t kl__etcd_prefix_range_end(const char *prefix, size_t len, char *out)
     return i;
 }
 
+void kl__etcd_prefix_set(kl__etcd_prefix *p, const char *name)
+{
+    size_t n = strlen(name);
+
+    memcpy(p->key, name, n);
+    p->key[n] = '/';
+    p->key_len = n + 1;
+    p->end_len = kl__etcd_prefix_range_end(p->key, p->key_len, p->end);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Decoding helpers                                                         */
 /* ------------------------------------------------------------------------ */
@@ -697,6 +707,20 @@ char *kl__etcd_encode_range(const kl__etcd_range_req *req)
     }
 out:
     return dump(root, "etcd range request");
+}
+
+char *kl__etcd_encode_leader_range(const kl__etcd_prefix *p)
+{
+    kl__etcd_range_req rr = {0};
+
+    rr.key = p->key;
+    rr.key_len = p->key_len;
+    rr.range_end = p->end;
+    rr.range_end_len = p->end_len;
+    rr.sort_order = KL_ETCD_SORT_ASCEND;
+    rr.sort_target = KL_ETCD_SORT_CREATE;
+    rr.limit = 1;
+    return kl__etcd_encode_range(&rr);
 }
 
 char *kl__etcd_encode_deleterange(const char *key, size_t key_len, const char *range_end,

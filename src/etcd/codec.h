@@ -48,6 +48,21 @@ char *kl__base64_encode(const void *in, size_t len, size_t *out_len);
  * Returns the length written (not NUL-terminated). */
 size_t kl__etcd_prefix_range_end(const char *prefix, size_t len, char *out);
 
+/* The public API's limit on election names (k8slease.h). */
+#define KL_ETCD_NAME_MAX 400
+
+/* An election's keys: "<name>/" and the end of its range. */
+typedef struct kl__etcd_prefix {
+    char key[KL_ETCD_NAME_MAX + 2];
+    size_t key_len;
+    char end[KL_ETCD_NAME_MAX + 2];
+    size_t end_len;
+} kl__etcd_prefix;
+
+/* p for the election name (at most KL_ETCD_NAME_MAX bytes: checked by the
+ * caller). */
+void kl__etcd_prefix_set(kl__etcd_prefix *p, const char *name);
+
 /* ---- gateway errors ---- */
 
 typedef struct kl__etcd_error {
@@ -140,6 +155,9 @@ typedef struct kl__etcd_range_req {
 } kl__etcd_range_req;
 
 char *kl__etcd_encode_range(const kl__etcd_range_req *req);
+/* The range of an election's leader: its first key by create revision.
+ * NULL on ENOMEM (error set). */
+char *kl__etcd_encode_leader_range(const kl__etcd_prefix *p);
 /* {"key":..., "range_end":...} for /v3/kv/deleterange (range_end NULL: one key). */
 char *kl__etcd_encode_deleterange(const char *key, size_t key_len, const char *range_end,
                                   size_t range_end_len);

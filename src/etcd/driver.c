@@ -1,7 +1,7 @@
 /* The elector over etcd: drives the pure election machine
  * (etcd/election.c) from the client's loop thread. Each of the machine's
  * three channels has at most one call or watch stream in flight on the
- * client's etcd conn (etcd/client.c); answers are decoded here and fed back
+ * client's etcd conn (etcd/conn.c); answers are decoded here and fed back
  * as RESULT events, watch messages as WATCH events, and the machine's
  * callbacks become the generic elector's reports (core/elector.c).
  *
@@ -14,6 +14,7 @@
 
 #include "core/client.h"
 #include "core/clock.h"
+#include "core/driver.h"
 #include "core/elector.h"
 #include "core/timings.h"
 #include "etcd/client.h"
@@ -45,7 +46,6 @@ struct etcd_elector {
     /* Loop thread only. */
     kl__etcd_election sm;
     channel ch[KL_EE_CH_COUNT];
-    kl__timer timer;
 };
 
 static void run(etcd_elector *e, const kl__etcd_election_event *ev);
@@ -90,13 +90,6 @@ static const kl__log *elog(const etcd_elector *e)
     return &e->pub.client->log;
 }
 
-static void set_watch_healthy(etcd_elector *e, int healthy)
-{
-    pthread_mutex_lock(&e->pub.mu);
-    e->pub.stats.watch_healthy = healthy;
-    pthread_mutex_unlock(&e->pub.mu);
-}
-
 static void cancel_channel(channel *ch)
 {
     kl__etcd_call_cancel(ch->call);
@@ -105,7 +98,7 @@ static void cancel_channel(channel *ch)
     ch->stream = NULL;
     kl__timer_cancel(ch->e->pub.client->loop, &ch->failed);
     if (ch->id == KL_EE_CH_OBSERVE && ch->kind == KL_EE_REQ_WATCH)
-        set_watch_healthy(ch->e, 0);
+        kl__elector_watch_healthy(&ch->e->pub, 0);
     ch->kind = KL_EE_REQ_NONE;
     ch->have_deferred = 0;
 }
@@ -114,36 +107,31 @@ static void cancel_channel(channel *ch)
 /* Results                                                                  */
 /* ------------------------------------------------------------------------ */
 
+/* Stats, and a keepalive's outcome for the line of a lost term. */
 static void count(etcd_elector *e, const channel *ch, kl__etcd_req kind, const kl__etcd_result *res,
-                  int status, const kl__etcd_lease *lease)
+                  int status, const kl__etcd_lease *lease, const char *message)
 {
-    k8slease_elector_stats *st = &e->pub.stats;
-    int64_t took = kl__clock_mono_ns() - ch->started;
+    kl__request_outcome o = {0};
+    int renews =
+        status == 0 && (kind == KL_EE_REQ_GRANT || kind == KL_EE_REQ_KEEPALIVE) && lease->ttl > 0;
 
-    pthread_mutex_lock(&e->pub.mu);
-    st->requests++;
-    if (kind == KL_EE_REQ_RANGE_PREDECESSOR || kind == KL_EE_REQ_RANGE_LEADER)
-        st->gets++;
-    else if (kind == KL_EE_REQ_TXN_CREATE || kind == KL_EE_REQ_PROCLAIM ||
-             kind == KL_EE_REQ_DELETE_KEY)
-        st->creates++;
-    else if (kind == KL_EE_REQ_KEEPALIVE)
-        st->updates++;
-    if (res->err && res->status == 0 && res->err != K8SLEASE_ENOMEM)
-        st->transport_errors++;
-    else if (res->status >= 500)
-        st->http_5xx++;
-    else if (res->status >= 400 && !(kind == KL_EE_REQ_REVOKE && status == K8SLEASE_ENOTFOUND))
-        st->http_4xx++; /* a lease already expired is what a REVOKE expects, as 404 on a GET */
-    if (status == K8SLEASE_ECONFLICT)
-        st->conflicts++;
-    if (status == 0 && (kind == KL_EE_REQ_GRANT || kind == KL_EE_REQ_KEEPALIVE) && lease->ttl > 0) {
-        if (ch->renewal)
-            kl__elector_count_renewal(st, ch->started, took);
-        else
-            st->last_renew_ns = ch->started;
-    }
-    pthread_mutex_unlock(&e->pub.mu);
+    o.kind =
+        kind == KL_EE_REQ_RANGE_PREDECESSOR || kind == KL_EE_REQ_RANGE_LEADER ? KL_REQUEST_GET
+        : kind == KL_EE_REQ_TXN_CREATE || kind == KL_EE_REQ_PROCLAIM || kind == KL_EE_REQ_DELETE_KEY
+            ? KL_REQUEST_CREATE
+        : kind == KL_EE_REQ_KEEPALIVE ? KL_REQUEST_UPDATE
+                                      : KL_REQUEST_OTHER;
+    o.started_ns = ch->started;
+    o.transport_error = res->err && res->status == 0 && res->err != K8SLEASE_ENOMEM;
+    o.http_status = res->status;
+    /* a lease already expired is what a REVOKE expects, as 404 on a GET */
+    o.expected = kind == KL_EE_REQ_REVOKE && status == K8SLEASE_ENOTFOUND;
+    o.conflict = status == K8SLEASE_ECONFLICT;
+    o.renewing = ch->renewal;
+    o.held = renews;
+    o.renewal = renews && ch->renewal;
+    o.error = status < 0 ? message : NULL;
+    kl__elector_count_request(&e->pub, &o);
 }
 
 static void log_ok(etcd_elector *e, kl__etcd_req kind, const kl__etcd_lease *l,
@@ -218,13 +206,13 @@ static void on_result(const kl__etcd_result *res, void *arg)
             break;
         }
         if (status < 0) {
-            snprintf(buf, sizeof(buf), "etcd %s: %s", kl__etcd_conn_endpoint(e->pub.client->etcd),
-                     kl__error_get());
+            snprintf(buf, sizeof(buf), "etcd %s: %s",
+                     kl__etcd_conn_endpoint(kl__etcd_of(e->pub.client)), kl__error_get());
             errmsg = buf;
         }
     }
     ev.status = status;
-    count(e, ch, kind, res, status, &lease);
+    count(e, ch, kind, res, status, &lease, errmsg);
     if (status == 0)
         log_ok(e, kind, &lease, &txn, &range);
     else
@@ -243,13 +231,10 @@ static void on_watch_msg(const kl__etcd_watch_msg *m, void *arg)
     etcd_elector *e = ch->e;
     kl__etcd_election_event ev = {.type = KL_EE_EV_WATCH, .channel = ch->id, .watch = m};
 
-    if (m->n_events > 0) {
-        pthread_mutex_lock(&e->pub.mu);
-        e->pub.stats.watch_events += m->n_events;
-        pthread_mutex_unlock(&e->pub.mu);
-    }
+    if (m->n_events > 0)
+        kl__elector_watch_events(&e->pub, m->n_events);
     if (ch->id == KL_EE_CH_OBSERVE && (m->created || m->canceled))
-        set_watch_healthy(e, m->created && !m->canceled);
+        kl__elector_watch_healthy(&e->pub, m->created && !m->canceled);
     if (m->canceled)
         kl__log_printf(elog(e), K8SLEASE_LOG_INFO, "%s: %s watch cancelled by etcd (%s)",
                        e->pub.what, ch->id == KL_EE_CH_CAMPAIGN ? "predecessor" : "leader",
@@ -271,7 +256,7 @@ static void on_watch_end(const kl__etcd_result *res, void *arg)
     ch->stream = NULL;
     ch->kind = KL_EE_REQ_NONE;
     if (ch->id == KL_EE_CH_OBSERVE)
-        set_watch_healthy(e, 0);
+        kl__elector_watch_healthy(&e->pub, 0);
     kl__log_printf(elog(e), res->err ? K8SLEASE_LOG_WARN : K8SLEASE_LOG_INFO,
                    "%s: %s watch ended%s%s", e->pub.what,
                    ch->id == KL_EE_CH_CAMPAIGN ? "predecessor" : "leader", res->err ? ": " : "",
@@ -326,6 +311,8 @@ static void start_request(etcd_elector *e, const kl__etcd_election_action *a)
     ch->kind = req_of(a->type);
     ch->started = kl__clock_mono_ns();
     ch->renewal = a->type == KL_EE_ACT_KEEPALIVE && e->sm.state == KL_EE_LEADING;
+    if (ch->renewal)
+        kl__elector_renewal_sent(&e->pub, ch->started);
     switch (a->type) {
     case KL_EE_ACT_GRANT:
         o.path = "/v3/lease/grant";
@@ -374,14 +361,14 @@ static void start_request(etcd_elector *e, const kl__etcd_election_action *a)
         (unsigned long long)(a->lease_id ? a->lease_id : e->sm.lease_id),
         (int)(a->key_len > 200 ? 200 : a->key_len), a->key ? a->key : "", (long long)a->revision);
     if (a->type == KL_EE_ACT_WATCH_KEY) {
-        if ((ch->stream = kl__etcd_stream_start(e->pub.client->etcd, &wr, &e->sopts, on_watch_msg,
-                                                on_watch_end, ch)))
+        if ((ch->stream = kl__etcd_stream_start(kl__etcd_of(e->pub.client), &wr, &e->sopts,
+                                                on_watch_msg, on_watch_end, ch)))
             return;
     } else if (body) {
         o.body = body;
         o.body_len = strlen(body);
         o.timeout_ms = e->request_timeout_ms;
-        ch->call = kl__etcd_call_start(e->pub.client->etcd, &o, on_result, ch);
+        ch->call = kl__etcd_call_start(kl__etcd_of(e->pub.client), &o, on_result, ch);
         kl__free(body);
         if (ch->call)
             return;
@@ -396,7 +383,7 @@ static void detach(k8slease_elector *pub)
 {
     etcd_elector *e = (etcd_elector *)pub;
 
-    kl__timer_cancel(e->pub.client->loop, &e->timer);
+    kl__timer_cancel(e->pub.client->loop, &e->pub.timer);
     for (int i = 0; i < KL_EE_CH_COUNT; i++)
         cancel_channel(&e->ch[i]);
 }
@@ -421,7 +408,7 @@ static void exec_action(etcd_elector *e, const kl__etcd_election_action *a)
         kl__elector_report_started(&e->pub, a->epoch, kl__etcd_election_lease_deadline(&e->sm));
         break;
     case KL_EE_ACT_STOPPED:
-        kl__elector_report_stopped(&e->pub);
+        kl__elector_report_term_end(&e->pub, a->end, NULL, 0);
         break;
     case KL_EE_ACT_NEW_LEADER:
         /* No candidate: "" and -1, as the holder watch reports it. */
@@ -461,7 +448,6 @@ static void run(etcd_elector *e, const kl__etcd_election_event *ev)
 {
     kl__etcd_election_actions acts;
     kl__etcd_election_state from = e->sm.state;
-    int64_t at;
 
     if (e->sm.state == KL_EE_DONE)
         return;
@@ -472,15 +458,10 @@ static void run(etcd_elector *e, const kl__etcd_election_event *ev)
                        kl__etcd_election_state_name(e->sm.state));
     for (int i = 0; i < acts.n; i++)
         exec_action(e, &acts.a[i]);
-    if (e->sm.state == KL_EE_DONE)
-        return;
-    if (e->sm.state == KL_EE_LEADING)
-        kl__elector_report_deadline(&e->pub, kl__etcd_election_lease_deadline(&e->sm));
-    at = kl__etcd_election_timer(&e->sm);
-    if (at == INT64_MAX)
-        kl__timer_cancel(e->pub.client->loop, &e->timer);
-    else
-        kl__timer_arm(e->pub.client->loop, &e->timer, at);
+    if (e->sm.state != KL_EE_DONE)
+        kl__elector_settle(
+            &e->pub, e->sm.state == KL_EE_LEADING ? kl__etcd_election_lease_deadline(&e->sm) : 0,
+            kl__etcd_election_timer(&e->sm));
 }
 
 static void on_timer(kl__timer *t, void *arg)
@@ -527,8 +508,10 @@ static int create(k8slease_elector **out, k8slease_client *client,
                   const k8slease_elector_options *opts)
 {
     kl__etcd_election_config cfg = {0};
-    etcd_elector *e = NULL;
-    int64_t ld, rd, rp;
+    kl__elector_timings t;
+    k8slease_elector *pub;
+    etcd_elector *e;
+    int64_t ld;
     int err;
 
     if ((err = kl__etcd_check_ns("k8slease_elector_start", opts->ns)) < 0 ||
@@ -545,18 +528,14 @@ static int create(k8slease_elector **out, k8slease_client *client,
         return kl__error_set(K8SLEASE_EINVAL,
                              "coordinated, binary_version, emulation_version and strategy are "
                              "Kubernetes options (coordinated leader election): not with etcd");
-    ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
-    rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
-    rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;
-    if (ld < 0 || rd < 0 || rp < 0 || ld > INT64_MAX / KL_NS_PER_MS)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "durations must be positive (lease_duration %lld ms, renew_deadline "
-                             "%lld ms, retry_period %lld ms)",
-                             (long long)ld, (long long)rd, (long long)rp);
+    if ((err = kl__elector_timings_of(&t, opts)) < 0)
+        return err;
+    ld = t.lease_duration_ms;
     /* The Kubernetes backend's rules, so both backends say the same thing
      * about the same options. */
     if ((err = kl__identity_check(opts->identity)) < 0 ||
-        (err = kl__timings_check(ld * KL_NS_PER_MS, rd * KL_NS_PER_MS, rp * KL_NS_PER_MS)) < 0)
+        (err = kl__timings_check(ld * KL_NS_PER_MS, t.renew_deadline_ms * KL_NS_PER_MS,
+                                 t.retry_period_ms * KL_NS_PER_MS)) < 0)
         return err;
     if (ld < 1000)
         return kl__error_set(K8SLEASE_EINVAL,
@@ -564,41 +543,39 @@ static int create(k8slease_elector **out, k8slease_client *client,
                              "(it is the lease TTL)",
                              (long long)ld);
 
-    if (!(e = kl__calloc(1, sizeof(*e))))
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    if ((err = kl__elector_head_init(&e->pub, client, &kl__etcd_elector_backend, opts,
-                                     "etcd election %s", opts->name)) < 0)
-        goto out;
-    /* As the Kubernetes backend: a request may take at most half the renew
-     * deadline, but at least 1 s. Keepalives too: one that hangs must not
-     * hold back the next one until the lease is gone. */
-    e->request_timeout_ms = rd / 2 > 1000 ? rd / 2 : 1000;
+    if ((err = kl__elector_new(&pub, sizeof(*e), client, &kl__etcd_elector_backend, opts, on_timer,
+                               "etcd election %s", opts->name)) < 0)
+        return err;
+    e = (etcd_elector *)pub;
+    /* The request timeout of both backends (core/timings.h). Keepalives
+     * too: one that hangs must not hold back the next one until the lease
+     * is gone. */
+    e->request_timeout_ms = t.request_timeout_ms;
     e->ttl_ms = ld;
+    e->pub.term_deadline_ms = ld; /* a term lives on its lease's keepalives */
     /* A watch on a member that hangs is left within TTL/3 + the request
-     * timeout (etcd/client.h has the rule): a follower there learns of a
+     * timeout (etcd/conn.h has the rule): a follower there learns of a
      * release or an expiry within a TTL. */
-    kl__etcd_stream_opts_init(&e->sopts, ld, rd, rp);
+    kl__etcd_stream_opts_init(&e->sopts, ld, t.renew_deadline_ms, t.retry_period_ms);
     cfg.prefix = opts->name;
     cfg.value = opts->identity;
     cfg.ttl_ns = ld * KL_NS_PER_MS;
     cfg.keepalive_interval_ns = 0; /* ttl / 3, as clientv3's sessions */
-    cfg.retry_period_ns = rp * KL_NS_PER_MS;
+    cfg.retry_period_ns = t.retry_period_ms * KL_NS_PER_MS;
     cfg.release_on_cancel = opts->release_on_cancel;
     if ((err = kl__etcd_election_init(&e->sm, &cfg)) < 0) {
         kl__error_wrap(err, "%s", e->pub.what);
-        goto out;
+        destroy(pub);
+        return err;
     }
-    kl__timer_init(&e->timer, on_timer, e);
     for (int i = 0; i < KL_EE_CH_COUNT; i++) {
         e->ch[i].e = e;
         e->ch[i].id = (kl__etcd_channel)i;
         kl__timer_init(&e->ch[i].failed, on_failed, &e->ch[i]);
     }
-    *out = &e->pub;
-    e = NULL;
-out:
-    destroy((k8slease_elector *)e);
-    return err;
+    *out = pub;
+    return 0;
 }
 
-const kl__elector_backend kl__etcd_elector_backend = {create, start, stop, detach, destroy};
+const kl__elector_backend kl__etcd_elector_backend = {
+    create, start, stop, detach, destroy, "keepalive", "lease TTL", "our key was deleted"};

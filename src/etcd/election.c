@@ -256,17 +256,18 @@ static void report_leader(kl__etcd_election *e, const char *value, size_t len, i
 /* Endings                                                                  */
 /* ------------------------------------------------------------------------ */
 
-static void emit_stopped(kl__etcd_election *e, kl__etcd_election_actions *out)
+/* STOPPED, once, saying why. */
+static void emit_stopped(kl__etcd_election *e, kl__term_end why, kl__etcd_election_actions *out)
 {
     if (e->stopped_emitted)
         return;
     e->stopped_emitted = 1;
-    push(out, KL_EE_ACT_STOPPED);
+    push(out, KL_EE_ACT_STOPPED)->end = why;
 }
 
 static void finish(kl__etcd_election *e, kl__etcd_election_actions *out)
 {
-    emit_stopped(e, out);
+    emit_stopped(e, KL_TERM_STOPPED, out);
     set_state(e, KL_EE_DONE);
     for (int ch = 0; ch < KL_EE_CH_COUNT; ch++) {
         e->inflight[ch] = KL_EE_REQ_NONE;
@@ -277,13 +278,15 @@ static void finish(kl__etcd_election *e, kl__etcd_election_actions *out)
     push(out, KL_EE_ACT_DONE);
 }
 
-/* The election is over (stop, or a term that ended). STOPPED goes out
- * first so that is_leader is false before anything is written. Whatever is
- * in flight is abandoned: the release does not depend on its outcome, since
- * REVOKE removes every key on the lease, whether a TXN_CREATE landed or not. */
-static void end(kl__etcd_election *e, int release, int64_t now, kl__etcd_election_actions *out)
+/* The election is over (stop, or a term that ended, for the reason why).
+ * STOPPED goes out first so that is_leader is false before anything is
+ * written. Whatever is in flight is abandoned: the release does not depend
+ * on its outcome, since REVOKE removes every key on the lease, whether a
+ * TXN_CREATE landed or not. */
+static void end(kl__etcd_election *e, kl__term_end why, int release, int64_t now,
+                kl__etcd_election_actions *out)
 {
-    emit_stopped(e, out);
+    emit_stopped(e, why, out);
     if (!release || e->lease_id == 0) {
         finish(e, out);
         return;
@@ -316,7 +319,7 @@ static void lease_lost(kl__etcd_election *e, int gone, int64_t now, kl__etcd_ele
     int64_t old = e->lease_id;
 
     if (e->state == KL_EE_LEADING) {
-        end(e, e->cfg.release_on_cancel && !gone, now, out);
+        end(e, gone ? KL_TERM_GONE : KL_TERM_DEADLINE, e->cfg.release_on_cancel && !gone, now, out);
         return;
     }
     /* A candidate never held a term: a new lease, a new key at the back of
@@ -354,7 +357,7 @@ static void revoke_old_result(kl__etcd_election *e, int status, int64_t now)
 static void lose_key(kl__etcd_election *e, int64_t now, kl__etcd_election_actions *out)
 {
     e->key_gone = 1;
-    end(e, e->cfg.release_on_cancel, now, out);
+    end(e, KL_TERM_DELETED, e->cfg.release_on_cancel, now, out);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -741,7 +744,7 @@ static void on_stop(kl__etcd_election *e, int release, int64_t now, kl__etcd_ele
     e->stop_requested = 1;
     if (e->state == KL_EE_RELEASING) /* already on its way to DONE */
         return;
-    end(e, release, now, out);
+    end(e, KL_TERM_STOPPED, release, now, out);
 }
 
 void kl__etcd_election_step(kl__etcd_election *e, const kl__etcd_election_event *ev, int64_t now,

@@ -110,6 +110,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/term.h"
 #include "etcd/codec.h"
 
 /* Buffers. A key is "<prefix>/<up to 16 hex digits>"; keys of others (the
@@ -208,8 +209,10 @@ typedef struct kl__etcd_election_event {
  *   DELETE_KEY        kl__etcd_encode_txn_delete(key, revision)
  *   REVOKE            /v3/lease/revoke {ID: lease_id}
  *   CANCEL            abandon the request or watch in flight on channel
- * Callbacks: STARTED(epoch), STOPPED, NEW_LEADER(value, value_len, epoch):
- * value "" and epoch 0 for "no leader". DONE: over, cancel everything. */
+ * Callbacks: STARTED(epoch), STOPPED(end: why, core/term.h: the deadline,
+ * TTL 0, our key deleted, or KL_TERM_STOPPED for a stop and an election
+ * that never led), NEW_LEADER(value, value_len, epoch): value "" and epoch
+ * 0 for "no leader". DONE: over, cancel everything. */
 typedef enum kl__etcd_election_action_type {
     KL_EE_ACT_GRANT,
     KL_EE_ACT_KEEPALIVE,
@@ -242,6 +245,7 @@ typedef struct kl__etcd_election_action {
                          RANGE_PREDECESSOR: max_create_revision; WATCH_KEY: start_revision */
     int64_t limit;    /* RANGE_* */
     int64_t epoch;    /* STARTED, NEW_LEADER */
+    kl__term_end end; /* STOPPED: why */
 } kl__etcd_election_action;
 
 typedef struct kl__etcd_election_actions {

@@ -29,10 +29,19 @@
  * informer sends nothing until something follows a Pod: crash failover). */
 static int client_init(k8slease_client *c, const k8slease_client_options *opts)
 {
+    kl__k8s_client *k;
     int err;
 
+    if (opts->etcd_endpoints || opts->etcd_ca_file || opts->etcd_cert_file || opts->etcd_key_file ||
+        opts->etcd_username || opts->etcd_password)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options: etcd_* options are set "
+                                              "but backend is K8SLEASE_BACKEND_K8S");
     if (opts->context && !opts->context[0])
         return kl__error_set(K8SLEASE_EINVAL, "k8slease_client_options.context is empty");
+    if (!(k = kl__calloc(1, sizeof(*k))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    c->state = k;
+    k->crash_failover = opts->crash_failover != 0;
     if (opts->kubeconfig)
         err = kl__restconfig_from_kubeconfig(&c->cfg, opts->kubeconfig, opts->context);
     else
@@ -48,34 +57,42 @@ static int client_init(k8slease_client *c, const k8slease_client_options *opts)
                        c->cfg->source, c->cfg->server);
     if ((err = kl__loop_new(&c->loop, c->cfg, &c->log, opts->user_agent)) < 0)
         return err;
-    if ((err = kl__informer_new(&c->informer, c->loop, &c->log)) < 0)
+    if ((err = kl__informer_new(&k->informer, c->loop, &c->log)) < 0)
         return err;
-    if ((err = kl__informer_new_pods(&c->pod_informer, c->loop, &c->log)) < 0)
+    if ((err = kl__informer_new_pods(&k->pod_informer, c->loop, &c->log)) < 0)
         return err;
-    return kl__holders_new(&c->holders, c->loop, c->informer, c->pod_informer, c->crash_failover,
+    return kl__holders_new(&k->holders, c->loop, k->informer, k->pod_informer, k->crash_failover,
                            &c->log);
 }
 
 static void shutdown_informers(void *arg)
 {
-    k8slease_client *c = arg;
+    kl__k8s_client *k = arg;
 
-    kl__holders_shutdown(c->holders);
-    kl__informer_shutdown(c->informer);
-    kl__informer_shutdown(c->pod_informer);
+    kl__holders_shutdown(k->holders);
+    kl__informer_shutdown(k->informer);
+    kl__informer_shutdown(k->pod_informer);
 }
 
 static void client_shutdown(k8slease_client *c)
 {
-    if (c->informer || c->pod_informer)
-        kl__loop_call(c->loop, shutdown_informers, c);
+    kl__k8s_client *k = kl__k8s_of(c);
+
+    if (k && (k->informer || k->pod_informer))
+        kl__loop_call(c->loop, shutdown_informers, k);
 }
 
 static void client_free(k8slease_client *c)
 {
-    kl__holders_free(c->holders);
-    kl__informer_free(c->informer);
-    kl__informer_free(c->pod_informer);
+    kl__k8s_client *k = kl__k8s_of(c);
+
+    if (!k)
+        return;
+    kl__holders_free(k->holders);
+    kl__informer_free(k->informer);
+    kl__informer_free(k->pod_informer);
+    kl__free(k);
+    c->state = NULL;
 }
 
 static const char *client_ns(const k8slease_client *client, const char *ns)
@@ -162,15 +179,15 @@ static int read_state(k8slease_client *client, const char *ns, const char *name,
     uint64_t ticket;
     int err;
 
-    if ((err = kl__holders_lookup(client->holders, ns, name, out, &ticket)) != 0)
+    if ((err = kl__holders_lookup(kl__k8s_of(client)->holders, ns, name, out, &ticket)) != 0)
         return err < 0 ? err : 0;
     if (!(path = kl__lease_path(ns, name)))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     err = get_lease(client, path, what, timeout_ms, &lease);
     if (err == 0)
-        err = kl__holder_state_of(out, lease, client->crash_failover);
+        err = kl__holder_state_of(out, lease, kl__k8s_of(client)->crash_failover);
     if (err == 0 || err == K8SLEASE_ENOTFOUND)
-        kl__holders_feed(client->holders, ns, name, ticket, err == 0 ? out : NULL);
+        kl__holders_feed(kl__k8s_of(client)->holders, ns, name, ticket, err == 0 ? out : NULL);
     kl__lease_free(lease);
     kl__free(path);
     return err;
@@ -219,7 +236,7 @@ static int holder_get(k8slease_client *client, const char *ns, const char *name,
     /* As the seed: expired by renewTime + duration against our wall clock. */
     h->expired = h->identity[0] && h->renew_time_us &&
                  h->renew_time_us + h->lease_duration_s * 1000000 < kl__clock_wall_us();
-    if (client->crash_failover && h->identity[0] && !h->expired &&
+    if (kl__k8s_of(client)->crash_failover && h->identity[0] && !h->expired &&
         (s.ended_known
              ? s.ended
              : holder_ended(client, &about, s.crash_record, h->identity, h->epoch, timeout_ms)))
@@ -391,7 +408,7 @@ static int release_once(k8slease_client *client, const char *path, const char *w
 
         /* A holder read of this client after it sees the release. */
         if (kl__lease_parse(&written, body, body_len) == 0)
-            kl__holders_note(client->holders, written);
+            kl__holders_note(kl__k8s_of(client)->holders, written);
         kl__lease_free(written);
     }
 out:

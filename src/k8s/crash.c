@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "core/client.h"
+#include "k8s/client.h"
 #include "core/clock.h"
 #include "k8s/api.h"
 #include "k8s/informer.h"
@@ -604,8 +605,8 @@ void kl__crash_start(kl__crash *c)
                    c->proc.id, c->proc.pod_uid);
     /* A watch of our Pod (get and watch, as for a followed holder's): the
      * kubelet's report of our instance reaches us as it is written. */
-    c->self_sub = kl__sub_start(c->client->pod_informer, c->pod_ns, c->pod, c->cfg.retry_period_ns,
-                                on_self_pod, c);
+    c->self_sub = kl__sub_start(kl__k8s_of(c->client)->pod_informer, c->pod_ns, c->pod,
+                                c->cfg.retry_period_ns, on_self_pod, c);
     if (!c->self_sub)
         give_up_self(c, kl__error_get());
 }
@@ -709,8 +710,8 @@ void kl__crash_observe(kl__crash *c, const kl__lease *lease)
     kl__sub_stop(c->sub);
     kl__pod_free(c->last);
     c->last = NULL;
-    c->sub =
-        kl__sub_start(c->client->pod_informer, r.pod_ns, r.pod, c->cfg.retry_period_ns, on_pod, c);
+    c->sub = kl__sub_start(kl__k8s_of(c->client)->pod_informer, r.pod_ns, r.pod,
+                           c->cfg.retry_period_ns, on_pod, c);
     if (!c->sub)
         kl__log_at(&c->client->log, K8SLEASE_LOG_WARN, &c->about,
                    "crash failover: cannot watch pod %s/%s: %s; the Lease's expiry rules", r.pod_ns,

@@ -2,7 +2,7 @@
  * leader names, in an annotation of its Lease, the container instance it
  * runs in; a follower watches that Pod and, when the kubelet reports exactly
  * that instance terminated after the leader checked it, tells the election
- * the term is over (KL_EV_HOLDER_ENDED) instead of waiting for the Lease to
+ * the term is over (KL_KE_EV_HOLDER_ENDED) instead of waiting for the Lease to
  * expire.
  *
  * The record (the annotation's value, JSON): holder and epoch (the term it

@@ -28,6 +28,7 @@
 #include "k8s/crash.h"
 #include "k8s/election.h"
 #include "k8s/holders.h"
+#include "core/driver.h"
 #include "core/elector.h"
 #include "k8s/informer.h"
 #include "k8s/codec.h"
@@ -40,7 +41,7 @@ typedef struct k8s_elector {
     int64_t request_timeout_ms;
 
     /* Loop thread only. */
-    kl__elector sm;
+    kl__k8s_election sm;
     /* The newest Lease object seen, as JSON text: the base of every UPDATE
      * (spliced, k8s/codec.h). Text costs about a tenth of a parsed jansson
      * tree, which matters at thousands of elections. */
@@ -50,11 +51,11 @@ typedef struct k8s_elector {
     kl__rv_gate gate_at_start; /* gate when the request in flight started */
     kl__sub *sub;              /* the shared watch; NULL with poll_only */
     kl__http_req *req;         /* request in flight, if any */
-    kl__elector_req req_kind;
+    kl__k8s_req req_kind;
     int64_t req_started; /* monotonic ns */
+    int req_leading;     /* the request in flight was sent while leading */
     int req_renewal;     /* the UPDATE in flight renews our term */
-    kl__timer timer;
-    kl__timer failed; /* answers a request that could not start */
+    kl__timer failed;    /* answers a request that could not start */
 
     /* Coordinated election: our LeaseCandidate. It is deleted as soon as
      * the term (or the campaign) ends, and the Lease is released only once
@@ -67,7 +68,7 @@ typedef struct k8s_elector {
     int done_waits; /* the machine is DONE; report it when the candidate is gone */
     /* A release request held until then, or until the threads that waited
      * in wait_lost when the term ended have returned (resume_deferred). */
-    kl__elector_action deferred;
+    kl__k8s_election_action deferred;
     int have_deferred;
 
     kl__crash *crash; /* crash failover, NULL when off */
@@ -75,11 +76,11 @@ typedef struct k8s_elector {
 
 #define LEASE_WHAT "lease "
 
-static void run(k8s_elector *e, const kl__elector_event *ev);
+static void run(k8s_elector *e, const kl__k8s_election_event *ev);
 
 static void on_timer(kl__timer *t, void *arg)
 {
-    kl__elector_event ev = {.type = KL_EV_TIMER};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_TIMER};
 
     (void)t;
     run(arg, &ev);
@@ -99,42 +100,34 @@ static void set_absent(k8s_elector *e)
     e->absent = 1;
 }
 
-static void count(k8s_elector *e, const kl__http_result *res, int status)
+/* Stats, and the renewal's outcome for the line of a lost term. */
+static void count(k8s_elector *e, const kl__http_result *res, int status, const char *message)
 {
-    k8slease_elector_stats *st = &e->pub.stats;
-    int64_t took = kl__clock_mono_ns() - e->req_started;
+    kl__request_outcome o = {0};
 
-    pthread_mutex_lock(&e->pub.mu);
-    st->requests++;
-    if (e->req_kind == KL_REQ_GET)
-        st->gets++;
-    else if (e->req_kind == KL_REQ_CREATE)
-        st->creates++;
-    else
-        st->updates++;
-    if (res->err)
-        st->transport_errors++;
-    else if (res->status == 409)
-        st->conflicts++;
-    else if (res->status >= 500)
-        st->http_5xx++;
-    else if (res->status >= 400 && !(res->status == 404 && e->req_kind == KL_REQ_GET))
-        st->http_4xx++;
+    o.kind = e->req_kind == KL_KE_REQ_GET      ? KL_REQUEST_GET
+             : e->req_kind == KL_KE_REQ_CREATE ? KL_REQUEST_CREATE
+                                               : KL_REQUEST_UPDATE;
+    o.started_ns = e->req_started;
+    o.transport_error = res->err != 0;
+    o.http_status = res->err ? 0 : res->status;
+    o.expected = res->status == 404 && e->req_kind == KL_KE_REQ_GET;
+    o.conflict = !res->err && res->status == 409;
+    o.renewing = e->req_leading;
     /* Acquisitions and renewals; not the write that releases the Lease. */
-    if (status == 0 && e->req_kind != KL_REQ_GET && e->sm.state != KL_EL_RELEASING)
-        st->last_renew_ns = e->req_started;
-    if (status == 0 && e->req_renewal)
-        kl__elector_count_renewal(st, e->req_started, took);
-    pthread_mutex_unlock(&e->pub.mu);
+    o.held = status == 0 && e->req_kind != KL_KE_REQ_GET && e->sm.state != KL_KE_RELEASING;
+    o.renewal = status == 0 && e->req_renewal;
+    o.error = status < 0 && !o.expected ? message : NULL;
+    kl__elector_count_request(&e->pub, &o);
 }
 
 /* A GET answered with an older state than the watch already showed (the
  * server read it before the change the event reported): answer with the
  * newer state instead, so the machine never steps back. */
 static int newer_than_get(k8s_elector *e, const kl__log_about *req, kl__lease *got,
-                          kl__lease **newer, kl__elector_event *ev)
+                          kl__lease **newer, kl__k8s_election_event *ev)
 {
-    if (e->req_kind != KL_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
+    if (e->req_kind != KL_KE_REQ_GET || !kl__rv_gate_older(&e->gate, got->rv))
         return 0;
     if (e->absent) {
         ev->status = K8SLEASE_ENOTFOUND;
@@ -173,21 +166,21 @@ static void check_rv_went_back(k8s_elector *e, const kl__lease *got)
 static void on_result(const kl__http_result *res, void *arg)
 {
     k8s_elector *e = arg;
-    kl__elector_event ev = {.type = KL_EV_RESULT};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_RESULT};
     kl__lease *lease = NULL, *newer = NULL;
     char what[400];
-    const char *verb = e->req_kind == KL_REQ_GET      ? "get"
-                       : e->req_kind == KL_REQ_CREATE ? "create"
-                                                      : "update";
+    const char *verb = e->req_kind == KL_KE_REQ_GET      ? "get"
+                       : e->req_kind == KL_KE_REQ_CREATE ? "create"
+                                                         : "update";
     kl__log_about req = {what, e->pub.about.subject, KL_LOG_REQUEST, NULL};
 
     e->req = NULL;
     snprintf(what, sizeof(what), "%s %s", verb, e->pub.what);
     ev.status = kl__lease_result(res, what, &lease);
-    count(e, res, ev.status);
+    count(e, res, ev.status, kl__after_prefix(kl__error_get(), what));
     /* Our own write: holder reads of this client see it from now on. */
-    if (ev.status == 0 && e->req_kind != KL_REQ_GET)
-        kl__holders_note(e->pub.client->holders, lease);
+    if (ev.status == 0 && e->req_kind != KL_KE_REQ_GET)
+        kl__holders_note(kl__k8s_of(e->pub.client)->holders, lease);
     if (ev.status == 0)
         check_rv_went_back(e, lease);
     if (ev.status == 0 && newer_than_get(e, &req, lease, &newer, &ev)) {
@@ -213,7 +206,7 @@ static void on_result(const kl__http_result *res, void *arg)
         ev.predecessor = e->crash && kl__crash_predecessor(e->crash, lease);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "ok, holder \"%s\" rv %s",
                    lease->spec.holder ? lease->spec.holder : "", lease->rv);
-    } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_REQ_GET) {
+    } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_KE_REQ_GET) {
         set_absent(e);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "not found");
     } else {
@@ -222,7 +215,7 @@ static void on_result(const kl__http_result *res, void *arg)
                    "%s", kl__after_prefix(kl__error_get(), what));
     }
     kl__elector_report_request(&e->pub, verb, ev.status, kl__after_prefix(kl__error_get(), what));
-    if (ev.status == 0 && e->req_kind == KL_REQ_UPDATE && e->sm.state == KL_EL_RELEASING &&
+    if (ev.status == 0 && e->req_kind == KL_KE_REQ_UPDATE && e->sm.state == KL_KE_RELEASING &&
         (!lease->spec.holder || !lease->spec.holder[0]))
         kl__elector_report_released(&e->pub, lease->spec.transitions);
     run(e, &ev);
@@ -236,13 +229,11 @@ static void on_result(const kl__http_result *res, void *arg)
 static void on_watch(const kl__sub_event *sev, void *arg)
 {
     k8s_elector *e = arg;
-    kl__elector_event ev = {.type = KL_EV_OBSERVE};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_OBSERVE};
 
     if (sev->type == KL_SUB_HEALTH) {
-        pthread_mutex_lock(&e->pub.mu);
-        e->pub.stats.watch_healthy = sev->healthy;
-        pthread_mutex_unlock(&e->pub.mu);
-        ev.type = KL_EV_WATCH;
+        kl__elector_watch_healthy(&e->pub, sev->healthy);
+        ev.type = KL_KE_EV_WATCH;
         ev.healthy = sev->healthy;
         run(e, &ev);
         return;
@@ -270,9 +261,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->pub.about,
                    "watch: no lease (rv %s)", sev->rv);
     }
-    pthread_mutex_lock(&e->pub.mu);
-    e->pub.stats.watch_events++;
-    pthread_mutex_unlock(&e->pub.mu);
+    kl__elector_watch_events(&e->pub, 1);
     run(e, &ev);
     if (e->crash && sev->type == KL_SUB_LEASE)
         kl__crash_observe(e->crash, sev->lease);
@@ -283,7 +272,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
 static void on_holder_ended(const char *holder, int64_t epoch, void *arg)
 {
     kl__lease_spec spec = {holder, 0, 0, 0, epoch};
-    kl__elector_event ev = {.type = KL_EV_HOLDER_ENDED, .spec = &spec};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_HOLDER_ENDED, .spec = &spec};
 
     run(arg, &ev);
 }
@@ -292,7 +281,7 @@ static void on_holder_ended(const char *holder, int64_t epoch, void *arg)
  * a renewal now rather than the next one. */
 static void on_self_known(void *arg)
 {
-    kl__elector_event ev = {.type = KL_EV_RENEW};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_RENEW};
 
     run(arg, &ev);
 }
@@ -301,7 +290,7 @@ static void on_self_known(void *arg)
  * later loop turn so the state machine is never re-entered. */
 static void on_failed(kl__timer *t, void *arg)
 {
-    kl__elector_event ev = {.type = KL_EV_RESULT, .status = K8SLEASE_ENOMEM};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_RESULT, .status = K8SLEASE_ENOMEM};
 
     (void)t;
     run(arg, &ev);
@@ -361,7 +350,7 @@ static char *create_body(const k8s_elector *e, const kl__lease_spec *spec)
     return body;
 }
 
-static void start_request(k8s_elector *e, const kl__elector_action *a)
+static void start_request(k8s_elector *e, const kl__k8s_election_action *a)
 {
     kl__http_opts req = {0};
     char *body = NULL;
@@ -372,35 +361,38 @@ static void start_request(k8s_elector *e, const kl__elector_action *a)
      * resourceVersion, so a second copy only gets a conflict nobody sees).
      * Acquisitions are not: a create's copy that answered first with 409
      * would hide the create that won. */
-    if (e->sm.state == KL_EL_LEADING && a->type != KL_ACT_CREATE)
+    if (e->sm.state == KL_KE_LEADING && a->type != KL_KE_ACT_CREATE)
         req.hedge_ms = kl__hedge_ms(e->request_timeout_ms);
     e->req_started = kl__clock_mono_ns();
-    e->req_renewal = a->type == KL_ACT_UPDATE && e->sm.state == KL_EL_LEADING;
-    if (a->type == KL_ACT_GET && e->sm.state == KL_EL_LEADING) {
+    e->req_leading = e->sm.state == KL_KE_LEADING;
+    e->req_renewal = a->type == KL_KE_ACT_UPDATE && e->req_leading;
+    if (e->req_leading)
+        kl__elector_renewal_sent(&e->pub, e->req_started);
+    if (a->type == KL_KE_ACT_GET && e->sm.state == KL_KE_LEADING) {
         pthread_mutex_lock(&e->pub.mu);
         e->pub.stats.slow_path++;
         pthread_mutex_unlock(&e->pub.mu);
     }
     switch (a->type) {
-    case KL_ACT_GET:
+    case KL_KE_ACT_GET:
         req.method = "GET";
         req.path = e->path;
-        e->req_kind = KL_REQ_GET;
+        e->req_kind = KL_KE_REQ_GET;
         break;
-    case KL_ACT_CREATE:
+    case KL_KE_ACT_CREATE:
         req.method = "POST";
         req.path = e->collection;
         body = create_body(e, &a->spec);
-        e->req_kind = KL_REQ_CREATE;
+        e->req_kind = KL_KE_REQ_CREATE;
         break;
     default:
         req.method = "PUT";
         req.path = e->path;
         body = update_body(e, &a->spec);
-        e->req_kind = KL_REQ_UPDATE;
+        e->req_kind = KL_KE_REQ_UPDATE;
         break;
     }
-    if (a->type != KL_ACT_GET) {
+    if (a->type != KL_KE_ACT_GET) {
         if (!body)
             goto fail;
         req.content_type = "application/json";
@@ -422,7 +414,7 @@ fail:
 /* Cancel the Lease side: timers, the request in flight, the watch. */
 static void detach_lease(k8s_elector *e)
 {
-    kl__timer_cancel(e->pub.client->loop, &e->timer);
+    kl__timer_cancel(e->pub.client->loop, &e->pub.timer);
     kl__timer_cancel(e->pub.client->loop, &e->failed);
     kl__http_cancel(e->pub.client->loop, e->req);
     e->req = NULL;
@@ -453,7 +445,7 @@ static void resume_deferred(k8s_elector *e)
 {
     if (!e->have_deferred)
         return;
-    if (e->sm.state == KL_EL_DONE) {
+    if (e->sm.state == KL_KE_DONE) {
         e->have_deferred = 0;
         return;
     }
@@ -506,7 +498,7 @@ static void finish(k8s_elector *e)
 static void on_candidate_fatal(const char *message, void *arg)
 {
     k8s_elector *e = arg;
-    kl__elector_event ev = {.type = KL_EV_STOP, .release = e->pub.opts.release_on_cancel};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_STOP, .release = e->pub.opts.release_on_cancel};
 
     kl__log_at(&e->pub.client->log, K8SLEASE_LOG_ERROR, &e->pub.about, "%s", message);
     kl__elector_report_error(&e->pub, message);
@@ -514,66 +506,59 @@ static void on_candidate_fatal(const char *message, void *arg)
     run(e, &ev);
 }
 
-static void exec_action(k8s_elector *e, const kl__elector_action *a)
+static void exec_action(k8s_elector *e, const kl__k8s_election_action *a)
 {
     switch (a->type) {
-    case KL_ACT_GET:
-    case KL_ACT_CREATE:
-    case KL_ACT_UPDATE:
-        if (e->sm.state == KL_EL_RELEASING && release_held(e)) {
+    case KL_KE_ACT_GET:
+    case KL_KE_ACT_CREATE:
+    case KL_KE_ACT_UPDATE:
+        if (e->sm.state == KL_KE_RELEASING && release_held(e)) {
             e->deferred = *a; /* the machine waits for its answer: one at most */
             e->have_deferred = 1;
         } else {
             start_request(e, a);
         }
         break;
-    case KL_ACT_STARTED:
-        kl__elector_report_started(&e->pub, a->epoch, kl__elector_leader_deadline(&e->sm));
+    case KL_KE_ACT_STARTED:
+        kl__elector_report_started(&e->pub, a->epoch, kl__k8s_election_leader_deadline(&e->sm));
         break;
-    case KL_ACT_STOPPED:
-        kl__elector_report_stopped(&e->pub);
+    case KL_KE_ACT_STOPPED:
+        kl__elector_report_term_end(&e->pub, a->end, a->identity, a->epoch);
         stop_candidate(e);
         break;
-    case KL_ACT_NEW_LEADER:
+    case KL_KE_ACT_NEW_LEADER:
         kl__elector_report_new_leader(&e->pub, a->identity, a->epoch);
         break;
-    case KL_ACT_DONE:
+    case KL_KE_ACT_DONE:
         finish(e);
         break;
     }
 }
 
 /* Feed one event to the state machine and carry out what it says. */
-static void run(k8s_elector *e, const kl__elector_event *ev)
+static void run(k8s_elector *e, const kl__k8s_election_event *ev)
 {
-    kl__elector_actions acts;
-    int64_t at;
+    kl__k8s_election_actions acts;
 
-    if (e->sm.state == KL_EL_DONE)
+    if (e->sm.state == KL_KE_DONE)
         return;
-    kl__elector_step(&e->sm, ev, kl__clock_mono_ns(), kl__clock_wall_us(), &acts);
+    kl__k8s_election_step(&e->sm, ev, kl__clock_mono_ns(), kl__clock_wall_us(), &acts);
     for (int i = 0; i < acts.n; i++)
         exec_action(e, &acts.a[i]);
-    if (e->sm.state == KL_EL_DONE)
-        return;
-    if (e->sm.state == KL_EL_LEADING)
-        kl__elector_report_deadline(&e->pub, kl__elector_leader_deadline(&e->sm));
-    at = kl__elector_timer(&e->sm);
-    if (at == INT64_MAX)
-        kl__timer_cancel(e->pub.client->loop, &e->timer);
-    else
-        kl__timer_arm(e->pub.client->loop, &e->timer, at);
+    if (e->sm.state != KL_KE_DONE)
+        kl__elector_settle(&e->pub, kl__k8s_election_leader_deadline(&e->sm),
+                           kl__k8s_election_timer(&e->sm));
 }
 
 static void start(k8slease_elector *pub)
 {
     k8s_elector *e = (k8s_elector *)pub;
-    kl__elector_event ev = {.type = KL_EV_START};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_START};
 
     kl__loop_set_dead_timeout(e->pub.client->loop, e->sm.cfg.renew_deadline_ns / 2 / KL_NS_PER_MS);
-    if (!e->pub.opts.poll_only && e->sm.state == KL_EL_IDLE &&
-        !(e->sub = kl__sub_start(e->pub.client->informer, e->ns, e->name, e->sm.cfg.retry_period_ns,
-                                 on_watch, e)))
+    if (!e->pub.opts.poll_only && e->sm.state == KL_KE_IDLE &&
+        !(e->sub = kl__sub_start(kl__k8s_of(e->pub.client)->informer, e->ns, e->name,
+                                 e->sm.cfg.retry_period_ns, on_watch, e)))
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
                    "%s; polling without a watch", kl__error_get());
     if (e->cand)
@@ -590,7 +575,7 @@ static void start(k8slease_elector *pub)
 
 static void stop(k8slease_elector *pub, int release)
 {
-    kl__elector_event ev = {.type = KL_EV_STOP, .release = release};
+    kl__k8s_election_event ev = {.type = KL_KE_EV_STOP, .release = release};
     k8s_elector *e = (k8s_elector *)pub;
 
     /* The candidate goes first, so that the controller, seeing the Lease
@@ -719,10 +704,11 @@ static int new_crash(k8s_elector *e, const char *ns, const k8slease_elector_opti
 static int create(k8slease_elector **out, k8slease_client *client,
                   const k8slease_elector_options *opts)
 {
-    kl__elector_config cfg = {0};
-    k8s_elector *e = NULL;
+    kl__k8s_election_config cfg = {0};
+    kl__elector_timings t;
+    k8slease_elector *pub = NULL;
+    k8s_elector *e;
     const char *ns;
-    int64_t ld, rd, rp;
     int err;
 
     ns = opts->ns ? opts->ns : client->cfg->ns;
@@ -734,24 +720,15 @@ static int create(k8slease_elector **out, k8slease_client *client,
         return kl__error_set(K8SLEASE_EINVAL,
                              "identity is not valid UTF-8 (a Lease's holderIdentity is a JSON "
                              "string)");
-    ld = opts->lease_duration_ms ? opts->lease_duration_ms : KL_DEFAULT_LEASE_DURATION_MS;
-    rd = opts->renew_deadline_ms ? opts->renew_deadline_ms : KL_DEFAULT_RENEW_DEADLINE_MS;
-    rp = opts->retry_period_ms ? opts->retry_period_ms : KL_DEFAULT_RETRY_PERIOD_MS;
-    if (ld < 0 || rd < 0 || rp < 0)
-        return kl__error_set(K8SLEASE_EINVAL,
-                             "durations must be positive (lease_duration %lld ms, renew_deadline "
-                             "%lld ms, retry_period %lld ms)",
-                             (long long)ld, (long long)rd, (long long)rp);
-    if (ld > INT64_MAX / KL_NS_PER_MS)
-        return kl__error_set(K8SLEASE_EINVAL, "lease_duration %lld ms is too large", (long long)ld);
+    if ((err = kl__elector_timings_of(&t, opts)) < 0)
+        return err;
     if ((err = check_coordinated(opts)) < 0 || (err = check_crash(opts)) < 0)
         return err;
 
-    if (!(e = kl__calloc(1, sizeof(*e))))
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    if ((err = kl__elector_head_init(&e->pub, client, &kl__k8s_elector_backend, opts,
-                                     LEASE_WHAT "%s/%s", ns, opts->name)) < 0)
-        goto out;
+    if ((err = kl__elector_new(&pub, sizeof(*e), client, &kl__k8s_elector_backend, opts, on_timer,
+                               LEASE_WHAT "%s/%s", ns, opts->name)) < 0)
+        return err;
+    e = (k8s_elector *)pub;
     /* Its lines are about the Lease (pub.what is LEASE_WHAT "NS/NAME"). */
     e->pub.about.subject = e->pub.what + strlen(LEASE_WHAT);
     e->ns = kl__strdup(ns);
@@ -766,29 +743,30 @@ static int create(k8slease_elector **out, k8slease_client *client,
     /* Room for a stalled attempt and one on a new connection inside the
      * renew deadline (core/timings.h); client-go takes half the renew
      * deadline, which leaves no room for the second. */
-    e->request_timeout_ms = kl__request_timeout_ms(rd, rp);
+    e->request_timeout_ms = t.request_timeout_ms;
+    e->pub.term_deadline_ms = t.renew_deadline_ms;
 
     cfg.identity = e->identity;
-    cfg.lease_duration_ns = ld * KL_NS_PER_MS;
-    cfg.renew_deadline_ns = rd * KL_NS_PER_MS;
-    cfg.retry_period_ns = rp * KL_NS_PER_MS;
+    cfg.lease_duration_ns = t.lease_duration_ms * KL_NS_PER_MS;
+    cfg.renew_deadline_ns = t.renew_deadline_ms * KL_NS_PER_MS;
+    cfg.retry_period_ns = t.retry_period_ms * KL_NS_PER_MS;
     cfg.release_on_cancel = opts->release_on_cancel;
     cfg.seed = kl__elector_seed(e);
     cfg.poll_only = opts->poll_only != 0;
     cfg.coordinated = opts->coordinated != 0;
-    if ((err = kl__elector_init(&e->sm, &cfg)) < 0)
+    if ((err = kl__k8s_election_init(&e->sm, &cfg)) < 0)
         goto out;
-    if (opts->coordinated && (err = new_candidate(e, ns, opts, rp)) < 0)
+    if (opts->coordinated && (err = new_candidate(e, ns, opts, t.retry_period_ms)) < 0)
         goto out;
-    if (opts->crash_failover && (err = new_crash(e, ns, opts, rp)) < 0)
+    if (opts->crash_failover && (err = new_crash(e, ns, opts, t.retry_period_ms)) < 0)
         goto out;
-    kl__timer_init(&e->timer, on_timer, e);
     kl__timer_init(&e->failed, on_failed, e);
-    *out = &e->pub;
-    e = NULL;
+    *out = pub;
+    pub = NULL;
 out:
-    destroy((k8slease_elector *)e);
+    destroy(pub);
     return err;
 }
 
-const kl__elector_backend kl__k8s_elector_backend = {create, start, stop, detach, destroy};
+const kl__elector_backend kl__k8s_elector_backend = {
+    create, start, stop, detach, destroy, "renewal", "renew deadline", "the Lease was deleted"};

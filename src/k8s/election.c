@@ -1,5 +1,5 @@
-/* The election state machine. The rules are listed in k8s/election.h; this file
- * only adds the reasons behind the less obvious choices. */
+/* The Kubernetes election state machine. The rules are listed in k8s/election.h;
+ * this file only adds the reasons behind the less obvious choices. */
 #include "k8s/election.h"
 
 #include <assert.h>
@@ -15,7 +15,7 @@
 #define KL_ELECTOR_TRACE(e, from, to) ((void)0)
 #endif
 
-static void set_state(kl__elector *e, kl__elector_state to)
+static void set_state(kl__k8s_election *e, kl__k8s_election_state to)
 {
     KL_ELECTOR_TRACE(e, e->state, to);
     e->state = to;
@@ -30,14 +30,14 @@ static int64_t sec_to_ns(int64_t s)
 
 /* The Lease holds whole seconds; rounding up keeps the lease others see at
  * least as long as the one we promised ourselves. */
-static int64_t lease_duration_s(const kl__elector *e)
+static int64_t lease_duration_s(const kl__k8s_election *e)
 {
     int64_t ns = e->cfg.lease_duration_ns;
 
     return ns / KL_NS_PER_S + (ns % KL_NS_PER_S != 0);
 }
 
-static uint64_t next_rand(kl__elector *e)
+static uint64_t next_rand(kl__k8s_election *e)
 {
     return kl__splitmix64(&e->rng);
 }
@@ -45,7 +45,7 @@ static uint64_t next_rand(kl__elector *e)
 /* RP * (1 + r * 1.2), r in [0,1): the jitter spreads candidates that failed
  * together. Integer arithmetic keeps the bound exact: the extra delay is
  * below floor(1.2 * RP), and the modulo bias is far below a nanosecond. */
-static int64_t retry_delay(kl__elector *e)
+static int64_t retry_delay(kl__k8s_election *e)
 {
     int64_t rp = e->cfg.retry_period_ns;
     uint64_t span = (uint64_t)(rp + rp / 5);
@@ -55,33 +55,34 @@ static int64_t retry_delay(kl__elector *e)
 
 /* j in [0, RP/20): spreads the attempts of the followers that all saw the
  * same record expire, a few percent of RP so it costs little failover time. */
-static int64_t expiry_jitter(kl__elector *e)
+static int64_t expiry_jitter(kl__k8s_election *e)
 {
     uint64_t span = (uint64_t)(e->cfg.retry_period_ns / 20);
 
     return span ? (int64_t)(next_rand(e) % span) : 0;
 }
 
-static kl__elector_action *push(kl__elector_actions *out, kl__elector_action_type type)
+static kl__k8s_election_action *push(kl__k8s_election_actions *out,
+                                     kl__k8s_election_action_type type)
 {
-    kl__elector_action *a;
+    kl__k8s_election_action *a;
 
     /* A step emits at most four actions (STOPPED, NEW_LEADER, STARTED and
      * a request or DONE). */
-    assert(out->n < KL_ELECTOR_MAX_ACTIONS);
+    assert(out->n < KL_KE_MAX_ACTIONS);
     a = &out->a[out->n++];
     memset(a, 0, sizeof(*a));
     a->type = type;
     return a;
 }
 
-static void request(kl__elector *e, kl__elector_req req, const kl__lease_spec *spec, int64_t now,
-                    kl__elector_actions *out)
+static void request(kl__k8s_election *e, kl__k8s_req req, const kl__lease_spec *spec, int64_t now,
+                    kl__k8s_election_actions *out)
 {
-    static const kl__elector_action_type types[] = {[KL_REQ_GET] = KL_ACT_GET,
-                                                    [KL_REQ_CREATE] = KL_ACT_CREATE,
-                                                    [KL_REQ_UPDATE] = KL_ACT_UPDATE};
-    kl__elector_action *a = push(out, types[req]);
+    static const kl__k8s_election_action_type types[] = {[KL_KE_REQ_GET] = KL_KE_ACT_GET,
+                                                         [KL_KE_REQ_CREATE] = KL_KE_ACT_CREATE,
+                                                         [KL_KE_REQ_UPDATE] = KL_KE_ACT_UPDATE};
+    kl__k8s_election_action *a = push(out, types[req]);
 
     if (spec) {
         a->spec = *spec;
@@ -94,7 +95,7 @@ static void request(kl__elector *e, kl__elector_req req, const kl__lease_spec *s
 }
 
 /* The holder kept (truncated to its buffer) is s, of FNV-1a hash. */
-static int same_holder(const kl__elector *e, const char *s, size_t len, uint64_t fnv)
+static int same_holder(const kl__k8s_election *e, const char *s, size_t len, uint64_t fnv)
 {
     size_t n = len < KL_IDENTITY_MAX - 1 ? len : KL_IDENTITY_MAX - 1;
 
@@ -134,7 +135,7 @@ static void copy_name(char *dst, const char *s, size_t len)
     dst[n] = '\0';
 }
 
-static int holder_is_self(const kl__elector *e)
+static int holder_is_self(const kl__k8s_election *e)
 {
     size_t len = strlen(e->cfg.identity);
 
@@ -147,7 +148,7 @@ static int holder_is_self(const kl__elector *e)
  * renewing leaves the same record, and its expiry must count from the first
  * time we saw it, by our clock, never from its (skewed) renewTime. Our own
  * writes always restart it. */
-static void observe(kl__elector *e, const kl__elector_event *ev, int64_t now, int written)
+static void observe(kl__k8s_election *e, const kl__k8s_election_event *ev, int64_t now, int written)
 {
     const kl__lease_spec *s = ev->spec;
     const char *preferred = ev->preferred_holder;
@@ -175,9 +176,9 @@ static void observe(kl__elector *e, const kl__elector_event *ev, int64_t now, in
     e->observed_time = now;
 }
 
-static void report_leader(kl__elector *e, kl__elector_actions *out)
+static void report_leader(kl__k8s_election *e, kl__k8s_election_actions *out)
 {
-    kl__elector_action *a;
+    kl__k8s_election_action *a;
 
     /* The epoch too: a holder's new term under the same name (a restart;
      * in coordinated mode, the holder's first write after the controller
@@ -188,14 +189,14 @@ static void report_leader(kl__elector *e, kl__elector_actions *out)
     e->reported_epoch = e->transitions;
     e->reported = e->holder_id;
     e->have_reported = 1;
-    a = push(out, KL_ACT_NEW_LEADER);
+    a = push(out, KL_KE_ACT_NEW_LEADER);
     a->identity = e->holder;
     a->epoch = e->transitions;
 }
 
 /* The observed record is of the term whose container was reported
  * terminated (crash failover). */
-static int observed_ended(const kl__elector *e)
+static int observed_ended(const kl__k8s_election *e)
 {
     return e->have_ended && e->have_observed && e->transitions == e->ended_transitions &&
            same_id(&e->holder_id, &e->ended);
@@ -204,7 +205,7 @@ static int observed_ended(const kl__elector *e)
 /* Held by someone else, judged by our monotonic clock only. A zero duration
  * means expired at once; so does a term whose holder's container is known
  * to have ended. */
-static int held_by_other(const kl__elector *e, int64_t now)
+static int held_by_other(const kl__k8s_election *e, int64_t now)
 {
     return e->holder_id.len > 0 && !holder_is_self(e) && !observed_ended(e) &&
            kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
@@ -212,62 +213,79 @@ static int held_by_other(const kl__elector *e, int64_t now)
 
 /* Coordinated: the controller named us holder, wants nobody else, and we
  * saw that within the duration it wrote. */
-static int named_by_controller(const kl__elector *e, int64_t now)
+static int named_by_controller(const kl__k8s_election *e, int64_t now)
 {
     return holder_is_self(e) && !e->preferred_other &&
            kl__add_sat(e->observed_time, sec_to_ns(e->duration_s)) > now;
 }
 
-static void emit_stopped(kl__elector *e, kl__elector_actions *out)
+/* STOPPED, once, saying why (the holder and epoch of the Lease as
+ * observed, for a term another took). */
+/* Leading, the observed record is not our term: another holder (or none),
+ * or a new term under our identity. */
+static kl__term_end taken_why(const kl__k8s_election *e)
 {
+    return holder_is_self(e) ? KL_TERM_RETAKEN : KL_TERM_TAKEN;
+}
+
+static void emit_stopped(kl__k8s_election *e, kl__term_end why, kl__k8s_election_actions *out)
+{
+    kl__k8s_election_action *a;
+
     if (e->stopped_emitted)
         return;
     e->stopped_emitted = 1;
-    push(out, KL_ACT_STOPPED);
+    a = push(out, KL_KE_ACT_STOPPED);
+    a->end = why;
+    if (why == KL_TERM_TAKEN || why == KL_TERM_RETAKEN) {
+        a->identity = e->holder;
+        a->epoch = e->transitions;
+    }
 }
 
-static void finish(kl__elector *e, kl__elector_actions *out)
+static void finish(kl__k8s_election *e, kl__k8s_election_actions *out)
 {
-    emit_stopped(e, out);
-    set_state(e, KL_EL_DONE);
-    e->req = KL_REQ_NONE;
+    emit_stopped(e, KL_TERM_STOPPED, out);
+    set_state(e, KL_KE_DONE);
+    e->req = KL_KE_REQ_NONE;
     e->next_attempt = INT64_MAX;
-    push(out, KL_ACT_DONE);
+    push(out, KL_KE_ACT_DONE);
 }
 
-static void get(kl__elector *e, int64_t now, kl__elector_actions *out)
+static void get(kl__k8s_election *e, int64_t now, kl__k8s_election_actions *out)
 {
-    request(e, KL_REQ_GET, NULL, now, out);
+    request(e, KL_KE_REQ_GET, NULL, now, out);
 }
 
-static void new_term(kl__elector *e, int create, int64_t now, int64_t wall_us,
-                     kl__elector_actions *out)
+static void new_term(kl__k8s_election *e, int create, int64_t now, int64_t wall_us,
+                     kl__k8s_election_actions *out)
 {
     kl__lease_spec s = {e->cfg.identity, lease_duration_s(e), wall_us, wall_us, 0};
 
     if (!create)
         s.transitions = e->transitions + 1;
-    request(e, create ? KL_REQ_CREATE : KL_REQ_UPDATE, &s, now, out);
+    request(e, create ? KL_KE_REQ_CREATE : KL_KE_REQ_UPDATE, &s, now, out);
 }
 
-static void renew(kl__elector *e, int fast_path, int64_t now, int64_t wall_us,
-                  kl__elector_actions *out)
+static void renew(kl__k8s_election *e, int fast_path, int64_t now, int64_t wall_us,
+                  kl__k8s_election_actions *out)
 {
     kl__lease_spec s = {e->cfg.identity, lease_duration_s(e), e->acquire_us, wall_us,
                         e->transitions};
 
-    request(e, KL_REQ_UPDATE, &s, now, out);
+    request(e, KL_KE_REQ_UPDATE, &s, now, out);
     e->req_fast_path = fast_path;
 }
 
-static void release_update(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
+static void release_update(kl__k8s_election *e, int64_t now, int64_t wall_us,
+                           kl__k8s_election_actions *out)
 {
     kl__lease_spec s = {"", 1, wall_us, wall_us, e->transitions};
 
-    request(e, KL_REQ_UPDATE, &s, now, out);
+    request(e, KL_KE_REQ_UPDATE, &s, now, out);
 }
 
-static void begin_release(kl__elector *e, int64_t now, kl__elector_actions *out)
+static void begin_release(kl__k8s_election *e, int64_t now, kl__k8s_election_actions *out)
 {
     if (!e->stop_release || !e->may_hold) {
         finish(e, out);
@@ -277,29 +295,29 @@ static void begin_release(kl__elector *e, int64_t now, kl__elector_actions *out)
     get(e, now, out);
 }
 
-/* Leaving LEADING or ACQUIRING for good. STOPPED goes out first so that
- * is_leader is false before anything is written; a request in flight is
- * waited for because its outcome decides whether there is a lease to
- * release. */
-static void step_down(kl__elector *e, int release, int may_hold, int64_t now,
-                      kl__elector_actions *out)
+/* Leaving LEADING or ACQUIRING for good, for the reason why. STOPPED goes
+ * out first so that is_leader is false before anything is written; a
+ * request in flight is waited for because its outcome decides whether
+ * there is a lease to release. */
+static void step_down(kl__k8s_election *e, kl__term_end why, int release, int may_hold, int64_t now,
+                      kl__k8s_election_actions *out)
 {
-    if (e->state == KL_EL_LEADING) {
+    if (e->state == KL_KE_LEADING) {
         e->held_transitions = e->epoch;
         e->held_acquire_us = e->term_acquire_us;
     }
-    emit_stopped(e, out);
-    set_state(e, KL_EL_RELEASING);
+    emit_stopped(e, why, out);
+    set_state(e, KL_KE_RELEASING);
     e->stop_release = release;
     e->may_hold = may_hold;
     e->release_started = 0;
     e->release_deadline = kl__add_sat(now, e->cfg.renew_deadline_ns);
     e->next_attempt = INT64_MAX;
-    if (e->req == KL_REQ_NONE)
+    if (e->req == KL_KE_REQ_NONE)
         begin_release(e, now, out);
 }
 
-static int watching(const kl__elector *e)
+static int watching(const kl__k8s_election *e)
 {
     return !e->cfg.poll_only && e->watch_healthy;
 }
@@ -307,7 +325,7 @@ static int watching(const kl__elector *e)
 /* A candidate's next attempt. With a healthy watch every change of the
  * Lease reaches us as it happens, so the one thing left to wait for is the
  * expiry of the record we see; otherwise poll as client-go does. */
-static void retry_later(kl__elector *e, int64_t now)
+static void retry_later(kl__k8s_election *e, int64_t now)
 {
     if (e->cfg.coordinated && watching(e))
         e->next_attempt = kl__add_sat(now, e->cfg.lease_duration_ns);
@@ -319,19 +337,19 @@ static void retry_later(kl__elector *e, int64_t now)
 }
 
 /* Whether an ACQUIRING candidate may take the Lease it just saw. */
-static int may_take(const kl__elector *e, int64_t now)
+static int may_take(const kl__k8s_election *e, int64_t now)
 {
     return e->cfg.coordinated ? named_by_controller(e, now) : !held_by_other(e, now);
 }
 
-static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
-                             const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                             kl__elector_actions *out)
+static void acquiring_result(kl__k8s_election *e, kl__k8s_req req, int status,
+                             const kl__k8s_election_event *ev, int64_t now, int64_t wall_us,
+                             kl__k8s_election_actions *out)
 {
     int asap = e->renew_asap; /* the write that answers did not carry what RENEW announced */
 
     e->renew_asap = 0;
-    if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND && !e->cfg.coordinated) {
+    if (req == KL_KE_REQ_GET && status == K8SLEASE_ENOTFOUND && !e->cfg.coordinated) {
         new_term(e, 1, now, wall_us, out);
         return;
     }
@@ -344,7 +362,7 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
         retry_later(e, now);
         return;
     }
-    if (req == KL_REQ_GET) {
+    if (req == KL_KE_REQ_GET) {
         observe(e, ev, now, 0);
         report_leader(e, out);
         if (may_take(e, now))
@@ -362,46 +380,46 @@ static void acquiring_result(kl__elector *e, kl__elector_req req, int status,
         retry_later(e, now);
         return;
     }
-    set_state(e, KL_EL_LEADING);
+    set_state(e, KL_KE_LEADING);
     e->epoch = e->transitions;
     e->term_acquire_us = e->acquire_us;
     e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
     e->next_attempt = asap ? now : kl__add_sat(now, e->cfg.retry_period_ns);
-    push(out, KL_ACT_STARTED)->epoch = e->epoch;
+    push(out, KL_KE_ACT_STARTED)->epoch = e->epoch;
     report_leader(e, out);
 }
 
-static void leading_result(kl__elector *e, kl__elector_req req, int status,
-                           const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                           kl__elector_actions *out)
+static void leading_result(kl__k8s_election *e, kl__k8s_req req, int status,
+                           const kl__k8s_election_event *ev, int64_t now, int64_t wall_us,
+                           kl__k8s_election_actions *out)
 {
     int asap = e->renew_asap;
 
     e->renew_asap = 0;
-    if (req == KL_REQ_UPDATE && status == 0) {
+    if (req == KL_KE_REQ_UPDATE && status == 0) {
         observe(e, ev, now, 1);
         report_leader(e, out);
         e->leader_deadline = kl__add_sat(e->req_started, e->cfg.renew_deadline_ns);
         e->next_attempt = asap ? now : kl__add_sat(now, e->cfg.retry_period_ns);
-    } else if (req == KL_REQ_UPDATE && e->req_fast_path) {
+    } else if (req == KL_KE_REQ_UPDATE && e->req_fast_path) {
         /* the cached object may be stale: read it and try again now */
         get(e, now, out);
-    } else if (req == KL_REQ_GET && status == 0) {
+    } else if (req == KL_KE_REQ_GET && status == 0) {
         observe(e, ev, now, 0);
         report_leader(e, out);
         /* Somebody else holds it, or a new term started under our name
          * (same identity twice): either way our epoch is no longer the
          * fencing token, even if that holder has expired. */
         if (holder_is_self(e) && e->transitions == e->epoch && e->preferred_other)
-            step_down(e, e->cfg.release_on_cancel, 1, now, out);
+            step_down(e, KL_TERM_PREFERRED, e->cfg.release_on_cancel, 1, now, out);
         else if (holder_is_self(e) && e->transitions == e->epoch)
             renew(e, 0, now, wall_us, out);
         else
-            step_down(e, 0, 0, now, out);
-    } else if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND) {
+            step_down(e, taken_why(e), 0, 0, now, out);
+    } else if (req == KL_KE_REQ_GET && status == K8SLEASE_ENOTFOUND) {
         /* Deleted under us. Recreating it would restart transitions at 0
          * and break the epoch order, so this term is over. */
-        step_down(e, 0, 0, now, out);
+        step_down(e, KL_TERM_DELETED, 0, 0, now, out);
     } else if (status == K8SLEASE_ETIMEOUT) {
         /* The timeout spaced the attempts already, and its connection was
          * abandoned: try again at once, on a new one. */
@@ -418,17 +436,17 @@ static void leading_result(kl__elector *e, kl__elector_req req, int status,
     }
 }
 
-static void releasing_result(kl__elector *e, kl__elector_req req, int status,
-                             const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                             kl__elector_actions *out)
+static void releasing_result(kl__k8s_election *e, kl__k8s_req req, int status,
+                             const kl__k8s_election_event *ev, int64_t now, int64_t wall_us,
+                             kl__k8s_election_actions *out)
 {
     if (!e->release_started) {
         /* Sent before stopping. A write that succeeded, or failed without
          * a conflict (it may have reached the server), may have made us
          * holder: the release GET will tell. */
         if (status == 0)
-            observe(e, ev, now, req != KL_REQ_GET);
-        if (req != KL_REQ_GET && status != K8SLEASE_ECONFLICT) {
+            observe(e, ev, now, req != KL_KE_REQ_GET);
+        if (req != KL_KE_REQ_GET && status != K8SLEASE_ECONFLICT) {
             e->may_hold = 1;
             e->held_transitions = e->req_transitions;
             e->held_acquire_us = e->req_acquire_us;
@@ -438,55 +456,55 @@ static void releasing_result(kl__elector *e, kl__elector_req req, int status,
         return;
     }
     if (status == 0) {
-        observe(e, ev, now, req != KL_REQ_GET);
+        observe(e, ev, now, req != KL_KE_REQ_GET);
         report_leader(e, out);
-        if (req == KL_REQ_GET && holder_is_self(e) && e->transitions == e->held_transitions &&
+        if (req == KL_KE_REQ_GET && holder_is_self(e) && e->transitions == e->held_transitions &&
             e->acquire_us == e->held_acquire_us)
             release_update(e, now, wall_us, out);
         else
             finish(e, out);
-    } else if (req == KL_REQ_GET && status == K8SLEASE_ENOTFOUND) {
+    } else if (req == KL_KE_REQ_GET && status == K8SLEASE_ENOTFOUND) {
         finish(e, out);
-    } else if (req == KL_REQ_UPDATE && status == K8SLEASE_ECONFLICT) {
+    } else if (req == KL_KE_REQ_UPDATE && status == K8SLEASE_ECONFLICT) {
         get(e, now, out);
     } else {
         e->next_attempt = kl__add_sat(now, e->cfg.retry_period_ns);
     }
 }
 
-static void on_result(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                      kl__elector_actions *out)
+static void on_result(kl__k8s_election *e, const kl__k8s_election_event *ev, int64_t now,
+                      int64_t wall_us, kl__k8s_election_actions *out)
 {
-    kl__elector_req req = e->req;
+    kl__k8s_req req = e->req;
     int status = ev->status;
 
     /* a driver bug, but "ok" without a body must not be taken as a write */
     if (status == 0 && !ev->spec)
         status = K8SLEASE_EPROTOCOL;
-    e->req = KL_REQ_NONE;
-    if (e->state == KL_EL_ACQUIRING)
+    e->req = KL_KE_REQ_NONE;
+    if (e->state == KL_KE_ACQUIRING)
         acquiring_result(e, req, status, ev, now, wall_us, out);
-    else if (e->state == KL_EL_LEADING)
+    else if (e->state == KL_KE_LEADING)
         leading_result(e, req, status, ev, now, wall_us, out);
-    else if (e->state == KL_EL_RELEASING)
+    else if (e->state == KL_KE_RELEASING)
         releasing_result(e, req, status, ev, now, wall_us, out);
 }
 
 /* An observation from the watch. The driver has already dropped the ones
  * not newer than what it fed in before, from any source. */
-static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                       kl__elector_actions *out)
+static void on_observe(kl__k8s_election *e, const kl__k8s_election_event *ev, int64_t now,
+                       int64_t wall_us, kl__k8s_election_actions *out)
 {
     int absent = ev->status == K8SLEASE_ENOTFOUND;
 
     if (e->cfg.poll_only || (!absent && (ev->status != 0 || !ev->spec)))
         return;
     if (!absent &&
-        (e->state == KL_EL_ACQUIRING || e->state == KL_EL_LEADING || e->state == KL_EL_RELEASING)) {
+        (e->state == KL_KE_ACQUIRING || e->state == KL_KE_LEADING || e->state == KL_KE_RELEASING)) {
         observe(e, ev, now, 0);
         report_leader(e, out);
     }
-    if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE) {
+    if (e->state == KL_KE_ACQUIRING && e->req == KL_KE_REQ_NONE) {
         if (absent && !e->cfg.coordinated)
             new_term(e, 1, now, wall_us, out);
         else if (!absent && may_take(e, now))
@@ -495,21 +513,23 @@ static void on_observe(kl__elector *e, const kl__elector_event *ev, int64_t now,
             retry_later(e, now);
         /* Not healthy: the poll already planned stays. Moving it at each
          * renewal the leader makes would postpone it for ever. */
-    } else if (e->state == KL_EL_LEADING) {
+    } else if (e->state == KL_KE_LEADING) {
         /* as a GET showing the same would (leading_result) */
-        if (absent || !holder_is_self(e) || e->transitions != e->epoch)
-            step_down(e, 0, 0, now, out);
+        if (absent)
+            step_down(e, KL_TERM_DELETED, 0, 0, now, out);
+        else if (!holder_is_self(e) || e->transitions != e->epoch)
+            step_down(e, taken_why(e), 0, 0, now, out);
         else if (e->preferred_other)
-            step_down(e, e->cfg.release_on_cancel, 1, now, out);
+            step_down(e, KL_TERM_PREFERRED, e->cfg.release_on_cancel, 1, now, out);
     }
 }
 
-static void on_watch_health(kl__elector *e, int healthy, int64_t now)
+static void on_watch_health(kl__k8s_election *e, int healthy, int64_t now)
 {
     if (e->cfg.poll_only || !healthy == !e->watch_healthy)
         return;
     e->watch_healthy = !!healthy;
-    if (e->state != KL_EL_ACQUIRING || e->req != KL_REQ_NONE)
+    if (e->state != KL_KE_ACQUIRING || e->req != KL_KE_REQ_NONE)
         return;
     if (healthy) {
         if (e->have_observed && held_by_other(e, now))
@@ -522,8 +542,8 @@ static void on_watch_health(kl__elector *e, int healthy, int64_t now)
     }
 }
 
-static void on_holder_ended(kl__elector *e, const kl__lease_spec *s, int64_t now, int64_t wall_us,
-                            kl__elector_actions *out)
+static void on_holder_ended(kl__k8s_election *e, const kl__lease_spec *s, int64_t now,
+                            int64_t wall_us, kl__k8s_election_actions *out)
 {
     const char *h = s && s->holder ? s->holder : "";
     size_t len = strlen(h);
@@ -533,140 +553,142 @@ static void on_holder_ended(kl__elector *e, const kl__lease_spec *s, int64_t now
     e->ended = name_id(h, len, kl__fnv1a(h, len));
     e->ended_transitions = s->transitions;
     e->have_ended = 1;
-    if (e->state == KL_EL_ACQUIRING && e->req == KL_REQ_NONE && observed_ended(e))
+    if (e->state == KL_KE_ACQUIRING && e->req == KL_KE_REQ_NONE && observed_ended(e))
         new_term(e, 0, now, wall_us, out);
 }
 
-static void on_timer(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
+static void on_timer(kl__k8s_election *e, int64_t now, int64_t wall_us,
+                     kl__k8s_election_actions *out)
 {
-    if (now < kl__elector_timer(e))
+    if (now < kl__k8s_election_timer(e))
         return;
     /* the deadlines were handled by the caller: this is the next attempt */
-    if (e->state == KL_EL_ACQUIRING || e->state == KL_EL_RELEASING)
+    if (e->state == KL_KE_ACQUIRING || e->state == KL_KE_RELEASING)
         get(e, now, out);
-    else if (e->state == KL_EL_LEADING)
+    else if (e->state == KL_KE_LEADING)
         renew(e, 1, now, wall_us, out);
 }
 
-static void on_renew(kl__elector *e, int64_t now, int64_t wall_us, kl__elector_actions *out)
+static void on_renew(kl__k8s_election *e, int64_t now, int64_t wall_us,
+                     kl__k8s_election_actions *out)
 {
     /* A write already on its way was made without it: one more, right
      * after it, if it starts or renews our term. A write not yet sent will
      * carry it. */
-    if (e->state == KL_EL_LEADING && e->req == KL_REQ_NONE)
+    if (e->state == KL_KE_LEADING && e->req == KL_KE_REQ_NONE)
         renew(e, 1, now, wall_us, out);
-    else if ((e->state == KL_EL_LEADING || e->state == KL_EL_ACQUIRING) &&
-             (e->req == KL_REQ_CREATE || e->req == KL_REQ_UPDATE))
+    else if ((e->state == KL_KE_LEADING || e->state == KL_KE_ACQUIRING) &&
+             (e->req == KL_KE_REQ_CREATE || e->req == KL_KE_REQ_UPDATE))
         e->renew_asap = 1;
 }
 
-static void on_stop(kl__elector *e, int release, int64_t now, kl__elector_actions *out)
+static void on_stop(kl__k8s_election *e, int release, int64_t now, kl__k8s_election_actions *out)
 {
     if (e->stop_requested)
         return;
     e->stop_requested = 1;
-    if (e->state == KL_EL_IDLE)
+    if (e->state == KL_KE_IDLE)
         finish(e, out);
-    else if (e->state == KL_EL_ACQUIRING)
-        step_down(e, release, 0, now, out);
-    else if (e->state == KL_EL_LEADING)
-        step_down(e, release, 1, now, out);
+    else if (e->state == KL_KE_ACQUIRING)
+        step_down(e, KL_TERM_STOPPED, release, 0, now, out);
+    else if (e->state == KL_KE_LEADING)
+        step_down(e, KL_TERM_STOPPED, release, 1, now, out);
     /* RELEASING: already on its way to DONE */
 }
 
-void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                      kl__elector_actions *out)
+void kl__k8s_election_step(kl__k8s_election *e, const kl__k8s_election_event *ev, int64_t now,
+                           int64_t wall_us, kl__k8s_election_actions *out)
 {
     /* decided before the deadline checks, which may send a request */
-    int stale = ev->type == KL_EV_RESULT && e->req == KL_REQ_NONE;
+    int stale = ev->type == KL_KE_EV_RESULT && e->req == KL_KE_REQ_NONE;
 
     out->n = 0;
-    if (e->state == KL_EL_DONE)
+    if (e->state == KL_KE_DONE)
         return;
     /* Every event, not only the timer: a late event must never extend a
      * term whose deadline has passed. */
-    if (e->state == KL_EL_LEADING && now >= e->leader_deadline)
-        step_down(e, e->cfg.release_on_cancel, 1, now, out);
-    if (e->state == KL_EL_RELEASING && now >= e->release_deadline) {
+    if (e->state == KL_KE_LEADING && now >= e->leader_deadline)
+        step_down(e, KL_TERM_DEADLINE, e->cfg.release_on_cancel, 1, now, out);
+    if (e->state == KL_KE_RELEASING && now >= e->release_deadline) {
         finish(e, out);
         return;
     }
     switch (ev->type) {
-    case KL_EV_START:
-        if (e->state == KL_EL_IDLE) {
-            set_state(e, KL_EL_ACQUIRING);
+    case KL_KE_EV_START:
+        if (e->state == KL_KE_IDLE) {
+            set_state(e, KL_KE_ACQUIRING);
             get(e, now, out);
         }
         break;
-    case KL_EV_TIMER:
+    case KL_KE_EV_TIMER:
         on_timer(e, now, wall_us, out);
         break;
-    case KL_EV_RESULT:
+    case KL_KE_EV_RESULT:
         if (!stale)
             on_result(e, ev, now, wall_us, out);
         break;
-    case KL_EV_STOP:
+    case KL_KE_EV_STOP:
         on_stop(e, ev->release, now, out);
         break;
-    case KL_EV_OBSERVE:
+    case KL_KE_EV_OBSERVE:
         on_observe(e, ev, now, wall_us, out);
         break;
-    case KL_EV_WATCH:
+    case KL_KE_EV_WATCH:
         on_watch_health(e, ev->healthy, now);
         break;
-    case KL_EV_HOLDER_ENDED:
+    case KL_KE_EV_HOLDER_ENDED:
         on_holder_ended(e, ev->spec, now, wall_us, out);
         break;
-    case KL_EV_RENEW:
+    case KL_KE_EV_RENEW:
         on_renew(e, now, wall_us, out);
         break;
     }
 }
 
-int64_t kl__elector_timer(const kl__elector *e)
+int64_t kl__k8s_election_timer(const kl__k8s_election *e)
 {
-    int64_t next = e->req == KL_REQ_NONE ? e->next_attempt : INT64_MAX;
+    int64_t next = e->req == KL_KE_REQ_NONE ? e->next_attempt : INT64_MAX;
 
     switch (e->state) {
-    case KL_EL_ACQUIRING:
+    case KL_KE_ACQUIRING:
         return next;
-    case KL_EL_LEADING:
+    case KL_KE_LEADING:
         return next < e->leader_deadline ? next : e->leader_deadline;
-    case KL_EL_RELEASING:
+    case KL_KE_RELEASING:
         return next < e->release_deadline ? next : e->release_deadline;
     default:
         return INT64_MAX;
     }
 }
 
-int kl__elector_is_leader(const kl__elector *e, int64_t now)
+int kl__k8s_election_is_leader(const kl__k8s_election *e, int64_t now)
 {
-    return e->state == KL_EL_LEADING && now < e->leader_deadline;
+    return e->state == KL_KE_LEADING && now < e->leader_deadline;
 }
 
-int64_t kl__elector_leader_deadline(const kl__elector *e)
+int64_t kl__k8s_election_leader_deadline(const kl__k8s_election *e)
 {
-    return e->state == KL_EL_LEADING ? e->leader_deadline : 0;
+    return e->state == KL_KE_LEADING ? e->leader_deadline : 0;
 }
 
-const char *kl__elector_state_name(kl__elector_state s)
+const char *kl__k8s_election_state_name(kl__k8s_election_state s)
 {
     switch (s) {
-    case KL_EL_IDLE:
+    case KL_KE_IDLE:
         return "IDLE";
-    case KL_EL_ACQUIRING:
+    case KL_KE_ACQUIRING:
         return "ACQUIRING";
-    case KL_EL_LEADING:
+    case KL_KE_LEADING:
         return "LEADING";
-    case KL_EL_RELEASING:
+    case KL_KE_RELEASING:
         return "RELEASING";
-    case KL_EL_DONE:
+    case KL_KE_DONE:
         return "DONE";
     }
     return "?";
 }
 
-static int validate(const kl__elector_config *cfg)
+static int validate(const kl__k8s_election_config *cfg)
 {
     int err;
 
@@ -677,7 +699,7 @@ static int validate(const kl__elector_config *cfg)
     return 0;
 }
 
-int kl__elector_init(kl__elector *e, const kl__elector_config *cfg)
+int kl__k8s_election_init(kl__k8s_election *e, const kl__k8s_election_config *cfg)
 {
     int err;
 
@@ -687,8 +709,8 @@ int kl__elector_init(kl__elector *e, const kl__elector_config *cfg)
     if ((err = validate(cfg)) < 0)
         return err;
     e->cfg = *cfg;
-    e->state = KL_EL_IDLE;
-    e->req = KL_REQ_NONE;
+    e->state = KL_KE_IDLE;
+    e->req = KL_KE_REQ_NONE;
     e->epoch = -1;
     e->next_attempt = INT64_MAX;
     e->rng = cfg->seed;

@@ -1,7 +1,7 @@
-/* The election state machine: PURE. No I/O, no clock reads, no allocation,
- * no logging. The driver (backend) feeds it events with "now" read once per
- * loop iteration, executes the actions it returns, and arms one timer at
- * kl__elector_timer().
+/* The Kubernetes election state machine: PURE, like etcd/election.h. No
+ * I/O, no clock reads, no allocation, no logging. The driver (k8s/driver.c)
+ * feeds it events with "now" read once per loop iteration, executes the
+ * actions it returns, and arms one timer at kl__k8s_election_timer().
  *
  * Rules (client-go's tools/leaderelection with the Lease lock, plus ours):
  *  - Validation (core/timings.h, shared with etcd): lease_duration >
@@ -37,7 +37,10 @@
  *    NEW_LEADER(holder or "", transitions). (client-go reports the holder
  *    only; a new term under the same name changes the fencing epoch.)
  *  - STOPPED exactly once per elector: when leadership ends, or when the
- *    election ends without having led. DONE is the last action ever.
+ *    election ends without having led; it says why (core/term.h): the
+ *    deadline, a record of another holder or of a new term under our name,
+ *    404, preferredHolder, or KL_TERM_STOPPED for a stop and an election
+ *    that never led. DONE is the last action ever.
  *  - Stop (event STOP with release flag): if a request is in flight, wait
  *    for its result first. If leading: STOPPED at once (is_leader false
  *    before the release is written); then with release: GET; if holder is
@@ -128,32 +131,33 @@
  *    right after it succeeds (and the term starts), not a retry period
  *    later: the record reaches the Lease within a round trip of being known.
  */
-#ifndef KL_ELECTOR_H
-#define KL_ELECTOR_H
+#ifndef KL_K8S_ELECTION_H
+#define KL_K8S_ELECTION_H
 
 #include <stdint.h>
 
+#include "core/term.h"
 #include "core/timings.h" /* KL_IDENTITY_MAX, the validation rules */
 #include "k8s/codec.h"
 
-#define KL_ELECTOR_MAX_ACTIONS 8
+#define KL_KE_MAX_ACTIONS 8
 
-typedef enum kl__elector_state {
-    KL_EL_IDLE,      /* created, START not yet received */
-    KL_EL_ACQUIRING, /* candidate: polling the lease, trying to take it */
-    KL_EL_LEADING,   /* we hold the lease and renew it */
-    KL_EL_RELEASING, /* stopping: writing holder "" (or waiting for a request to finish) */
-    KL_EL_DONE       /* over; no more actions */
-} kl__elector_state;
+typedef enum kl__k8s_election_state {
+    KL_KE_IDLE,      /* created, START not yet received */
+    KL_KE_ACQUIRING, /* candidate: polling the lease, trying to take it */
+    KL_KE_LEADING,   /* we hold the lease and renew it */
+    KL_KE_RELEASING, /* stopping: writing holder "" (or waiting for a request to finish) */
+    KL_KE_DONE       /* over; no more actions */
+} kl__k8s_election_state;
 
-typedef enum kl__elector_req {
-    KL_REQ_NONE,
-    KL_REQ_GET,
-    KL_REQ_CREATE,
-    KL_REQ_UPDATE
-} kl__elector_req;
+typedef enum kl__k8s_req {
+    KL_KE_REQ_NONE,
+    KL_KE_REQ_GET,
+    KL_KE_REQ_CREATE,
+    KL_KE_REQ_UPDATE
+} kl__k8s_req;
 
-typedef struct kl__elector_config {
+typedef struct kl__k8s_election_config {
     const char *identity; /* borrowed: must outlive the elector */
     int64_t lease_duration_ns;
     int64_t renew_deadline_ns;
@@ -162,36 +166,38 @@ typedef struct kl__elector_config {
     uint64_t seed;   /* PRNG seed for the jitter */
     int poll_only;   /* 1: ignore OBSERVE and WATCH, poll like client-go */
     int coordinated; /* 1: coordinated leader election (see above) */
-} kl__elector_config;
+} kl__k8s_election_config;
 
-typedef enum kl__elector_event_type {
-    KL_EV_START,   /* begin campaigning: first attempt at once */
-    KL_EV_TIMER,   /* the timer armed at kl__elector_timer() fired (spurious ones are ignored) */
-    KL_EV_RESULT,  /* the request last asked for completed */
-    KL_EV_STOP,    /* stop; release says whether to release if leading */
-    KL_EV_OBSERVE, /* the watch saw the Lease (status 0, spec) or no Lease (K8SLEASE_ENOTFOUND) */
-    KL_EV_WATCH,   /* the watch became healthy (healthy = 1) or not (0) */
+typedef enum kl__k8s_election_event_type {
+    KL_KE_EV_START, /* begin campaigning: first attempt at once */
+    /* the timer armed at kl__k8s_election_timer() fired (spurious ones are ignored) */
+    KL_KE_EV_TIMER,
+    KL_KE_EV_RESULT, /* the request last asked for completed */
+    KL_KE_EV_STOP,   /* stop; release says whether to release if leading */
+    /* the watch saw the Lease (status 0, spec) or no Lease (K8SLEASE_ENOTFOUND) */
+    KL_KE_EV_OBSERVE,
+    KL_KE_EV_WATCH, /* the watch became healthy (healthy = 1) or not (0) */
     /* Crash failover: the kubelet reported the container of the term
      * spec->holder, spec->transitions terminated (k8s/crash.c). */
-    KL_EV_HOLDER_ENDED,
+    KL_KE_EV_HOLDER_ENDED,
     /* The driver has something new for the Lease (crash failover's
      * record): while LEADING, renew now; after a CREATE/UPDATE in flight
      * that starts or renews our term, renew right after it. */
-    KL_EV_RENEW
-} kl__elector_event_type;
+    KL_KE_EV_RENEW
+} kl__k8s_election_event_type;
 
-typedef struct kl__elector_event {
-    kl__elector_event_type type;
-    /* KL_EV_RESULT: 0 ok, K8SLEASE_ENOTFOUND, K8SLEASE_ECONFLICT or another
+typedef struct kl__k8s_election_event {
+    kl__k8s_election_event_type type;
+    /* KL_KE_EV_RESULT: 0 ok, K8SLEASE_ENOTFOUND, K8SLEASE_ECONFLICT or another
      * negative code. */
     int status;
-    /* KL_EV_RESULT with status 0: spec of the Lease as stored by the server
-     * (GET body, or CREATE/UPDATE response body). KL_EV_OBSERVE with status
+    /* KL_KE_EV_RESULT with status 0: spec of the Lease as stored by the server
+     * (GET body, or CREATE/UPDATE response body). KL_KE_EV_OBSERVE with status
      * 0: the Lease the watch saw. Borrowed for the call. */
     const kl__lease_spec *spec;
-    /* KL_EV_STOP: 1 to release if leading. */
+    /* KL_KE_EV_STOP: 1 to release if leading. */
     int release;
-    /* KL_EV_WATCH: 1 healthy, 0 not. */
+    /* KL_KE_EV_WATCH: 1 healthy, 0 not. */
     int healthy;
     /* With spec: spec.preferredHolder, NULL or "" when absent. Borrowed. */
     const char *preferred_holder;
@@ -199,30 +205,33 @@ typedef struct kl__elector_event {
      * record names an earlier instance of our container (the process before
      * a restart in place), not this process: not our term. */
     int predecessor;
-} kl__elector_event;
+} kl__k8s_election_event;
 
-typedef enum kl__elector_action_type {
-    KL_ACT_GET,        /* GET the Lease; answer with KL_EV_RESULT */
-    KL_ACT_CREATE,     /* POST spec; answer with KL_EV_RESULT */
-    KL_ACT_UPDATE,     /* PUT spec over the last Lease object received, with its
-                          resourceVersion; answer with KL_EV_RESULT */
-    KL_ACT_STARTED,    /* OnStartedLeading(epoch) */
-    KL_ACT_STOPPED,    /* OnStoppedLeading() */
-    KL_ACT_NEW_LEADER, /* OnNewLeader(identity, epoch) */
-    KL_ACT_DONE        /* election over; cancel anything still in flight */
-} kl__elector_action_type;
+typedef enum kl__k8s_election_action_type {
+    KL_KE_ACT_GET,        /* GET the Lease; answer with KL_KE_EV_RESULT */
+    KL_KE_ACT_CREATE,     /* POST spec; answer with KL_KE_EV_RESULT */
+    KL_KE_ACT_UPDATE,     /* PUT spec over the last Lease object received, with its
+                          resourceVersion; answer with KL_KE_EV_RESULT */
+    KL_KE_ACT_STARTED,    /* OnStartedLeading(epoch) */
+    KL_KE_ACT_STOPPED,    /* OnStoppedLeading() */
+    KL_KE_ACT_NEW_LEADER, /* OnNewLeader(identity, epoch) */
+    KL_KE_ACT_DONE        /* election over; cancel anything still in flight */
+} kl__k8s_election_action_type;
 
-typedef struct kl__elector_action {
-    kl__elector_action_type type;
-    kl__lease_spec spec;  /* CREATE/UPDATE: holder points at the identity or "" */
-    int64_t epoch;        /* STARTED, NEW_LEADER */
-    const char *identity; /* NEW_LEADER: borrowed from the elector, valid until the next step */
-} kl__elector_action;
+typedef struct kl__k8s_election_action {
+    kl__k8s_election_action_type type;
+    kl__lease_spec spec; /* CREATE/UPDATE: holder points at the identity or "" */
+    int64_t epoch;       /* STARTED, NEW_LEADER; STOPPED: KL_TERM_TAKEN, _RETAKEN's */
+    /* NEW_LEADER; STOPPED: KL_TERM_TAKEN's holder. Borrowed from the
+     * elector, valid until the next step. */
+    const char *identity;
+    kl__term_end end; /* STOPPED: why */
+} kl__k8s_election_action;
 
-typedef struct kl__elector_actions {
-    kl__elector_action a[KL_ELECTOR_MAX_ACTIONS];
+typedef struct kl__k8s_election_actions {
+    kl__k8s_election_action a[KL_KE_MAX_ACTIONS];
     int n;
-} kl__elector_actions;
+} kl__k8s_election_actions;
 
 /* A name the machine compares with the holder but never shows: its length
  * and two unrelated 64-bit hashes, not its text (a text buffer each would
@@ -233,10 +242,10 @@ typedef struct kl__name_id {
     uint64_t fnv, mix;
 } kl__name_id;
 
-typedef struct kl__elector {
-    kl__elector_config cfg;
-    kl__elector_state state;
-    kl__elector_req req; /* request in flight */
+typedef struct kl__k8s_election {
+    kl__k8s_election_config cfg;
+    kl__k8s_election_state state;
+    kl__k8s_req req;     /* request in flight */
     int64_t req_started; /* now when it was emitted */
     int req_fast_path;   /* the UPDATE in flight is a fast-path renew */
 
@@ -276,26 +285,26 @@ typedef struct kl__elector {
     int have_ended;
     int renew_asap; /* RENEW came while a write of our term was in flight */
     uint64_t rng;
-} kl__elector;
+} kl__k8s_election;
 
 /* Validate cfg and initialise e (state IDLE). Returns 0 or K8SLEASE_EINVAL
  * with kl__error_set() naming the rule broken, e.g.
  * "lease_duration (5000 ms) must be greater than renew_deadline (5000 ms)".
  * (kl__error_set is the one side effect allowed: it is not I/O.) */
-int kl__elector_init(kl__elector *e, const kl__elector_config *cfg);
+int kl__k8s_election_init(kl__k8s_election *e, const kl__k8s_election_config *cfg);
 
 /* Feed one event. now: monotonic ns; wall_us: wall clock µs (for MicroTime
  * fields). out is overwritten with the actions to execute in order. */
-void kl__elector_step(kl__elector *e, const kl__elector_event *ev, int64_t now, int64_t wall_us,
-                      kl__elector_actions *out);
+void kl__k8s_election_step(kl__k8s_election *e, const kl__k8s_election_event *ev, int64_t now,
+                           int64_t wall_us, kl__k8s_election_actions *out);
 
-/* Monotonic ns at which KL_EV_TIMER must be delivered; INT64_MAX if none. */
-int64_t kl__elector_timer(const kl__elector *e);
+/* Monotonic ns at which KL_KE_EV_TIMER must be delivered; INT64_MAX if none. */
+int64_t kl__k8s_election_timer(const kl__k8s_election *e);
 
-int kl__elector_is_leader(const kl__elector *e, int64_t now);
+int kl__k8s_election_is_leader(const kl__k8s_election *e, int64_t now);
 /* Leader deadline (monotonic ns) while LEADING, else 0. */
-int64_t kl__elector_leader_deadline(const kl__elector *e);
+int64_t kl__k8s_election_leader_deadline(const kl__k8s_election *e);
 
-const char *kl__elector_state_name(kl__elector_state s);
+const char *kl__k8s_election_state_name(kl__k8s_election_state s);
 
 #endif

@@ -132,194 +132,6 @@ struct kl__informer {
 };
 
 /* ------------------------------------------------------------------------ */
-/* Objects                                                                  */
-/* ------------------------------------------------------------------------ */
-
-/* A Lease or a Pod, decoded, with what the informer reads of both. */
-typedef struct object {
-    kl__lease *lease;
-    kl__pod *pod;
-    const char *name, *rv; /* borrowed from the one set; rv "" if absent */
-} object;
-
-static int object_from_json(const kl__informer *inf, json_t *j, object *o)
-{
-    int err;
-
-    memset(o, 0, sizeof(*o));
-    if (inf->pods) {
-        if ((err = kl__pod_from_json(&o->pod, j)) < 0)
-            return err;
-        o->name = o->pod->name;
-        o->rv = o->pod->rv;
-    } else {
-        if ((err = kl__lease_from_json(&o->lease, j)) < 0)
-            return err;
-        o->name = o->lease->name;
-        o->rv = o->lease->rv;
-    }
-    return 0;
-}
-
-static int object_parse(const kl__informer *inf, const char *body, size_t len, object *o)
-{
-    int err;
-
-    memset(o, 0, sizeof(*o));
-    if (inf->pods) {
-        if ((err = kl__pod_parse(&o->pod, body, len)) < 0)
-            return err;
-        o->name = o->pod->name;
-        o->rv = o->pod->rv;
-    } else {
-        if ((err = kl__lease_parse(&o->lease, body, len)) < 0)
-            return err;
-        o->name = o->lease->name;
-        o->rv = o->lease->rv;
-    }
-    return 0;
-}
-
-static void object_clear(object *o)
-{
-    kl__lease_free(o->lease);
-    kl__pod_free(o->pod);
-    memset(o, 0, sizeof(*o));
-}
-
-/* One line of a watch stream. Leases: k8s/codec.c's decoder; Pods: the
- * same shape, with the object decoded as a Pod. */
-typedef struct event {
-    kl__watch_type type;
-    object obj;        /* ADDED, MODIFIED, DELETED */
-    char *bookmark_rv; /* BOOKMARK (owned) */
-    kl__status status; /* ERROR (owned) */
-} event;
-
-static void event_clear(event *ev)
-{
-    object_clear(&ev->obj);
-    kl__free(ev->bookmark_rv);
-    kl__status_clear(&ev->status);
-    memset(ev, 0, sizeof(*ev));
-}
-
-static int pod_event_decode(event *ev, json_t *root)
-{
-    const char *type = json_string_value(json_object_get(root, "type"));
-    json_t *obj = json_object_get(root, "object");
-    const char *rv;
-    int err;
-
-    if (!type)
-        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: type missing or not a string");
-    if (kl__watch_type_parse(type, &ev->type) < 0)
-        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: unknown type \"%.64s\"", type);
-    if (!json_is_object(obj))
-        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: %s: object missing or not an object",
-                             type);
-    switch (ev->type) {
-    case KL_WATCH_BOOKMARK:
-        /* A bookmark carries only metadata.resourceVersion, no name. */
-        rv =
-            json_string_value(json_object_get(json_object_get(obj, "metadata"), "resourceVersion"));
-        if (!rv)
-            return kl__error_set(K8SLEASE_EPROTOCOL,
-                                 "watch event: BOOKMARK: object.metadata.resourceVersion missing");
-        if (!(ev->bookmark_rv = kl__strdup(rv)))
-            return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        return 0;
-    case KL_WATCH_ERROR:
-        return kl__status_from_json(&ev->status, obj);
-    default:
-        if ((err = kl__pod_from_json(&ev->obj.pod, obj)) < 0)
-            return kl__error_wrap(err, "watch event: %s", type);
-        ev->obj.name = ev->obj.pod->name;
-        ev->obj.rv = ev->obj.pod->rv;
-        return 0;
-    }
-}
-
-static int event_parse(const kl__informer *inf, const char *line, size_t len, event *ev)
-{
-    kl__watch_event lev;
-    json_error_t jerr;
-    json_t *root;
-    int err;
-
-    memset(ev, 0, sizeof(*ev));
-    if (!inf->pods) {
-        if ((err = kl__watch_event_parse(&lev, line, len)) < 0)
-            return err;
-        /* The Lease event's parts move over as they are. */
-        ev->type = lev.type;
-        ev->obj.lease = lev.lease;
-        if (lev.lease) {
-            ev->obj.name = lev.lease->name;
-            ev->obj.rv = lev.lease->rv;
-        }
-        ev->bookmark_rv = lev.bookmark_rv;
-        ev->status = lev.status;
-        return 0;
-    }
-    memset(&jerr, 0, sizeof(jerr));
-    if (!(root = json_loadb(line, len, JSON_DECODE_ANY, &jerr))) {
-        if (json_error_code(&jerr) == json_error_out_of_memory || !jerr.text[0])
-            return kl__error_set(K8SLEASE_ENOMEM, "watch event: out of memory");
-        return kl__error_set(K8SLEASE_EPROTOCOL, "watch event: not valid JSON: %s", jerr.text);
-    }
-    err = json_is_object(root) ? pod_event_decode(ev, root)
-                               : kl__error_set(K8SLEASE_EPROTOCOL, "watch event: not an object");
-    json_decref(root);
-    if (err < 0)
-        event_clear(ev);
-    return err;
-}
-
-/* ------------------------------------------------------------------------ */
-/* resourceVersions                                                         */
-/* ------------------------------------------------------------------------ */
-
-static int rv_parse(const char *rv, uint64_t *out)
-{
-    uint64_t v = 0;
-
-    if (!rv || !*rv)
-        return 0;
-    for (; *rv; rv++) {
-        unsigned d = (unsigned)(*rv - '0');
-
-        if (d > 9 || v > (UINT64_MAX - d) / 10)
-            return 0;
-        v = v * 10 + d;
-    }
-    *out = v;
-    return 1;
-}
-
-void kl__rv_gate_set(kl__rv_gate *g, const char *rv)
-{
-    g->known = rv_parse(rv, &g->last);
-}
-
-int kl__rv_gate_pass(kl__rv_gate *g, const char *rv)
-{
-    uint64_t v;
-
-    if (rv_parse(rv, &v) && g->known && v <= g->last)
-        return 0;
-    kl__rv_gate_set(g, rv);
-    return 1;
-}
-
-int kl__rv_gate_older(const kl__rv_gate *g, const char *rv)
-{
-    uint64_t v;
-
-    return rv_parse(rv, &v) && g->known && v < g->last;
-}
-
-/* ------------------------------------------------------------------------ */
 /* Subscribers and entries                                                  */
 /* ------------------------------------------------------------------------ */
 
@@ -413,7 +225,7 @@ static void remember(entry *en, const kl__pod *pod, const char *rv)
     en->known = en->rv && (!pod || kl__pod_from_json(&en->pod, pod->root) == 0);
 }
 
-static void emit_object(entry *en, const object *o)
+static void emit_object(entry *en, const kl__object *o)
 {
     kl__sub_event ev = {KL_SUB_OBJECT, o->lease, o->pod, o->rv, 0, 0};
 
@@ -745,7 +557,7 @@ static void on_probe(const kl__http_result *res, void *arg)
 {
     stream *st = arg;
     kl__informer *inf = st->inf;
-    object o = {0};
+    kl__object o = {0};
     uint64_t seen, streamed;
 
     enter(inf);
@@ -756,8 +568,8 @@ static void on_probe(const kl__http_result *res, void *arg)
          * it if it was there (it then resumes on a new one). */
         st_log(st, K8SLEASE_LOG_DEBUG, KL_LOG_WATCH, NULL, "probe: %s", res->errmsg);
     } else if (res->status == 200 && st->req && !st->behind &&
-               object_parse(inf, res->body, res->body_len, &o) == 0 && rv_parse(o.rv, &seen) &&
-               rv_parse(st->rv, &streamed)) {
+               kl__object_parse(inf->pods, res->body, res->body_len, &o) == 0 &&
+               kl__rv_parse(o.rv, &seen) && kl__rv_parse(st->rv, &streamed)) {
         if (seen > streamed) {
             /* The object changed: the stream must say so soon (its event
              * may just be on the way), or it is on a connection that
@@ -769,7 +581,7 @@ static void on_probe(const kl__http_result *res, void *arg)
             activity(st);
         }
     }
-    object_clear(&o);
+    kl__object_clear(&o);
     arm_health(st);
     leave(inf);
 }
@@ -785,7 +597,7 @@ static void check_expected(stream *st, int64_t now)
 
     if (!st->expect_rv || now < st->expect_by)
         return;
-    if (st->req && (!rv_parse(st->rv, &streamed) || streamed < st->expect_rv)) {
+    if (st->req && (!kl__rv_parse(st->rv, &streamed) || streamed < st->expect_rv)) {
         st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL,
                "silent while its %s changed (resourceVersion %llu, it showed %s); resuming it",
                st->inf->kind->noun, (unsigned long long)st->expect_rv, st->rv ? st->rv : "none");
@@ -1101,11 +913,11 @@ static int list_page(stream *st, const char *body, size_t len)
     }
     json_array_foreach(items, i, item)
     {
-        object o;
+        kl__object o;
         entry *en;
 
         /* One bad object of the namespace must not blind us to the others. */
-        if (object_from_json(st->inf, item, &o) < 0) {
+        if (kl__object_from_json(st->inf->pods, item, &o) < 0) {
             st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL, "%s", kl__error_get());
             continue;
         }
@@ -1113,7 +925,7 @@ static int list_page(stream *st, const char *body, size_t len)
             en->listed = st->list_gen;
             emit_object(en, &o);
         }
-        object_clear(&o);
+        kl__object_clear(&o);
     }
     set_rv(&st->cont, cont);
     if (st->cont)
@@ -1132,7 +944,7 @@ out:
  * at the most recent state (a Pod created meanwhile comes as ADDED). */
 static int get_answer(stream *st, const kl__http_result *res)
 {
-    object o;
+    kl__object o;
     int err;
 
     if (res->status == 404) {
@@ -1143,7 +955,7 @@ static int get_answer(stream *st, const kl__http_result *res)
     }
     if (res->status != 200)
         return kl__http_status_error(res->status, res->body, res->body_len, st->what);
-    if ((err = object_parse(st->inf, res->body, res->body_len, &o)) < 0)
+    if ((err = kl__object_parse(st->inf->pods, res->body, res->body_len, &o)) < 0)
         return kl__error_wrap(err, "%s", st->what);
     if (strcmp(o.name, st->name) != 0) {
         err = kl__error_set(K8SLEASE_EPROTOCOL, "%s: the answer is pod %s", st->what, o.name);
@@ -1152,7 +964,7 @@ static int get_answer(stream *st, const kl__http_result *res)
             emit_object(st->entries, &o);
         set_rv(&st->rv, o.rv);
     }
-    object_clear(&o);
+    kl__object_clear(&o);
     return err;
 }
 
@@ -1201,11 +1013,11 @@ static void on_list(const kl__http_result *res, void *arg)
 static int on_line(const char *line, size_t len, void *arg)
 {
     stream *st = arg;
-    event ev;
+    kl__object_event ev;
     entry *en;
 
     st->got_line = 1;
-    if (event_parse(st->inf, line, len, &ev) < 0) {
+    if (kl__object_event_parse(st->inf->pods, line, len, &ev) < 0) {
         st_log(st, K8SLEASE_LOG_WARN, KL_LOG_WATCH_FAILED, NULL, "%s", kl__error_get());
         return K8SLEASE_EPROTOCOL;
     }
@@ -1239,10 +1051,10 @@ static int on_line(const char *line, size_t len, void *arg)
         st_log(st, K8SLEASE_LOG_INFO, KL_LOG_WATCH, NULL, "server ended it: %d %s", ev.status.code,
                ev.status.message);
         st->relist = 1;
-        event_clear(&ev);
+        kl__object_event_clear(&ev);
         return K8SLEASE_EPROTOCOL;
     }
-    event_clear(&ev);
+    kl__object_event_clear(&ev);
     return 0;
 }
 

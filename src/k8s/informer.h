@@ -3,7 +3,7 @@
  * holder watches of that client follow it. An informer follows one kind of
  * object, chosen when it is made: Leases (kl__informer_new, the client's
  * informer) or Pods (kl__informer_new_pods, the client's pod_informer,
- * for crash failover: issue 23). What is said below of Leases holds for
+ * for crash failover). What is said below of Leases holds for
  * Pods, with the differences under "Pods".
  *
  * A stream LISTs (fieldSelector metadata.name=NAME, or the whole namespace),
@@ -78,6 +78,7 @@
 
 #include "core/http.h"
 #include "k8s/codec.h"
+#include "k8s/object.h"
 #include "k8s/pod.h"
 
 #define KL_INFORMER_NS_THRESHOLD 8
@@ -133,23 +134,5 @@ int kl__sub_healthy(const kl__sub *sub);
  * as last reported to it: a subscriber that starts on such a stream is
  * not told again. */
 int kl__sub_forbidden(const kl__sub *sub);
-
-/* resourceVersion order. Kubernetes calls resourceVersions opaque, but every
- * real server uses etcd revisions, decimal and increasing: when both parse
- * as unsigned 64-bit decimals they are compared; when either does not, the
- * newer one cannot be told, and the state is taken as new (applying a state
- * twice is harmless, dropping a change is not). */
-typedef struct kl__rv_gate {
-    uint64_t last; /* the last resourceVersion applied */
-    int known;     /* it parsed */
-} kl__rv_gate;
-
-/* 1 when rv is not known to be older than or equal to the last applied:
- * then it becomes the last applied. 0: drop it. */
-int kl__rv_gate_pass(kl__rv_gate *g, const char *rv);
-/* Remember rv as the last applied, whatever the order. */
-void kl__rv_gate_set(kl__rv_gate *g, const char *rv);
-/* 1 when rv is known to be strictly older than the last applied. */
-int kl__rv_gate_older(const kl__rv_gate *g, const char *rv);
 
 #endif

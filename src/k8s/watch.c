@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/client.h"
+#include "k8s/client.h"
 #include "core/clock.h"
 #include "k8s/api.h"
 #include "k8s/codec.h"
@@ -113,7 +114,8 @@ static void begin(void *arg)
 
     if (w->cancelled)
         return;
-    if (!w->sub && !(w->sub = kl__sub_start(w->client->informer, w->ns, w->name, 0, on_event, w)))
+    if (!w->sub &&
+        !(w->sub = kl__sub_start(kl__k8s_of(w->client)->informer, w->ns, w->name, 0, on_event, w)))
         failed(w);
     if (!kl__watch_reported(w->pub) && !w->req)
         get(w);

@@ -1,4 +1,4 @@
-/* Issue 7's bad-input table, row by row (docs/bad-input.md names the test of
+/* The bad-input table, row by row (docs/bad-input.md names the test of
  * each row), and its security checks: credentials never reach a log line
  * (library at K8SLEASE_LOG_DEBUG, CLI at --log-level debug), and the
  * library's sockets do not leak into programs it forks and execs.
@@ -42,6 +42,7 @@
 #include <jansson.h>
 
 #include "core/client.h"
+#include "k8s/client.h"
 #include "e2e.h"
 #include "harness.h"
 #include "k8s/holders.h"
@@ -65,8 +66,8 @@ static char tmpdir[64];
  * time, no Lease is ever followed. */
 static k8slease_client *every_read_a_get(k8slease_client *c)
 {
-    if (c && c->holders)
-        kl__holders_set_idle(c->holders, 0);
+    if (c && kl__k8s_of(c)->holders)
+        kl__holders_set_idle(kl__k8s_of(c)->holders, 0);
     return c;
 }
 

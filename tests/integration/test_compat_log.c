@@ -1,6 +1,7 @@
-/* The seed ABI's log lines on stderr (issue 17): what a program written
- * against the Go library sees of an election, a refused request, a lost
- * term; K8SLEASE_LOG_LEVEL; lines of several elections never mixed.
+/* The seed ABI's log lines on stderr: what a program written against the
+ * Go library sees of an election, a refused request, a lost term;
+ * K8SLEASE_LOG_LEVEL; lines of several elections never mixed; releases
+ * (and their lines) not lost when the program exits at once.
  *
  * The program under test is this binary run as a child ("child" as its
  * argument): a seed-ABI program reading commands on stdin ("run LEASE ID",
@@ -26,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
+
+#include <jansson.h>
 
 #include "e2e.h"
 #include "harness.h"
@@ -699,32 +702,108 @@ static void level_from_environment(void **state)
     free(text);
 }
 
+/* How many of the Leases PREFIX-0 .. PREFIX-(MANY-1) the server shows
+ * released (holderIdentity "" or absent), naming them in names. */
+static int released_on_server(const char *prefix, char *names, size_t size)
+{
+    int n = 0;
+
+    names[0] = '\0';
+    for (int i = 0; i < MANY; i++) {
+        char path[256];
+        char *body = NULL;
+        long status = 0;
+        json_t *lease;
+        const char *holder;
+
+        snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s-%d", NS,
+                 prefix, i);
+        assert_int_equal(e2e_api("GET", path, NULL, &status, &body), 0);
+        if (status != 200)
+            fail_msg("GET %s: HTTP %ld %s", path, status, body ? body : "");
+        lease = json_loads(body, 0, NULL);
+        assert_non_null(lease);
+        holder =
+            json_string_value(json_object_get(json_object_get(lease, "spec"), "holderIdentity"));
+        if (!holder || !holder[0]) {
+            size_t len = strlen(names);
+
+            n++;
+            snprintf(names + len, size - len, "%s%s-%d", len ? ", " : "", prefix, i);
+        }
+        json_decref(lease);
+        free(body);
+    }
+    return n;
+}
+
 /* MANY elections at once, at debug level (the most lines): every line
- * whole, every election's lines there. */
-static void concurrent_lines_never_mix(void **state)
+ * whole, every election's lines there. Each election is cancelled, waited
+ * for in K8sLeaseWaitLost, and the program exits at once: the releases
+ * still on their way are written before the process is gone (the exit
+ * waits for them) and so are their lines. Which one is missing, when one
+ * is, is told apart: the Leases on the server say whether the releases
+ * were written. */
+static void many_releases_at_exit(const char *prefix)
 {
     child *c = child_start("debug", NULL);
-    char *text;
-    int lines;
+    char *text, names[MANY * 64];
+    int lines, released, said;
 
-    (void)state;
-    child_ok(c, "many %s%s", "log-many", "");
+    child_ok(c, "many %s%s", prefix, "");
     text = child_finish(c);
     lines = check_format(text);
     check_no_token(text);
     assert_int_equal(count_in(text, ": attempting to acquire leader lease as ", NULL), MANY);
     assert_int_equal(count_in(text, ": successfully acquired lease (epoch ", NULL), MANY);
-    assert_int_equal(count_in(text, ": released lease (epoch ", NULL), MANY);
+    released = released_on_server(prefix, names, sizeof(names));
+    said = count_in(text, ": released lease (epoch ", NULL);
+    if (released != MANY)
+        fail_msg("%d of %d releases written before the program exited (released: %s); %d "
+                 "\"released lease\" lines; its stderr:\n%s",
+                 released, MANY, names[0] ? names : "none", said, text);
+    if (said != MANY)
+        fail_msg("all %d releases written, but %d \"released lease\" lines; its stderr:\n%s", MANY,
+                 said, text);
     assert_true(lines > 8 * MANY);
     free(text);
+}
+
+static void concurrent_lines_never_mix(void **state)
+{
+    (void)state;
+    many_releases_at_exit("log-many");
+}
+
+/* The same with every release still on its way when the program exits,
+ * on a new connection: the connection that carries the first release's
+ * write (of log-exit-*: the terms end at once, before any renewal) stalls,
+ * the releases on it time out (a request timeout of 500 ms at 3/2/1 s)
+ * and are sent again on a new connection, while the program exits. */
+static void releases_in_flight_at_exit(void **state)
+{
+    long id;
+
+    (void)state;
+    e2e_need_testserver("it stalls the releases' connection with a fault rule");
+    id = e2e_add_fault("{\"kind\":\"stall\",\"count\":1,\"duration_ms\":10000,\"match\":{"
+                       "\"verb\":\"update\","
+                       "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/default/leases/"
+                       "log-exit-\"}}");
+    many_releases_at_exit("log-exit");
+    e2e_wait_fault_retired(id, WAIT_MS);
 }
 
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(election_lines),         cmocka_unit_test(identity_cannot_forge_a_line),
-        cmocka_unit_test(forbidden_named_once),   cmocka_unit_test(failed_renewal_says_lost),
-        cmocka_unit_test(level_from_environment), cmocka_unit_test(concurrent_lines_never_mix),
+        cmocka_unit_test(election_lines),
+        cmocka_unit_test(identity_cannot_forge_a_line),
+        cmocka_unit_test(forbidden_named_once),
+        cmocka_unit_test(failed_renewal_says_lost),
+        cmocka_unit_test(level_from_environment),
+        cmocka_unit_test(concurrent_lines_never_mix),
+        cmocka_unit_test(releases_in_flight_at_exit),
     };
 
     if (argc == 2 && strcmp(argv[1], "child") == 0)

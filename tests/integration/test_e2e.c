@@ -12,8 +12,10 @@
 #include <cmocka.h>
 
 #include "core/client.h"
+#include "k8s/client.h"
 #include "core/common.h"
 #include "e2e.h"
+#include "failalloc.h"
 #include "k8s/holders.h"
 #include "k8slease.h"
 #include "tsclient.h"
@@ -38,16 +40,24 @@ static int teardown(void **state)
     return e2e_teardown(client);
 }
 
-static k8slease_elector *start(const char *name, const char *identity, int release)
+/* The options of name and identity, with the suite's timings. */
+static k8slease_elector_options timed(const char *name, const char *identity)
 {
     k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
-    k8slease_elector *e = NULL;
 
     o.name = name;
     o.identity = identity;
     o.lease_duration_ms = LD_MS;
     o.renew_deadline_ms = RD_MS;
     o.retry_period_ms = RP_MS;
+    return o;
+}
+
+static k8slease_elector *start(const char *name, const char *identity, int release)
+{
+    k8slease_elector_options o = timed(name, identity);
+    k8slease_elector *e = NULL;
+
     o.release_on_cancel = release;
     if (k8slease_elector_start(&e, client, &o) != 0)
         fail_msg("elector_start(%s, %s): %s", name, identity, k8slease_error_last());
@@ -285,15 +295,10 @@ static void cb_new_leader(const char *id, int64_t epoch, void *ud)
 static void callbacks_fire_once(void **state)
 {
     struct cb_log l = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER};
-    k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
+    k8slease_elector_options o = timed("e2e-callbacks", "cb:1");
     k8slease_elector *e = NULL;
 
     (void)state;
-    o.name = "e2e-callbacks";
-    o.identity = "cb:1";
-    o.lease_duration_ms = LD_MS;
-    o.renew_deadline_ms = RD_MS;
-    o.retry_period_ms = RP_MS;
     o.on_started_leading = cb_started;
     o.on_stopped_leading = cb_stopped;
     o.on_new_leader = cb_new_leader;
@@ -523,7 +528,7 @@ static void holder_reads_answered_from_watch(void **state)
         fail_msg("standby client: %s", k8slease_error_last());
     a = start(name, "a", 1);
     ea = elected(a);
-    kl__holders_counts(standby->holders, &hits0, &misses0);
+    kl__holders_counts(kl__k8s_of(standby)->holders, &hits0, &misses0);
     gets0 = lease_gets();
     sent0 = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST);
     /* 40 reads 50 ms apart: 2 s, 4 of the leader's renewals. */
@@ -537,7 +542,7 @@ static void holder_reads_answered_from_watch(void **state)
         assert_false(h->expired);
         assert_true(h->resource_version[0] != '\0');
         k8slease_holder_free(h);
-        kl__holders_counts(standby->holders, &hits, &misses);
+        kl__holders_counts(kl__k8s_of(standby)->holders, &hits, &misses);
         if (first_hit < 0 && hits > hits0)
             first_hit = i;
         /* Once answered from the watch, always: the stream stays healthy. */
@@ -547,7 +552,7 @@ static void holder_reads_answered_from_watch(void **state)
     }
     gets = gets0 < 0 ? -1 : lease_gets() - gets0;
     sent = __atomic_load_n(&standby_gets, __ATOMIC_SEQ_CST) - sent0;
-    kl__holders_counts(standby->holders, &hits, &misses);
+    kl__holders_counts(kl__k8s_of(standby)->holders, &hits, &misses);
     printf("40 reads: %llu from the watch, %llu GETs (first from the watch: read %lld); the "
            "standby sent %d GETs, the server counted %ld of every client\n",
            (unsigned long long)(hits - hits0), (unsigned long long)(misses - misses0),
@@ -578,7 +583,7 @@ static void holder_reads_answered_from_watch(void **state)
     assert_int_equal(e2e_api("DELETE", path, NULL, &status, NULL), 0);
     assert_int_equal(status, 200);
     poll_until(standby, name, NULL);
-    kl__holders_counts(standby->holders, &hits, &misses);
+    kl__holders_counts(kl__k8s_of(standby)->holders, &hits, &misses);
     assert_true(hits > hits0 + 30);
     k8slease_client_free(standby);
 }
@@ -597,11 +602,11 @@ static void holder_read_after_own_write(void **state)
     a = start(name, "a", 1);
     elected(a);
     /* Until a read is answered from the watch. */
-    kl__holders_counts(client->holders, &hits0, &misses0);
+    kl__holders_counts(kl__k8s_of(client)->holders, &hits0, &misses0);
     end = now_ms() + WAIT_MS;
     do {
         k8slease_holder_free(holder(name));
-        kl__holders_counts(client->holders, &hits, &misses);
+        kl__holders_counts(kl__k8s_of(client)->holders, &hits, &misses);
         if (now_ms() > end)
             fail_msg("no read of %s answered from its watch within %d ms", name, WAIT_MS);
     } while (hits == hits0 && (pause_ms(20), 1));
@@ -623,15 +628,15 @@ static void holder_reads_stop_when_idle(void **state)
 
     (void)state;
     assert_int_equal(e2e_setup(&c), 0);
-    kl__holders_set_idle(c->holders, 300 * 1000000LL);
+    kl__holders_set_idle(kl__k8s_of(c)->holders, 300 * 1000000LL);
     a = start(name, "a", 1);
     elected(a);
     for (int round = 0; round < 2; round++) {
         poll_until(c, name, "a");
         poll_until(c, name, "a");
-        assert_int_equal(kl__holders_following(c->holders), 1);
+        assert_int_equal(kl__holders_following(kl__k8s_of(c)->holders), 1);
         end = now_ms() + WAIT_MS;
-        while (kl__holders_following(c->holders) != 0) {
+        while (kl__holders_following(kl__k8s_of(c)->holders) != 0) {
             if (now_ms() > end)
                 fail_msg("still following %s %d ms after the last read (idle 300 ms)", name,
                          WAIT_MS);
@@ -647,69 +652,237 @@ static void holder_reads_stop_when_idle(void **state)
 static int oom_read(k8slease_client *c, const char *name, long n, int i)
 {
     k8slease_holder *h = NULL;
-    int rc = k8slease_holder_get(c, NULL, name, 2000, &h);
+    int rc = k8slease_holder_get(c, NULL, name, 2000, &h), other;
+    char got[64];
 
-    if (rc == 0)
-        assert_string_equal(h->identity, "a");
-    else if (rc != K8SLEASE_ENOMEM)
+    if (rc != 0 && rc != K8SLEASE_ENOMEM)
         fail_msg("allocation %ld failing: read %d: %s (%s)", n, i, k8slease_strerror(rc),
                  k8slease_error_last());
-    else
+    if (rc != 0)
         assert_null(h);
-    k8slease_holder_free(h);
+    other = rc == 0 && strcmp(h->identity, "a") != 0;
+    snprintf(got, sizeof(got), "%s", rc == 0 ? h->identity : "");
+    k8slease_holder_free(h); /* before a failure, which leaves the function */
+    if (other)
+        fail_msg("allocation %ld failing: read %d: holder \"%s\", not \"a\"", n, i, got);
     return rc;
 }
 
-/* Holder reads while allocations fail, from the n-th on (n = 0, 1, ...):
- * the first read (a GET), the second (the Lease followed on the watch, and
- * a GET), then reads until one is answered from the watch. Each ends with
- * the holder or K8SLEASE_ENOMEM, and the client frees everything
- * (LeakSanitizer in the sanitizer build); the loop ends at the first n
- * whose reads all succeed, the last from the watch. The allocations of the
- * loop thread (the follow's list and watch, the events) fail too. */
+/* Holder reads while allocations fail, from the n-th on (n = 0, 1, ...)
+ * of one thread: the reading thread (its reads' GETs, the holder), then
+ * the client's loop thread (the requests, the follow's list and watch, the
+ * events): the first read (a GET), the second (the Lease followed on the
+ * watch, and a GET), then reads until one is answered from the watch. Each
+ * ends with the holder or K8SLEASE_ENOMEM, and the client frees everything
+ * (LeakSanitizer in the sanitizer build, scripts/valgrind.sh); each sweep
+ * ends at the first n where no allocation failed and the last read came
+ * from the watch. The countdown is that thread's alone: a run fails the
+ * same allocation every time. */
 static void holder_reads_out_of_memory(void **state)
 {
+    static const char *const sweeps[] = {"the reading thread's", "the loop thread's"};
     const char *name = "e2e-cached-oom";
     k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
     k8slease_elector *a;
-    int clean = 0;
-    long n;
 
     (void)state;
     co.kubeconfig = getenv("KUBECONFIG");
     a = start(name, "a", 1);
     elected(a);
-    for (n = 0; n < 5000 && !clean; n++) {
-        k8slease_client *c = NULL;
-        uint64_t hits = 0, misses = 0;
-        int failed = 0, reads = 2;
-        int64_t end;
+    for (int on_loop = 0; on_loop < 2; on_loop++) {
+        int clean = 0;
+        long n;
 
-        if (k8slease_client_new(&c, &co) != 0)
-            fail_msg("client: %s", k8slease_error_last());
-        kl__alloc_fail_after(n);
-        failed |= oom_read(c, name, n, 1) != 0;
-        failed |= oom_read(c, name, n, 2) != 0;
-        /* Once one allocation failed, every later one does: a read then
-         * fails at once, so this waits only while the follow can work. */
-        end = now_ms() + WAIT_MS;
-        while (!failed && hits == 0 && now_ms() < end) {
-            pause_ms(5);
-            failed |= oom_read(c, name, n, ++reads) != 0;
-            kl__holders_counts(c->holders, &hits, &misses);
+        for (n = 0; n < 5000 && !clean; n++) {
+            k8slease_client *c = NULL;
+            uint64_t hits = 0, misses = 0;
+            int failed = 0, reads = 2;
+            int64_t end;
+
+            if (k8slease_client_new(&c, &co) != 0)
+                fail_msg("client: %s", k8slease_error_last());
+            if (on_loop)
+                kl_test_alloc_fail_on_loop(c->loop, n);
+            else
+                kl__alloc_fail_after(n);
+            failed |= oom_read(c, name, n, 1) != 0;
+            failed |= oom_read(c, name, n, 2) != 0;
+            /* Once one of the thread's allocations failed, its later ones
+             * do: a read then fails at once (or is answered from the watch),
+             * so this waits only while the follow can work. */
+            end = now_ms() + WAIT_MS;
+            while (!failed && hits == 0 && now_ms() < end) {
+                pause_ms(5);
+                failed |= oom_read(c, name, n, ++reads) != 0;
+                kl__holders_counts(kl__k8s_of(c)->holders, &hits, &misses);
+            }
+            failed |= kl__alloc_failed();
+            kl__alloc_fail_after(-1);
+            if (!failed && hits == 0)
+                fail_msg("%s allocation %ld failing: no read answered from the watch in %d ms",
+                         sweeps[on_loop], n, WAIT_MS);
+            clean = !failed;
+            k8slease_client_free(c);
         }
-        kl__alloc_fail_after(-1);
-        if (!failed && hits == 0)
-            fail_msg("allocation %ld failing: no read answered from the watch in %d ms", n,
-                     WAIT_MS);
-        clean = !failed;
-        k8slease_client_free(c);
+        printf("holder reads answered from the watch after %ld runs with %s allocation failing\n",
+               n - 1, sweeps[on_loop]);
+        assert_true(clean);
+        assert_true(n > 1); /* some runs did fail */
     }
-    printf("holder reads answered from the watch after %ld runs with a failing allocation\n",
-           n - 1);
-    assert_true(clean);
-    assert_true(n > 1); /* some runs did fail */
     k8slease_elector_free(a);
+}
+
+/* What a callback that frees its elector or its client sees. */
+typedef struct freeing {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    k8slease_client *c;
+    k8slease_elector *e;
+    int started;       /* on_started_leading ran (and freed) */
+    int after;         /* callbacks that ran after the free */
+    char message[512]; /* k8slease_error_last() after it */
+    char holder[64];   /* the watch's last report */
+    int saw_released;  /* the watch reported "" after "x:1" */
+} freeing;
+
+static void freeing_init(freeing *f)
+{
+    memset(f, 0, sizeof(*f));
+    pthread_mutex_init(&f->mu, NULL);
+    pthread_cond_init(&f->cv, NULL);
+}
+
+/* on_started_leading: k8slease_elector_free of its own elector. */
+static void free_own_elector(int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+    k8slease_elector *e;
+
+    (void)epoch;
+    pthread_mutex_lock(&f->mu); /* until the starter has stored e */
+    e = f->e;
+    pthread_mutex_unlock(&f->mu);
+    k8slease_elector_free(e);
+    pthread_mutex_lock(&f->mu);
+    f->started = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Any callback after the free. */
+static void after_stopped(void *ud)
+{
+    freeing *f = ud;
+
+    pthread_mutex_lock(&f->mu);
+    f->after++;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void after_new_leader(const char *id, int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+
+    (void)id;
+    (void)epoch;
+    pthread_mutex_lock(&f->mu);
+    f->after += f->started;
+    pthread_mutex_unlock(&f->mu);
+}
+
+static void watch_released(const char *identity, int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+
+    (void)epoch;
+    pthread_mutex_lock(&f->mu);
+    if (!identity[0] && strcmp(f->holder, "x:1") == 0)
+        f->saw_released = 1;
+    snprintf(f->holder, sizeof(f->holder), "%s", identity);
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* on_started_leading: k8slease_client_free of the elector's client. */
+static void free_own_client(int64_t epoch, void *ud)
+{
+    freeing *f = ud;
+
+    (void)epoch;
+    k8slease_client_free(f->c);
+    pthread_mutex_lock(&f->mu);
+    snprintf(f->message, sizeof(f->message), "%s", k8slease_error_last());
+    f->started = 1;
+    pthread_cond_broadcast(&f->cv);
+    pthread_mutex_unlock(&f->mu);
+}
+
+/* Waits until *flag is set (f->mu); fails after WAIT_MS. */
+static void await(freeing *f, const int *flag, const char *what)
+{
+    struct timespec until;
+    int set;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_MS / 1000;
+    pthread_mutex_lock(&f->mu);
+    while (!(set = *flag) && pthread_cond_timedwait(&f->cv, &f->mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&f->mu);
+    if (!set)
+        fail_msg("%s: not within %d ms", what, WAIT_MS);
+}
+
+/* k8slease_elector_free from a callback of its client cannot wait for the
+ * release: no callback of the elector runs after it, and it is stopped
+ * (released, as its options say) and freed on the loop once over.
+ * k8slease_client_free from a callback frees nothing (the loop thread
+ * cannot stop itself): K8SLEASE_ESTATE, and the client still works from
+ * another thread. Freeing either while it runs would be a use after free
+ * (AddressSanitizer in the sanitizer build). */
+static void free_from_a_callback(void **state)
+{
+    k8slease_elector_options o = timed("e2e-free-cb", "x:1");
+    k8slease_client *c = NULL;
+    k8slease_watch *w = NULL;
+    k8slease_elector *e = NULL;
+    freeing f;
+
+    (void)state;
+    freeing_init(&f);
+    assert_int_equal(e2e_setup(&c), 0);
+    assert_int_equal(k8slease_watch_start(&w, client, NULL, "e2e-free-cb", watch_released, &f), 0);
+    o.on_started_leading = free_own_elector;
+    o.on_stopped_leading = after_stopped;
+    o.on_new_leader = after_new_leader;
+    o.user_data = &f;
+    pthread_mutex_lock(&f.mu);
+    assert_int_equal(k8slease_elector_start(&f.e, c, &o), 0);
+    pthread_mutex_unlock(&f.mu);
+    await(&f, &f.started, "elected (and freed from on_started_leading)");
+    await(&f, &f.saw_released, "the Lease released after the free from the callback");
+    k8slease_client_free(c); /* frees the elector too if still over its release */
+    k8slease_watch_free(w);
+    assert_int_equal(f.after, 0);
+
+    /* The client, from a callback of its own. */
+    freeing_init(&f);
+    assert_int_equal(e2e_setup(&c), 0);
+    f.c = c;
+    o.name = "e2e-free-client-cb";
+    o.on_started_leading = free_own_client;
+    o.on_stopped_leading = NULL;
+    o.on_new_leader = NULL;
+    assert_int_equal(k8slease_elector_start(&e, c, &o), 0);
+    await(&f, &f.started, "elected (and the client freed from on_started_leading)");
+    if (!strstr(f.message, "k8slease_client_free: called from a callback"))
+        fail_msg("k8slease_error_last() after k8slease_client_free from a callback: \"%s\"",
+                 f.message);
+    /* Still whole: it stops, releases and is freed from here. */
+    assert_true(k8slease_elector_is_leader(e));
+    assert_int_equal(k8slease_elector_stop(e, 1), 0);
+    k8slease_elector_free(e);
+    k8slease_client_free(c);
 }
 
 int main(void)
@@ -730,6 +903,11 @@ int main(void)
         cmocka_unit_test(holder_read_after_own_write),
         cmocka_unit_test(holder_reads_stop_when_idle),
         cmocka_unit_test(holder_reads_out_of_memory),
+        cmocka_unit_test(free_from_a_callback),
     };
+    const char *only = getenv("K8SLEASE_TEST_FILTER");
+
+    if (only && only[0])
+        cmocka_set_test_filter(only); /* e.g. K8SLEASE_TEST_FILTER=free_from_a_callback */
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -145,9 +145,10 @@ static void conflict_storm_keeps_one_leader(void **state)
 /* Lines logged by a client, for checks on what it said. */
 static struct {
     pthread_mutex_t mu;
+    pthread_cond_t cv; /* a line was added */
     char text[65536];
     size_t len;
-} logged = {PTHREAD_MUTEX_INITIALIZER, "", 0};
+} logged = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, "", 0};
 
 static void log_keep(k8slease_log_level level, const char *msg, void *ud)
 {
@@ -158,7 +159,142 @@ static void log_keep(k8slease_log_level level, const char *msg, void *ud)
         (size_t)snprintf(logged.text + logged.len, sizeof(logged.text) - logged.len, "%s\n", msg);
     if (logged.len >= sizeof(logged.text))
         logged.len = sizeof(logged.text) - 1;
+    pthread_cond_broadcast(&logged.cv);
     pthread_mutex_unlock(&logged.mu);
+}
+
+static void log_reset(void)
+{
+    pthread_mutex_lock(&logged.mu);
+    logged.len = 0;
+    logged.text[0] = '\0';
+    pthread_mutex_unlock(&logged.mu);
+}
+
+/* Waits until a line logged since log_reset holds want; fails after
+ * WAIT_MS. (wait_lost returns when the deadline passes by the clock, the
+ * line comes when the loop thread sees it.) */
+static void assert_logged(const char *want)
+{
+    struct timespec until;
+    int found;
+
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += WAIT_MS / 1000;
+    pthread_mutex_lock(&logged.mu);
+    while (!(found = strstr(logged.text, want) != NULL) &&
+           pthread_cond_timedwait(&logged.cv, &logged.mu, &until) == 0)
+        ;
+    pthread_mutex_unlock(&logged.mu);
+    if (!found)
+        fail_msg("no line with \"%s\" within %d ms; logged:\n%s", want, WAIT_MS, logged.text);
+}
+
+/* The Lease's path on the server under test. */
+static void lease_path(char *buf, size_t size, const char *name)
+{
+    snprintf(buf, size, "/apis/coordination.k8s.io/v1/namespaces/%s/leases/%s",
+             k8slease_client_namespace(client), name);
+}
+
+/* Another process writes holder into the Lease (its resourceVersion
+ * guards the write: a renewal in between means reading it again). */
+static void write_holder(const char *name, const char *holder)
+{
+    char path[256];
+
+    lease_path(path, sizeof(path), name);
+    for (int i = 0; i < 10; i++) {
+        char *body = NULL, *put;
+        long status = 0;
+        json_t *lease;
+
+        assert_int_equal(e2e_api("GET", path, NULL, &status, &body), 0);
+        assert_int_equal(status, 200);
+        lease = json_loads(body, 0, NULL);
+        free(body);
+        assert_non_null(lease);
+        json_object_set_new(json_object_get(lease, "spec"), "holderIdentity", json_string(holder));
+        put = json_dumps(lease, JSON_COMPACT);
+        json_decref(lease);
+        assert_non_null(put);
+        assert_int_equal(e2e_api("PUT", path, put, &status, NULL), 0);
+        free(put);
+        if (status == 200)
+            return;
+        assert_int_equal(status, 409);
+    }
+    fail_msg("could not write holder %s into %s: 10 conflicts in a row", holder, path);
+}
+
+/* A term lost on its own says why, at the CLI's default level (warn): the
+ * renew deadline and the last renewal's error (the test server answers
+ * the renewals 503; a real kube-apiserver is stopped, and its renewals get
+ * no answer), and another holder that took the Lease. */
+static void lost_term_says_why(void **state)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    const char *ns;
+    k8slease_client *lc = NULL;
+    k8slease_elector *a;
+    char want[512], path[256], rule[512];
+    long fault = -1;
+    int64_t epoch;
+    int rc;
+
+    (void)state;
+    o.kubeconfig = getenv("KUBECONFIG");
+    o.log_cb = log_keep;
+    o.log_level = K8SLEASE_LOG_WARN; /* the CLI's default */
+    assert_int_equal(k8slease_client_new(&lc, &o), 0);
+    ns = k8slease_client_namespace(lc);
+
+    if (e2e_is_testserver() || e2e_has_ctl("apiserver")) {
+        a = start(lc, "faults-lost-deadline", "a:1", NULL);
+        elected(a, "a");
+        epoch = k8slease_elector_epoch(a);
+        log_reset();
+        if (e2e_is_testserver()) {
+            lease_path(path, sizeof(path), "faults-lost-deadline");
+            snprintf(rule, sizeof(rule),
+                     "{\"kind\":\"error\",\"status\":503,\"match\":{\"path_prefix\":\"%s\"}}",
+                     path);
+            fault = e2e_add_fault(rule);
+        } else {
+            assert_int_equal(e2e_ctl("apiserver", "stop"), 0);
+        }
+        rc = k8slease_elector_wait_lost(a, WAIT_MS);
+        if (fault < 0)
+            assert_int_equal(e2e_ctl("apiserver", "cont"), 0);
+        assert_int_equal(rc, 0);
+        snprintf(want, sizeof(want),
+                 "lease %s/faults-lost-deadline: lost the lease (epoch %lld): no successful "
+                 "renewal within the renew deadline of 2 s (%s",
+                 ns, (long long)epoch, fault >= 0 ? "last renewal: HTTP 503 " : "");
+        assert_logged(want);
+        if (fault >= 0) {
+            char del[64];
+            long status = 0;
+
+            snprintf(del, sizeof(del), "/testserver/v1/faults/%ld", fault);
+            assert_int_equal(ts_control(e2e_server(), "DELETE", del, NULL, &status, NULL), 0);
+        }
+        k8slease_elector_free(a);
+    }
+
+    a = start(lc, "faults-lost-taken", "a:1", NULL);
+    elected(a, "a");
+    epoch = k8slease_elector_epoch(a);
+    log_reset();
+    write_holder("faults-lost-taken", "intruder:1");
+    assert_int_equal(k8slease_elector_wait_lost(a, WAIT_MS), 0);
+    snprintf(want, sizeof(want),
+             "lease %s/faults-lost-taken: lost the lease (epoch %lld): \"intruder:1\" holds it "
+             "now (epoch %lld)",
+             ns, (long long)epoch, (long long)epoch);
+    assert_logged(want);
+    k8slease_elector_free(a);
+    k8slease_client_free(lc);
 }
 
 /* kube-apiserver reads its --token-auth-file at start: envtest.sh's
@@ -719,6 +855,7 @@ int main(void)
         cmocka_unit_test(stalled_watch_connection_is_probed),
         cmocka_unit_test(token_rotation_is_followed),
         cmocka_unit_test(hang_longer_than_renew_deadline),
+        cmocka_unit_test(lost_term_says_why),
         cmocka_unit_test(restart_keeping_state),
         cmocka_unit_test(restart_losing_state),
         cmocka_unit_test(apiserver_killed_and_started),
@@ -727,5 +864,9 @@ int main(void)
         cmocka_unit_test(kubectl_reads_our_lease),
         cmocka_unit_test(pod_label_seen_by_kubectl),
     };
+    const char *only = getenv("K8SLEASE_TEST_FILTER");
+
+    if (only && only[0])
+        cmocka_set_test_filter(only); /* e.g. K8SLEASE_TEST_FILTER=lost_term_says_why */
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -31,6 +31,7 @@
 #include "harness.h"
 #include "k8slease.h"
 #include "core/client.h"
+#include "k8s/client.h"
 #include "core/loop.h"
 #include "k8s/informer.h"
 #include "k8s/pod.h"
@@ -381,7 +382,7 @@ static kl__loop_counts loop_counts(k8slease_client *cl)
     return cc.c;
 }
 
-/* No idle work (issue 24): with one election held, the leader's loop runs
+/* No idle work: with one election held, the leader's loop runs
  * one timer per renewal (the renewal's), the follower's none (its watch's
  * health checks and its expiry move with each event instead of waking it);
  * both wait once per renewal and per arrival of data. Bounds with slack
@@ -858,9 +859,9 @@ static void sub_stop_on_loop(void *arg)
 static kl__sub *pod_sub_start(k8slease_client *cl, const char *ns, const char *name, int64_t rp_ms,
                               pod_rec *r, int *forbidden)
 {
-    sub_call sc = {cl->pod_informer, ns, name, rp_ms, r, NULL, 0};
+    sub_call sc = {kl__k8s_of(cl)->pod_informer, ns, name, rp_ms, r, NULL, 0};
 
-    assert_non_null(cl->pod_informer);
+    assert_non_null(kl__k8s_of(cl)->pod_informer);
     assert_int_equal(kl__loop_call(cl->loop, sub_start_on_loop, &sc), 0);
     assert_non_null(sc.sub);
     if (forbidden)

@@ -1,4 +1,4 @@
-/* The etcd conn (src/etcd/client.c) without an etcd: endpoint parsing and
+/* The etcd conn (src/etcd/conn.c) without an etcd: endpoint parsing and
  * name checks as tables, then the conn against fake gateways on 127.0.0.1
  * (libmicrohttpd, plain http) that answer with the bodies a real etcd 3.4
  * gave (tests/data/etcd-samples): error mapping, failover, authentication
@@ -28,6 +28,7 @@
 #include "core/clock.h"
 #include "core/common.h"
 #include "etcd/client.h"
+#include "failalloc.h"
 #include "etcd/codec.h"
 #include "fakehttp.h"
 #include "testlib.h"
@@ -488,7 +489,7 @@ static int post(k8slease_client *c, const char *path, const char *body)
 {
     char *out = NULL;
     size_t len = 0;
-    int err = kl__etcd_sync(c->etcd, path, body, 2000, &out, &len);
+    int err = kl__etcd_sync(kl__etcd_of(c), path, body, 2000, &out, &len);
 
     if (err == 0)
         assert_non_null(out);
@@ -553,10 +554,10 @@ static void failover_on_refused_connection(void **state)
     snprintf(first, sizeof(first), "http://127.0.0.1:%d", kl_test_closed_port());
     snprintf(eps, sizeof(eps), "%s,%s", first, f->http.url);
     c = client_new(eps, NULL, NULL);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), first);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), first);
     /* refused: never sent, so tried at once on the next endpoint */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), f->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), f->http.url);
     snprintf(want, sizeof(want), "etcd: %s failed (connect: ", first);
     assert_true(log_has(want));
     snprintf(want, sizeof(want), "; trying %s", f->http.url);
@@ -587,14 +588,14 @@ static void failover_on_unavailable(void **state)
      * by a member that lost its leader) and the next one goes elsewhere */
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_ETRANSPORT);
     assert_non_null(strstr(k8slease_error_last(), "no leader (HTTP 503, gRPC code 14)"));
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), b->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), b->http.url);
     assert_int_equal(post(c, "/v3/kv/range", "{}"), 0);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
     assert_int_equal(fake_count(b, "/v3/kv/range"), 1);
     /* round robin: b failing sends us back to a */
     b->unavailable = 1;
     assert_int_equal(post(c, "/v3/kv/range", "{}"), K8SLEASE_ETRANSPORT);
-    assert_string_equal(kl__etcd_conn_endpoint(c->etcd), a->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(c)), a->http.url);
     k8slease_client_free(c);
     fake_stop(a);
     fake_stop(b);
@@ -756,7 +757,7 @@ static void st_start(void *arg)
     stream_test *t = arg;
     kl__etcd_watch_req wr = {.key = "samples/election/", .key_len = 17, .start_revision = 3};
 
-    t->s = kl__etcd_stream_start(t->c->etcd, &wr, t->opts, st_msg, st_end, t);
+    t->s = kl__etcd_stream_start(kl__etcd_of(t->c), &wr, t->opts, st_msg, st_end, t);
     assert_non_null(t->s);
 }
 
@@ -934,7 +935,7 @@ static void stream_probe_without_answer(void **state)
     assert_int_equal(t.created, 2); /* a's, then b's */
     assert_int_equal(t.deletes, 1);
     assert_int_equal(t.ended, 0);
-    assert_string_equal(kl__etcd_conn_endpoint(t.c->etcd), b->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(t.c)), b->http.url);
     assert_int_equal(fake_count(a, "/v3/watch"), 1);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 1);
     assert_int_equal(fake_count(b, "/v3/watch"), 1);
@@ -1037,7 +1038,7 @@ static void stream_follows_the_conn(void **state)
     a->unavailable = 1;
     pthread_mutex_unlock(&a->mu);
     assert_int_equal(post(t.c, "/v3/kv/txn", "{}"), K8SLEASE_ETRANSPORT);
-    assert_string_equal(kl__etcd_conn_endpoint(t.c->etcd), b->http.url);
+    assert_string_equal(kl__etcd_conn_endpoint(kl__etcd_of(t.c)), b->http.url);
     assert_int_equal(st_wait(&t, &t.created, 2, WAIT_MS), 2);
     assert_int_equal(fake_count(a, "/v3/kv/range"), 0);
     assert_int_equal(fake_count(b, "/v3/watch"), 1);
@@ -1167,10 +1168,11 @@ static void release_nobody_or_gone(void **state)
 /* Failing allocator                                                        */
 /* ------------------------------------------------------------------------ */
 
-/* Allocation n (and every later one) fails, for n = 0, 1, ... until a run
- * fails none: every run ends with success or ENOMEM, and frees everything
- * (LeakSanitizer in the sanitizer build). The loop thread's allocations
- * fail too: a call that cannot start or finish must still complete. */
+/* Allocation n of one thread (and every later one of that thread) fails,
+ * for n = 0, 1, ... until a run fails none: the calling thread's, then
+ * the loop thread's (a call that cannot start or finish must still
+ * complete). Every run ends with success or ENOMEM, and frees everything
+ * (LeakSanitizer in the sanitizer build). */
 static void failalloc(void **state)
 {
     fake *f = fake_start();
@@ -1184,32 +1186,44 @@ static void failalloc(void **state)
     fake_route(f, "/v3/kv/range", 200, "kv_range_leader.json");
     fake_route(f, "/v3/lease/timetolive", 200, "lease_timetolive_keys.json");
     fake_route(f, "/v3/lease/revoke", 200, "lease_revoke.json");
-    for (long n = 0; !done && n < 5000; n++) {
-        char **eps_out = NULL;
-        size_t neps = 0;
-        k8slease_holder *h = NULL;
-        int e1, e2, e3;
+    for (int on_loop = 0; on_loop < 2; on_loop++) {
+        done = 0;
+        for (long n = 0; !done && n < 5000; n++) {
+            char **eps_out = NULL;
+            size_t neps = 0;
+            k8slease_holder *h = NULL;
+            int e1, e2, e3;
 
-        snprintf(eps, sizeof(eps), "http://127.0.0.1:%d, %s", kl_test_closed_port(), f->http.url);
-        c = client_new(eps, "root", PASSWORD);
-        kl__alloc_fail_after(n);
-        e1 = kl__etcd_endpoints_parse(eps, &eps_out, &neps);
-        e2 = k8slease_holder_get(c, NULL, "samples/election", 2000, &h);
-        e3 = k8slease_lease_release(c, NULL, "samples/election", "host-a:8080", 0, 2000);
-        kl__alloc_fail_after(-1);
-        if ((e1 && e1 != K8SLEASE_ENOMEM) || (e2 && e2 != K8SLEASE_ENOMEM) ||
-            (e3 && e3 != K8SLEASE_ENOMEM && e3 != K8SLEASE_EAUTH))
-            fail_msg("n=%ld: %d %d %d: %s", n, e1, e2, e3, k8slease_error_last());
-        done = e1 == 0 && e2 == 0 && e3 == 0;
-        last = n;
-        if (e2 == 0)
-            assert_string_equal(h->identity, "host-a:8080");
-        kl__etcd_endpoints_free(eps_out);
-        k8slease_holder_free(h);
-        k8slease_client_free(c);
+            snprintf(eps, sizeof(eps), "http://127.0.0.1:%d, %s", kl_test_closed_port(),
+                     f->http.url);
+            c = client_new(eps, "root", PASSWORD);
+            if (on_loop)
+                kl_test_alloc_fail_on_loop(c->loop, n);
+            else
+                kl__alloc_fail_after(n);
+            e1 = kl__etcd_endpoints_parse(eps, &eps_out, &neps);
+            e2 = k8slease_holder_get(c, NULL, "samples/election", 2000, &h);
+            e3 = k8slease_lease_release(c, NULL, "samples/election", "host-a:8080", 0, 2000);
+            done = !kl__alloc_failed();
+            kl__alloc_fail_after(-1);
+            if ((e1 && e1 != K8SLEASE_ENOMEM) || (e2 && e2 != K8SLEASE_ENOMEM) ||
+                (e3 && e3 != K8SLEASE_ENOMEM && e3 != K8SLEASE_EAUTH))
+                fail_msg("%s thread's allocation %ld: %d %d %d: %s", on_loop ? "loop" : "caller", n,
+                         e1, e2, e3, k8slease_error_last());
+            if (done && (e1 || e2 || e3))
+                fail_msg("no allocation failed, yet %d %d %d: %s", e1, e2, e3,
+                         k8slease_error_last());
+            last = n;
+            if (e2 == 0)
+                assert_string_equal(h->identity, "host-a:8080");
+            kl__etcd_endpoints_free(eps_out);
+            k8slease_holder_free(h);
+            k8slease_client_free(c);
+        }
+        assert_true(done);
+        print_message("failalloc: no failure after %ld allocation(s) of the %s thread\n", last,
+                      on_loop ? "loop" : "calling");
     }
-    assert_true(done);
-    print_message("failalloc: no failure after %ld allocation(s)\n", last);
     fake_stop(f);
 }
 

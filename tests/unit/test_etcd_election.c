@@ -218,7 +218,13 @@ static const char *format_actions(const kl__etcd_election_actions *out)
             snprintf(d, sizeof(d), "STARTED(%lld)", (long long)a->epoch);
             break;
         case KL_EE_ACT_STOPPED:
-            snprintf(d, sizeof(d), "STOPPED");
+            /* why, when a term was lost (core/term.h) */
+            snprintf(d, sizeof(d), "STOPPED%s",
+                     a->end == KL_TERM_STOPPED    ? ""
+                     : a->end == KL_TERM_DEADLINE ? "[deadline]"
+                     : a->end == KL_TERM_GONE     ? "[gone]"
+                     : a->end == KL_TERM_DELETED  ? "[deleted]"
+                                                  : "[?]");
             break;
         case KL_EE_ACT_NEW_LEADER:
             snprintf(d, sizeof(d), "NEW_LEADER(%s,%lld)", v, (long long)a->epoch);
@@ -699,7 +705,7 @@ static void test_keepalive_ttl_zero_ends_term(void **state)
         LEAD_OBSERVED,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
         /* gone at the server: nothing to release (nor to revoke) */
-        {KEPT(3200, &ka_gone), "STOPPED DONE", KL_EE_DONE, NO_TIMER},
+        {KEPT(3200, &ka_gone), "STOPPED[gone] DONE", KL_EE_DONE, NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
 
@@ -714,7 +720,7 @@ static void test_deadline_without_answer_steps_down(void **state)
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
         /* no answer: at the deadline STOPPED at once, then resign + revoke
          * (the lease may still live: the answers may be what was lost) */
-        {TIMER(AT_TIMER), "STOPPED CANCEL(keepalive) CANCEL(observe) DELETE_KEY(e/2a,5)",
+        {TIMER(AT_TIMER), "STOPPED[deadline] CANCEL(keepalive) CANCEL(observe) DELETE_KEY(e/2a,5)",
          KL_EE_RELEASING, 18000},
         {KEPT(9100, &ka_ok), "", KL_EE_RELEASING, 18000}, /* too late: cancelled */
         {TXN(9200, &txn_ok), "REVOKE(42)", KL_EE_RELEASING, 18000},
@@ -752,8 +758,9 @@ static void test_late_keepalive_answer_does_not_extend(void **state)
         LEAD,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
         /* an answer delivered at the deadline: the deadline wins */
-        {KEPT(9000, &ka_ok), "STOPPED CANCEL(keepalive) CANCEL(observe) DELETE_KEY(e/2a,5)",
-         KL_EE_RELEASING, 18000},
+        {KEPT(9000, &ka_ok),
+         "STOPPED[deadline] CANCEL(keepalive) CANCEL(observe) DELETE_KEY(e/2a,5)", KL_EE_RELEASING,
+         18000},
     };
     kl__etcd_election_config cfg = default_config();
 
@@ -767,7 +774,7 @@ static void test_deadline_without_release_on_cancel(void **state)
         LEAD,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
         /* a leader's lease is left to expire: no REVOKE of it either */
-        {TIMER(AT_TIMER), "STOPPED DONE", KL_EE_DONE, NO_TIMER},
+        {TIMER(AT_TIMER), "STOPPED[deadline] DONE", KL_EE_DONE, NO_TIMER},
     };
     kl__etcd_election_config cfg = default_config();
 
@@ -1125,12 +1132,14 @@ static void test_own_key_deleted_while_leading(void **state)
         {WATCHED(500, OBS, &w_del_me_old), "CANCEL(observe) " RANGE_LEADER, KL_EE_LEADING, 3100},
         {RANGED(550, OBS, &range_me_later), "WATCH_KEY(observe,e/2a,11)", KL_EE_LEADING, 3100},
         /* etcdctl del e/2a: term over; the key is gone, the lease is not */
-        {WATCHED(600, OBS, &w_del_me), "STOPPED CANCEL(observe) REVOKE(42)", KL_EE_RELEASING, 9600},
+        {WATCHED(600, OBS, &w_del_me), "STOPPED[deleted] CANCEL(observe) REVOKE(42)",
+         KL_EE_RELEASING, 9600},
         {DONE_OK(700, CAMP), "DONE", KL_EE_DONE, NO_TIMER},
     };
     static const step by_range[] = {
         LEAD,
-        {RANGED(400, OBS, &range_leader_third), "STOPPED REVOKE(42)", KL_EE_RELEASING, 9400},
+        {RANGED(400, OBS, &range_leader_third), "STOPPED[deleted] REVOKE(42)", KL_EE_RELEASING,
+         9400},
         {FAILED(500, CAMP, K8SLEASE_ENOTFOUND), "DONE", KL_EE_DONE, NO_TIMER},
     };
     static const step stale_range[] = {
@@ -1296,7 +1305,8 @@ static void test_stopped_exactly_once(void **state)
     static const step deadline_then_stop[] = {
         LEAD,
         {TIMER(3100), "KEEPALIVE(42)", KL_EE_LEADING, 9000},
-        {STOP(9000, 1), "STOPPED CANCEL(keepalive) CANCEL(observe) DELETE_KEY(e/2a,5)",
+        /* the deadline passed first: it is why */
+        {STOP(9000, 1), "STOPPED[deadline] CANCEL(keepalive) CANCEL(observe) DELETE_KEY(e/2a,5)",
          KL_EE_RELEASING, 18000},
         {STOP(9001, 0), "", KL_EE_RELEASING, 18000},
         {TXN(9100, &txn_failed), "REVOKE(42)", KL_EE_RELEASING, 18000},
@@ -1304,7 +1314,8 @@ static void test_stopped_exactly_once(void **state)
     };
     static const step loss_then_stop[] = {
         LEAD_OBSERVED,
-        {WATCHED(500, OBS, &w_del_me), "STOPPED CANCEL(observe) REVOKE(42)", KL_EE_RELEASING, 9500},
+        {WATCHED(500, OBS, &w_del_me), "STOPPED[deleted] CANCEL(observe) REVOKE(42)",
+         KL_EE_RELEASING, 9500},
         {STOP(600, 1), "", KL_EE_RELEASING, 9500},
         {DONE_OK(700, CAMP), "DONE", KL_EE_DONE, NO_TIMER},
     };

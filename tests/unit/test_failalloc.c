@@ -1,6 +1,9 @@
 /* Failing allocator across the library: every entry point that needs no
- * server runs with allocation n failing (and every one after it: the hook
- * is a budget), for n = 0, 1, 2, ... until a run makes no allocation fail.
+ * server runs with allocation n failing (and every later one of the same
+ * thread: the hook is a budget), for n = 0, 1, 2, ... until a run makes no
+ * allocation fail: n counts the calling thread's allocations, and, in a
+ * second sweep of the scenarios that make a client, its loop thread's
+ * (the requests, the timers' work, the watches).
  * Each run must succeed or fail cleanly with K8SLEASE_ENOMEM (or the
  * documented error of the scenario), and free everything: LeakSanitizer
  * (ASan build) and scripts/valgrind.sh prove the "free everything" part.
@@ -35,6 +38,7 @@
 #include "k8s/kubeconfig.h"
 #include "k8s/codec.h"
 #include "k8s/pod.h"
+#include "failalloc.h"
 #include "libk8s_lease_wrapper.h"
 #include "testlib.h"
 
@@ -56,6 +60,8 @@ static struct {
     char *lease_body;
     size_t lease_len;
     int recovered; /* the scenario reset the allocator itself to finish cleanly */
+    int on_loop;   /* new_client arms its loop thread with n, not the caller */
+    long n;
 } T;
 
 /* ------------------------------------------------------------------------ */
@@ -204,26 +210,25 @@ static int jansson_oom(int err)
 }
 
 /* Runs s with the nth allocation failing, n = 0, 1, ..., until a run
- * makes no allocation fail (its budget was left over). Returns the number
- * of allocation points. */
-static long sweep(const scenario *s)
+ * makes no allocation fail (its budget was left over): the calling
+ * thread's, or (on_loop) the loop thread's of the client the scenario
+ * makes. Returns the number of allocation points. */
+static long sweep_on(const scenario *s, int on_loop)
 {
     long n, enomem = 0, misreported = 0;
     struct timespec t0, t1;
-    void *probe;
     int err = 0, spent;
 
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    T.on_loop = on_loop;
     for (n = 0; n <= MAX_RUNS; n++) {
         T.recovered = 0;
+        T.n = n;
         kl__error_clear();
-        kl__alloc_fail_after(n);
+        kl__alloc_fail_after(on_loop ? -1 : n);
         err = s->run();
-        /* The budget is spent (no probe) iff an allocation failed. */
-        probe = kl__malloc(1);
-        spent = probe == NULL || T.recovered;
+        spent = kl__alloc_failed() || T.recovered;
         kl__alloc_fail_after(-1);
-        kl__free(probe);
         if (!spent)
             break;
         if (err == K8SLEASE_ENOMEM) {
@@ -243,11 +248,17 @@ static long sweep(const scenario *s)
         fail_msg("%s: with every allocation succeeding: %s (%s), want %s", s->name,
                  k8slease_strerror(err), kl__error_get(), k8slease_strerror(s->ok));
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    print_message("%-16s %4ld allocation points, %ld ENOMEM, %ld jansson \"not valid JSON\", "
+    print_message("%-16s %4ld allocation points%s, %ld ENOMEM, %ld jansson \"not valid JSON\", "
                   "%.1f s\n",
-                  s->name, n, enomem, misreported,
+                  s->name, n, on_loop ? " (loop thread)" : "", enomem, misreported,
                   (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9);
+    T.on_loop = 0;
     return n;
+}
+
+static long sweep(const scenario *s)
+{
+    return sweep_on(s, 0);
 }
 
 static void sleep_ms(long ms)
@@ -261,10 +272,13 @@ static void sleep_ms(long ms)
 static int new_client(k8slease_client **c)
 {
     k8slease_client_options opts = K8SLEASE_CLIENT_OPTIONS_INIT;
+    int err;
 
     opts.kubeconfig = T.kubeconfig;
     opts.user_agent = "failalloc";
-    return k8slease_client_new(c, &opts);
+    if ((err = k8slease_client_new(c, &opts)) == 0 && T.on_loop)
+        kl_test_alloc_fail_on_loop((*c)->loop, T.n);
+    return err;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -596,6 +610,7 @@ static void test_elector(void **state)
 
     (void)state;
     assert_true(sweep(&s) > 10);
+    assert_true(sweep_on(&s, 1) > 10);
 }
 
 static void test_watch(void **state)
@@ -604,6 +619,7 @@ static void test_watch(void **state)
 
     (void)state;
     assert_true(sweep(&s) > 10);
+    assert_true(sweep_on(&s, 1) > 5);
 }
 
 static void test_holder_get(void **state)
@@ -612,6 +628,7 @@ static void test_holder_get(void **state)
 
     (void)state;
     assert_true(sweep(&s) > 10);
+    assert_true(sweep_on(&s, 1) > 5);
 }
 
 /* The compat client is created once per process and kept: the first sweep
@@ -630,11 +647,11 @@ static void test_compat(void **state)
     assert_true(sweep(&watch) > 0);
 }
 
-/* Regression: k8slease_elector_free and k8slease_watch_free detach from the
- * loop with kl__loop_call and then free. When kl__loop_call allocated and
- * failed, they freed the object while the loop thread still held it (timer,
- * request in flight): a use after free. kl__loop_call waits for its
- * closure, so it needs no allocation and must not fail. */
+/* k8slease_elector_free and k8slease_watch_free detach from the loop with
+ * kl__loop_call and then free: if kl__loop_call could fail for want of
+ * memory, they would free the object while the loop thread still held it
+ * (timer, request in flight). kl__loop_call waits for its closure, so it
+ * needs no allocation and must not fail. */
 static void call_flag(void *arg)
 {
     *(int *)arg = 1;

@@ -73,7 +73,7 @@ typedef struct msg {
     int used;
     int node;
     unsigned gen; /* incarnation of the node that sent it */
-    kl__elector_req req;
+    kl__k8s_req req;
     record body;      /* CREATE/UPDATE: what to write */
     uint64_t if_rv;   /* UPDATE: resourceVersion of the driver's cached object */
     int64_t apply_at; /* server acts on it; NEVER: it does not get there */
@@ -98,7 +98,7 @@ typedef struct wevent {
 
 typedef struct node {
     char id[16];
-    kl__elector e;
+    kl__k8s_election e;
     int running; /* an incarnation runs: not killed, not DONE */
     unsigned gen;
     int64_t mono_off;     /* monotonic clock = sim time + mono_off */
@@ -241,7 +241,7 @@ static void stall(sim *s, int i, int64_t d, int silent)
     n->stall_pending = 1;
 }
 
-static void send_request(sim *s, int i, kl__elector_req req, const kl__lease_spec *spec)
+static void send_request(sim *s, int i, kl__k8s_req req, const kl__lease_spec *spec)
 {
     node *n = &s->nodes[i];
     msg *m = NULL;
@@ -286,7 +286,7 @@ static void send_request(sim *s, int i, kl__elector_req req, const kl__lease_spe
                       ? NEVER
                       : s->t + delay / 2;
     m->reply_at = s->t + delay;
-    if (req == KL_REQ_GET)
+    if (req == KL_KE_REQ_GET)
         n->gets++;
 }
 
@@ -295,16 +295,16 @@ static void apply(sim *s, msg *m)
     record *st = &s->store;
 
     m->apply_at = NEVER;
-    if (m->req == KL_REQ_GET) {
+    if (m->req == KL_KE_REQ_GET) {
         m->status = st->exists ? 0 : K8SLEASE_ENOTFOUND;
-    } else if (m->req == KL_REQ_CREATE) {
+    } else if (m->req == KL_KE_REQ_CREATE) {
         m->status = st->exists ? K8SLEASE_ECONFLICT : 0;
     } else if (!st->exists) {
         m->status = K8SLEASE_ENOTFOUND;
     } else {
         m->status = st->rv == m->if_rv ? 0 : K8SLEASE_ECONFLICT;
     }
-    if (m->status == 0 && m->req != KL_REQ_GET) {
+    if (m->status == 0 && m->req != KL_KE_REQ_GET) {
         uint64_t rv = st->rv + 1;
 
         set_record(st, &m->body);
@@ -325,7 +325,7 @@ static void check_safety(sim *s)
     for (int i = 0; i < N_NODES; i++) {
         node *n = &s->nodes[i];
 
-        if (!n->running || !kl__elector_is_leader(&n->e, mono(s, n)))
+        if (!n->running || !kl__k8s_election_is_leader(&n->e, mono(s, n)))
             continue;
         leaders++;
         /* the fencing view: the server says the same */
@@ -339,15 +339,15 @@ static void check_safety(sim *s)
         fail_msg("t=%lld ms: %d leaders", (long long)(s->t / MS), leaders);
 }
 
-static void deliver(sim *s, int i, kl__elector_event_type type, int status,
+static void deliver(sim *s, int i, kl__k8s_election_event_type type, int status,
                     const kl__lease_spec *spec, int release);
 
 static void start_node(sim *s, int i)
 {
     node *n = &s->nodes[i];
-    kl__elector_config cfg = {n->id, s->cfg.ld, s->cfg.rd, s->cfg.rp, 1, rnd(s), !n->watch};
+    kl__k8s_election_config cfg = {n->id, s->cfg.ld, s->cfg.rd, s->cfg.rp, 1, rnd(s), !n->watch};
 
-    assert_int_equal(kl__elector_init(&n->e, &cfg), 0);
+    assert_int_equal(kl__k8s_election_init(&n->e, &cfg), 0);
     n->running = 1;
     n->gen++;
     n->stopped = 0;
@@ -359,7 +359,7 @@ static void start_node(sim *s, int i)
     n->wlast = 0;
     n->stall_until = 0;
     n->stall_pending = 0;
-    deliver(s, i, KL_EV_START, 0, NULL, 0);
+    deliver(s, i, KL_KE_EV_START, 0, NULL, 0);
     if (n->watch) {
         /* the stream's list: the state now, then healthy */
         push_wevent(s, i, s->t + event_delay(s), -1, &s->store);
@@ -374,7 +374,7 @@ static void deliver_event(sim *s, wevent *w)
     node *n = &s->nodes[w->node];
 
     if (w->health >= 0) {
-        deliver(s, w->node, KL_EV_WATCH, 0, NULL, w->health);
+        deliver(s, w->node, KL_KE_EV_WATCH, 0, NULL, w->health);
         return;
     }
     if (n->gate_rv && w->rec.rv <= n->gate_rv)
@@ -384,35 +384,35 @@ static void deliver_event(sim *s, wevent *w)
     if (w->rec.exists)
         n->cached_rv = w->rec.rv;
     s->observed++;
-    deliver(s, w->node, KL_EV_OBSERVE, w->rec.exists ? 0 : K8SLEASE_ENOTFOUND,
+    deliver(s, w->node, KL_KE_EV_OBSERVE, w->rec.exists ? 0 : K8SLEASE_ENOTFOUND,
             w->rec.exists ? &n->newest.spec : NULL, 0);
 }
 
-static void deliver(sim *s, int i, kl__elector_event_type type, int status,
+static void deliver(sim *s, int i, kl__k8s_election_event_type type, int status,
                     const kl__lease_spec *spec, int release)
 {
     node *n = &s->nodes[i];
-    kl__elector_event ev = {type, status, spec, release, release};
-    kl__elector_actions out;
+    kl__k8s_election_event ev = {type, status, spec, release, release};
+    kl__k8s_election_actions out;
     int64_t now = mono(s, n);
 
-    kl__elector_step(&n->e, &ev, now, WALL0_US + s->t / 1000 + n->wall_skew_us, &out);
+    kl__k8s_election_step(&n->e, &ev, now, WALL0_US + s->t / 1000 + n->wall_skew_us, &out);
     s->events++;
     for (int k = 0; k < out.n; k++) {
-        const kl__elector_action *a = &out.a[k];
+        const kl__k8s_election_action *a = &out.a[k];
 
         switch (a->type) {
-        case KL_ACT_GET:
-            send_request(s, i, KL_REQ_GET, NULL);
+        case KL_KE_ACT_GET:
+            send_request(s, i, KL_KE_REQ_GET, NULL);
             break;
-        case KL_ACT_CREATE:
-            send_request(s, i, KL_REQ_CREATE, &a->spec);
+        case KL_KE_ACT_CREATE:
+            send_request(s, i, KL_KE_REQ_CREATE, &a->spec);
             break;
-        case KL_ACT_UPDATE:
-            send_request(s, i, KL_REQ_UPDATE, &a->spec);
+        case KL_KE_ACT_UPDATE:
+            send_request(s, i, KL_KE_REQ_UPDATE, &a->spec);
             break;
-        case KL_ACT_STARTED:
-            assert_true(kl__elector_is_leader(&n->e, now));
+        case KL_KE_ACT_STARTED:
+            assert_true(kl__k8s_election_is_leader(&n->e, now));
             if (a->epoch <= s->last_epoch)
                 fail_msg("t=%lld ms: %s started epoch %lld after epoch %lld",
                          (long long)(s->t / MS), n->id, (long long)a->epoch,
@@ -422,14 +422,14 @@ static void deliver(sim *s, int i, kl__elector_event_type type, int status,
             s->handovers += s->last_leader >= 0 && s->last_leader != i;
             s->last_leader = i;
             break;
-        case KL_ACT_STOPPED:
-            assert_false(kl__elector_is_leader(&n->e, now));
+        case KL_KE_ACT_STOPPED:
+            assert_false(kl__k8s_election_is_leader(&n->e, now));
             n->stopped++;
             assert_int_equal(n->stopped, 1);
             break;
-        case KL_ACT_NEW_LEADER:
+        case KL_KE_ACT_NEW_LEADER:
             break;
-        case KL_ACT_DONE:
+        case KL_KE_ACT_DONE:
             assert_int_equal(k, out.n - 1);
             assert_int_equal(n->stopped, 1);
             /* the supervisor runs a new election after a while */
@@ -465,7 +465,7 @@ static void fault(sim *s)
         n->restart_at = s->t + rnd_range(s, 200 * MS, 6 * SEC);
     } else if (what < 55) {
         s->stops++;
-        deliver(s, i, KL_EV_STOP, 0, NULL, what < 43);
+        deliver(s, i, KL_KE_EV_STOP, 0, NULL, what < 43);
     } else if (what < 75) {
         s->partitions++;
         n->cut_until = s->t + rnd_range(s, 1 * SEC, 8 * SEC);
@@ -547,7 +547,7 @@ static int64_t step(sim *s, int64_t until)
             CONSIDER(n->restart_at, EV_RESTART, i);
             continue;
         }
-        tm = kl__elector_timer(&n->e);
+        tm = kl__k8s_election_timer(&n->e);
         if (tm != INT64_MAX)
             CONSIDER(later(later(tm - n->mono_off, s->t), n->paused_until), EV_TIMER, i);
     }
@@ -571,9 +571,9 @@ static int64_t step(sim *s, int64_t until)
         m->used = 0;
         if (!n->running || n->gen != m->gen)
             break; /* its process is gone */
-        if (status == 0 && m->req == KL_REQ_GET && n->gate_rv && m->got.rv < n->gate_rv) {
+        if (status == 0 && m->req == KL_KE_REQ_GET && n->gate_rv && m->got.rv < n->gate_rv) {
             /* older than what the watch showed: the driver answers with that */
-            deliver(s, m->node, KL_EV_RESULT, n->newest.exists ? 0 : K8SLEASE_ENOTFOUND,
+            deliver(s, m->node, KL_KE_EV_RESULT, n->newest.exists ? 0 : K8SLEASE_ENOTFOUND,
                     n->newest.exists ? &n->newest.spec : NULL, 0);
             break;
         }
@@ -584,7 +584,7 @@ static int64_t step(sim *s, int64_t until)
             n->gate_rv = m->got.rv;
             set_record(&n->newest, &m->got);
         }
-        deliver(s, m->node, KL_EV_RESULT, status, status == 0 ? &m->got.spec : NULL, 0);
+        deliver(s, m->node, KL_KE_EV_RESULT, status, status == 0 ? &m->got.spec : NULL, 0);
         break;
     }
     case EV_WATCH: {
@@ -601,7 +601,7 @@ static int64_t step(sim *s, int64_t until)
         push_wevent(s, idx, s->t + 1 * MS, 1, NULL);
         break;
     case EV_TIMER:
-        deliver(s, idx, KL_EV_TIMER, 0, NULL, 0);
+        deliver(s, idx, KL_KE_EV_TIMER, 0, NULL, 0);
         break;
     case EV_RESTART:
         start_node(s, idx);
@@ -617,7 +617,8 @@ static int64_t step(sim *s, int64_t until)
 static int leader(const sim *s)
 {
     for (int i = 0; i < N_NODES; i++)
-        if (s->nodes[i].running && kl__elector_is_leader(&s->nodes[i].e, mono(s, &s->nodes[i])))
+        if (s->nodes[i].running &&
+            kl__k8s_election_is_leader(&s->nodes[i].e, mono(s, &s->nodes[i])))
             return i;
     return -1;
 }
@@ -639,7 +640,7 @@ static int settled(const sim *s, int down)
         if (i == down)
             continue;
         if (!n->running || n->paused_until > s->t || n->cut_until > s->t || n->stall_pending ||
-            (n->e.state != KL_EL_ACQUIRING && n->e.state != KL_EL_LEADING))
+            (n->e.state != KL_KE_ACQUIRING && n->e.state != KL_KE_LEADING))
             return 0;
     }
     return 1;
