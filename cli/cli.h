@@ -211,6 +211,7 @@ int cli_elect(int argc, char **argv);
 int cli_holder(int argc, char **argv);
 int cli_watch(int argc, char **argv);
 int cli_release(int argc, char **argv);
+int cli_handoff(int argc, char **argv);
 int cli_label(int argc, char **argv);
 int cli_demo(int argc, char **argv);
 

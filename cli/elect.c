@@ -54,6 +54,16 @@ static const char usage[] =
     "                         from the Downward API (see k8slease(1))\n"
     "  --container NAME       with --crash-failover: the container this process runs\n"
     "                         in (default: the Pod's only one)\n"
+    "  --handoff, --no-handoff  planned handoff (default: on in a Pod, $POD_NAME set):\n"
+    "                         make this candidate known to the leader (a Lease\n"
+    "                         object of its own, owned by the Pod), and on SIGTERM,\n"
+    "                         SIGINT or SIGHUP while leading, hand the Lease over to\n"
+    "                         the best candidate instead of releasing it: it leads\n"
+    "                         within a round trip (see k8slease(1), k8slease handoff)\n"
+    "  --revision REV         with handoff: this candidate's revision (default: the\n"
+    "                         Pod's pod-template-hash label); the newest is chosen\n"
+    "  --priority N           with handoff: among the newest revision's candidates,\n"
+    "                         the highest N is chosen (default 0)\n"
     "  --coordinated          coordinated leader election (KEP-4355): publish a\n"
     "                         LeaseCandidate; kube-apiserver's controller picks the\n"
     "                         leader, the oldest emulation version first; the\n"
@@ -101,7 +111,11 @@ enum {
     OPT_EMULATION_VERSION,
     OPT_STRATEGY,
     OPT_CRASH_FAILOVER,
-    OPT_CONTAINER
+    OPT_CONTAINER,
+    OPT_HANDOFF,
+    OPT_NO_HANDOFF,
+    OPT_REVISION,
+    OPT_PRIORITY
 };
 
 static const cli_opt opts[] = {
@@ -124,6 +138,10 @@ static const cli_opt opts[] = {
     {"--strategy", OPT_STRATEGY, 1},
     {"--crash-failover", OPT_CRASH_FAILOVER, 0},
     {"--container", OPT_CONTAINER, 1},
+    {"--handoff", OPT_HANDOFF, 0},
+    {"--no-handoff", OPT_NO_HANDOFF, 0},
+    {"--revision", OPT_REVISION, 1},
+    {"--priority", OPT_PRIORITY, 1},
     {NULL, 0, 0},
 };
 
@@ -158,6 +176,13 @@ typedef struct elect_config {
     int crash_failover;
     cli_ref crash_pod;
     const char *container;
+    /* Planned handoff: -1 by default (on in a Pod), 0 or 1 as asked; our
+     * Pod (as crash_pod, when known), --revision, --priority. */
+    int handoff;
+    cli_ref handoff_pod;
+    int have_handoff_pod;
+    const char *revision;
+    long priority;
     char **cmd; /* NULL-terminated, or NULL: report events only */
 } elect_config;
 
@@ -178,6 +203,7 @@ typedef struct elect {
     int leading;        /* between STARTED and STOPPED of the current elector */
     int term_over;      /* STOPPED seen: free the elector once CMD is gone */
     int stopping;       /* leave once CMD is gone */
+    int signalled;      /* stopping for SIGTERM, SIGINT or SIGHUP: hand over, if on */
     int exit_code;
     int64_t restart_at; /* monotonic ms of the next campaign while e is NULL */
 } elect;
@@ -245,6 +271,7 @@ static int parse_flags(cli_parser *p, elect_config *c)
     c->rd = (timing){"--renew-deadline", NULL, 10000};
     c->rp = (timing){"--retry-period", NULL, 2000};
     c->grace_ms = 10000;
+    c->handoff = -1;
     snprintf(c->label_key, sizeof(c->label_key), "role");
     snprintf(c->label_value, sizeof(c->label_value), "leader");
     while ((id = cli_next(p)) > 0) {
@@ -306,6 +333,24 @@ static int parse_flags(cli_parser *p, elect_config *c)
                                        "0-9 and '-', at most 63 characters)");
             c->container = p->value;
             break;
+        case OPT_HANDOFF:
+        case OPT_NO_HANDOFF:
+            c->handoff = id == OPT_HANDOFF;
+            break;
+        case OPT_REVISION:
+            if (!p->value[0] || strlen(p->value) > 253)
+                rc = cli_flag_error(p, "must be 1 to 253 characters");
+            c->revision = p->value;
+            break;
+        case OPT_PRIORITY: {
+            char *end;
+
+            errno = 0;
+            c->priority = strtol(p->value, &end, 10);
+            if (!p->value[0] || *end || errno || c->priority < -1000000 || c->priority > 1000000)
+                rc = cli_flag_error(p, "must be an integer from -1000000 to 1000000");
+            break;
+        }
         case OPT_BINARY_VERSION:
         case OPT_EMULATION_VERSION:
         case OPT_STRATEGY:
@@ -357,6 +402,22 @@ static int parse_flags(cli_parser *p, elect_config *c)
                                   "controller picks the holder)");
     if (c->crash_failover && (rc = cli_pod_env(p, "--crash-failover", &c->crash_pod)) != 0)
         return rc;
+    /* Handoff: on in a Pod unless said otherwise; Kubernetes, not coordinated. */
+    if (c->handoff < 0)
+        c->handoff = getenv("POD_NAME") && getenv("POD_NAME")[0] &&
+                     p->common.backend != K8SLEASE_BACKEND_ETCD && !c->coordinated;
+    if (c->handoff && p->common.backend == K8SLEASE_BACKEND_ETCD)
+        return cli_usage_error(p, "--handoff: Kubernetes only, not with --backend etcd");
+    if (c->handoff && c->coordinated)
+        return cli_usage_error(p, "--handoff: not with --coordinated (kube-apiserver's "
+                                  "controller picks the holder)");
+    if ((c->revision || c->priority) && !c->handoff)
+        return cli_usage_error(p, "--revision and --priority are for --handoff");
+    if (c->handoff && getenv("POD_NAME") && getenv("POD_NAME")[0]) {
+        if ((rc = cli_pod_env(p, "--handoff", &c->handoff_pod)) != 0)
+            return rc;
+        c->have_handoff_pod = 1;
+    }
     if ((rc = cli_lease_value(p, c->lease_value, &c->lease)) != 0)
         return rc;
     return check_timings(p, c);
@@ -420,6 +481,15 @@ static int start_term(elect *el)
         o.pod_namespace = el->cfg.crash_pod.ns[0] ? el->cfg.crash_pod.ns : NULL;
         o.pod_name = el->cfg.crash_pod.name;
         o.container = el->cfg.container;
+    }
+    if (el->cfg.handoff) {
+        o.handoff_candidate = 1;
+        o.revision = el->cfg.revision;
+        o.priority = (int)el->cfg.priority;
+        if (el->cfg.have_handoff_pod) {
+            o.pod_namespace = el->cfg.handoff_pod.ns[0] ? el->cfg.handoff_pod.ns : NULL;
+            o.pod_name = el->cfg.handoff_pod.name;
+        }
     }
     if ((err = k8slease_elector_start(&el->e, el->client, &o)) != 0) {
         cli_error("%s", k8slease_error_last());
@@ -517,6 +587,7 @@ static void shut_down(elect *el, int sig)
     if (!el->stopping)
         el->exit_code = CLI_OK;
     el->stopping = 1;
+    el->signalled = 1;
     cli_info("%s: stopping", sig == SIGTERM ? "SIGTERM" : sig == SIGINT ? "SIGINT" : "SIGHUP");
     if (el->child.pid && !el->child.terminating) {
         cli_child_terminate(&el->child, el->cfg.grace_ms);
@@ -696,6 +767,11 @@ static void teardown(elect *el)
     cli_labeler_stop(el->labeler, el->cfg.rd.ms);
     el->labeler = NULL;
     if (el->e) {
+        /* A signal while leading: hand over to the best candidate (it leads
+         * within a round trip), else release as ever. */
+        if (el->cfg.handoff && el->signalled && el->leading && !el->cfg.no_release &&
+            k8slease_elector_handoff(el->e, NULL, 0) != 0)
+            cli_warn("%s; releasing instead", k8slease_error_last());
         k8slease_elector_stop(el->e, el->cfg.no_release ? 0 : 1);
         /* Report what the stop caused ("lost"), quietly if output fails. */
         el->stopping = 1;

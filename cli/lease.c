@@ -1,4 +1,5 @@
-/* k8slease holder | watch | release: read, follow and release a Lease. */
+/* k8slease holder | watch | release | handoff: read, follow, release a
+ * Lease, and ask its leader to hand it over. */
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,7 +7,7 @@
 #include "cli.h"
 #include "events.h"
 
-enum { OPT_LEASE = 1, OPT_JSON, OPT_IDENTITY, OPT_FORCE };
+enum { OPT_LEASE = 1, OPT_JSON, OPT_IDENTITY, OPT_FORCE, OPT_TO, OPT_TIMEOUT };
 
 #define COMMON_HELP                                                                                \
     "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level error|warn|info|debug,\n"    \
@@ -342,5 +343,142 @@ out:
         rc = CLI_ERROR;
     k8slease_holder_free(h);
     k8slease_client_free(client);
+    return rc;
+}
+
+/* ---- handoff ------------------------------------------------------------------ */
+
+static const char handoff_usage[] =
+    "usage: k8slease handoff --lease [NS/]NAME [--to ID] [--timeout DURATION]\n"
+    "\n"
+    "Ask the leader of a Lease to hand it over (planned handoff): writes the\n"
+    "Lease's annotation k8slease.io/handoff-request, which a k8slease leader acts\n"
+    "on at once (the same as `kubectl annotate lease NAME\n"
+    "k8slease.io/handoff-request=[ID]`), then waits for the new holder and prints\n"
+    "  handed over from=OLD epoch=N to=NEW epoch=M ms=T\n"
+    "(T: from the request to the new term). Kubernetes only.\n"
+    "\n"
+    "  --lease [NS/]NAME      the Lease (required)\n"
+    "  --to ID                the successor (default: the best known candidate: not\n"
+    "                         terminating, the newest revision, the highest\n"
+    "                         priority, the longest-lived)\n"
+    "  --timeout DURATION     how long to wait for the new holder (default 30s)\n"
+    "  --json                 a JSON line\n"
+    "  --kubeconfig FILE, --context NAME, --namespace NS, --log-level LEVEL,\n"
+    "  --help, --version\n"
+    "\n"
+    "Exit status: 0 handed over; 1 error, or no new holder before the timeout;\n"
+    "2 usage; 3 nobody holds the Lease; 4 no such Lease.\n";
+
+static const cli_opt handoff_opts[] = {
+    {"--lease", OPT_LEASE, 1}, {"--to", OPT_TO, 1}, {"--timeout", OPT_TIMEOUT, 1},
+    {"--json", OPT_JSON, 0},   {NULL, 0, 0},
+};
+
+int cli_handoff(int argc, char **argv)
+{
+    k8slease_client *client = NULL;
+    k8slease_holder *h = NULL;
+    k8slease_watch *w = NULL;
+    const char *to = NULL, *lease_value = NULL, *ns;
+    int64_t timeout_ms = 30000, t0;
+    char old[CLI_IDENTITY_MAX] = "";
+    int64_t old_epoch = -1;
+    cli_events q;
+    cli_parser p;
+    cli_ref lease;
+    int json = 0, id, rc, err, have_q = 0, released = 0;
+
+    cli_parser_init(&p, "k8slease handoff", handoff_usage, handoff_opts, argc, argv);
+    while ((id = cli_next(&p)) > 0) {
+        rc = 0;
+        if (id == OPT_LEASE)
+            lease_value = p.value;
+        else if (id == OPT_JSON)
+            json = 1;
+        else if (id == OPT_TO && !(to = p.value)[0])
+            rc = cli_flag_error(&p, "must not be empty");
+        else if (id == OPT_TIMEOUT)
+            rc = cli_duration_value(&p, 1, &timeout_ms);
+        if (rc)
+            return rc;
+    }
+    if (id == CLI_STOP)
+        return p.exit_code;
+    if (id == CLI_ARG || p.i < p.argc)
+        return cli_usage_error(&p, "unexpected argument \"%s\"",
+                               id == CLI_ARG ? p.value : p.argv[p.i]);
+    if (!lease_value)
+        return cli_usage_error(&p, "--lease is required (see %s --help)", p.cmd);
+    if (p.common.backend == K8SLEASE_BACKEND_ETCD)
+        return cli_usage_error(&p, "handoff is for Kubernetes Leases (--backend k8s)");
+    if ((rc = cli_lease_value(&p, lease_value, &lease)) != CLI_OK)
+        return rc;
+    if (cli_events_init(&q, 1) != 0)
+        return CLI_ERROR;
+    have_q = 1;
+    if ((rc = cli_client_new(&p.common, &client)) != CLI_OK)
+        goto out;
+    ns = cli_ref_ns(&lease, &p.common);
+    if ((err = k8slease_holder_get(client, ns, lease.name, 0, &h)) != 0) {
+        if (err == K8SLEASE_ENOTFOUND)
+            cli_error("lease %s not found", lease.name);
+        else
+            cli_error("%s", k8slease_error_last());
+        rc = cli_exit_code(err);
+        goto out;
+    }
+    if (!h->identity[0]) {
+        cli_error("lease %s has no holder: nothing to hand over", lease.name);
+        rc = CLI_NOHOLDER;
+        goto out;
+    }
+    snprintf(old, sizeof(old), "%s", h->identity);
+    old_epoch = h->epoch;
+    /* The watch first: its first report is the state before the request. */
+    if (k8slease_watch_start(&w, client, ns, lease.name, cli_events_on_leader, &q) != 0 ||
+        (t0 = cli_now_ms(), k8slease_lease_handoff(client, ns, lease.name, to)) != 0) {
+        cli_error("%s", k8slease_error_last());
+        rc = CLI_ERROR;
+        goto out;
+    }
+    for (rc = -1; rc < 0;) {
+        int64_t left = t0 + timeout_ms - cli_now_ms();
+        cli_event *ev = NULL;
+        int r = left > 0 ? cli_events_wait(&q, left, &ev) : 0;
+
+        if (r < 0) {
+            cli_error("out of memory: events lost");
+            rc = CLI_ERROR;
+        } else if (r == 0) {
+            cli_error("lease %s: still held by \"%s\" (epoch %lld) after %lld ms: no handoff "
+                      "(is its leader a k8slease elector?)",
+                      lease.name, old, (long long)old_epoch, (long long)timeout_ms);
+            rc = CLI_ERROR;
+        } else if (ev->type == CLI_EV_SIGNAL && ev->sig != SIGCHLD) {
+            rc = CLI_ERROR;
+        } else if (ev->type == CLI_EV_LEADER && !ev->identity[0] && ev->epoch >= old_epoch) {
+            released = 1; /* no candidate known: a plain release, anyone's next */
+        } else if (ev->type == CLI_EV_LEADER && ev->identity[0] && strcmp(ev->identity, old) != 0 &&
+                   (ev->epoch >= old_epoch + 2 || (released && ev->epoch > old_epoch)) &&
+                   (!to || strcmp(ev->identity, to) == 0)) {
+            /* The successor's own term: the handoff write names it one
+             * epoch before (k8s/handoff.h), the term it takes is + 2. */
+            cli_field f[] = {{"from", old, 0},
+                             {json ? "from_epoch" : "epoch", NULL, old_epoch},
+                             {"to", ev->identity, 0},
+                             {json ? "to_epoch" : "epoch", NULL, ev->epoch},
+                             {"ms", NULL, cli_now_ms() - t0}};
+
+            rc = cli_emit(stdout, json, NULL, "handed over", 1, f, 5) != 0 ? CLI_ERROR : CLI_OK;
+        }
+        free(ev);
+    }
+out:
+    k8slease_watch_free(w);
+    k8slease_holder_free(h);
+    k8slease_client_free(client);
+    if (have_q)
+        cli_events_fini(&q);
     return rc;
 }

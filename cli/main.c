@@ -10,8 +10,9 @@ static const struct command {
     const char *name;
     int (*run)(int argc, char **argv);
 } commands[] = {
-    {"elect", cli_elect},     {"holder", cli_holder}, {"watch", cli_watch},
-    {"release", cli_release}, {"label", cli_label},   {"demo", cli_demo},
+    {"elect", cli_elect},     {"holder", cli_holder},   {"watch", cli_watch},
+    {"release", cli_release}, {"handoff", cli_handoff}, {"label", cli_label},
+    {"demo", cli_demo},
 };
 
 static const char usage[] =
@@ -26,6 +27,7 @@ static const char usage[] =
     "  holder    print who holds a Lease (exit 0 held, 3 no holder, 4 no Lease)\n"
     "  watch     print the holder, then every change of holder or epoch\n"
     "  release   release a Lease held by an identity\n"
+    "  handoff   ask the leader of a Lease to hand it over (to the best candidate)\n"
     "  label     set or clear a label on a Pod\n"
     "  demo      three candidates on one Lease: election, crash failover, handover\n"
     "\n"

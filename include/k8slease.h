@@ -214,7 +214,7 @@ typedef void (*k8slease_elector_new_leader_cb)(const char *identity, int64_t epo
 /** Current version of k8slease_elector_options. Versions 1 (without the
  *  coordinated fields) and 2 (without the crash failover fields) are still
  *  accepted. */
-#define K8SLEASE_ELECTOR_OPTIONS_VERSION 3
+#define K8SLEASE_ELECTOR_OPTIONS_VERSION 4
 
 /** The one strategy kube-apiserver's coordinated leader election controller
  *  implements: the candidate with the lowest emulation version leads (then
@@ -305,13 +305,33 @@ typedef struct k8slease_elector_options {
     /** Crash failover: the name of the container this process runs in;
      *  NULL: the Pod's only container (required when it has several). */
     const char *container;
+    /* Version 4: */
+    /** Kubernetes only. 1: make this candidate known to the leader as a
+     *  successor for k8slease_elector_handoff() (docs/semantics.md,
+     *  "Planned handoff"): a Lease object of its own,
+     *  "<name>-c-<hash of identity>", owned by its Pod (pod_name and
+     *  pod_namespace, when set) and deleted at the end; written at start,
+     *  when a handoff makes it terminating and at the end: no writes while
+     *  idle with a Pod, one every 30 minutes without. Needs create, update
+     *  and delete on leases; without them a warning, and the candidate is
+     *  chosen only by name. 0 (default): unknown to the choice, still a
+     *  candidate that can win. */
+    int handoff_candidate;
+    /** Handoff: this candidate's revision; the newest is preferred (the
+     *  revisions' order: the earliest birth of their candidates). NULL: the
+     *  Pod's label pod-template-hash, else controller-revision-hash (read
+     *  with pod_name), else "". */
+    const char *revision;
+    /** Handoff: among the candidates of the newest revision, the highest
+     *  priority is preferred. Default 0. */
+    int priority;
 } k8slease_elector_options;
 
 /** Initialiser of k8slease_elector_options with the defaults. */
 #define K8SLEASE_ELECTOR_OPTIONS_INIT                                                              \
     {                                                                                              \
         K8SLEASE_ELECTOR_OPTIONS_VERSION, NULL, NULL, NULL, 0, 0, 0, 1, NULL, NULL, NULL, NULL, 0, \
-            0, NULL, NULL, NULL, 0, NULL, NULL, NULL                                               \
+            0, NULL, NULL, NULL, 0, NULL, NULL, NULL, 0, NULL, 0                                   \
     }
 
 /** Validate the options and start campaigning (asynchronously).
@@ -419,6 +439,25 @@ K8SLEASE_API int k8slease_elector_wait_lost(k8slease_elector *elector, int64_t t
  *  K8SLEASE_ESTATE (from a callback). Any thread but the loop thread. */
 K8SLEASE_API int k8slease_elector_stop(k8slease_elector *elector, int release);
 
+/** Hand the term over and wait until that is done (docs/semantics.md,
+ *  "Planned handoff"). Like k8slease_elector_stop(elector, 1) (the term
+ *  ends at once, is_leader false, on_stopped_leading, the waiters of
+ *  wait_lost woken; the write waits until they have returned), but the
+ *  write names the successor `to` (NULL: the best known candidate: not
+ *  terminating, the newest revision, the highest priority, the
+ *  longest-lived; none known: a plain release) holder of a new term of
+ *  bound_ms (rounded up to whole seconds, at least 1 s; <= 0: 2 retry
+ *  periods): the successor, watching, leads within a round trip; the
+ *  others wait that bound, then anyone may take it. Epochs stay strictly
+ *  increasing. An elector that does not lead only stops. An operator can
+ *  ask a leader for the same with the Lease's annotation
+ *  k8slease.io/handoff-request (k8slease_lease_handoff()).
+ *  Returns 0, K8SLEASE_EINVAL (a NULL elector, the etcd backend, a `to`
+ *  that is not a valid identity), K8SLEASE_ESTATE (from a callback),
+ *  K8SLEASE_ENOMEM. Any thread but the loop thread. */
+K8SLEASE_API int k8slease_elector_handoff(k8slease_elector *elector, const char *to,
+                                          int64_t bound_ms);
+
 /** Stop (as the options say about release) if running, wait until the
  *  election is over, then free; no callback of the elector runs after it
  *  returns. Accepts NULL. Any thread. From a callback of the elector's
@@ -494,6 +533,20 @@ K8SLEASE_API void k8slease_holder_free(k8slease_holder *holder);
  *  no leader. Any thread but the loop thread. */
 K8SLEASE_API int k8slease_lease_release(k8slease_client *client, const char *ns, const char *name,
                                         const char *identity, int force, int64_t timeout_ms);
+
+/** Ask the leader of a Lease to hand it over (Kubernetes only; not
+ *  blocking on the handoff): write the Lease's annotation
+ *  k8slease.io/handoff-request (a merge PATCH; `to`: the successor's
+ *  identity, NULL for the best candidate). A k8slease leader sees it on its
+ *  watch and hands the term over as k8slease_elector_handoff() does; its
+ *  handoff write removes the annotation. The same with kubectl:
+ *  `kubectl annotate lease NAME k8slease.io/handoff-request=[ID]`. Follow
+ *  the holder (k8slease_watch_start) to see it happen. Needs patch on
+ *  leases. Returns 0, K8SLEASE_EINVAL (names, the etcd backend),
+ *  K8SLEASE_ENOTFOUND, K8SLEASE_EAUTH, or a transport error. Any thread
+ *  but the loop thread. */
+K8SLEASE_API int k8slease_lease_handoff(k8slease_client *client, const char *ns, const char *name,
+                                        const char *to);
 
 /* ------------------------------------------------------------------------ */
 /* Watch                                                                    */

@@ -10,6 +10,7 @@
 #include "core/client.h"
 #include "core/clock.h"
 #include "core/elector.h"
+#include "core/timings.h"
 
 /* end_reason when its copy could not be allocated. */
 static char end_reason_oom[] = "out of memory keeping the reason";
@@ -75,6 +76,7 @@ void kl__elector_head_destroy(k8slease_elector *e)
     if (e->end_reason != end_reason_oom)
         kl__free(e->end_reason);
     kl__free(e->renewal_error);
+    kl__free(e->handoff_to);
     kl__free(e->what);
     if (e->sync & KL_SYNC_CV)
         pthread_cond_destroy(&e->cv);
@@ -262,6 +264,7 @@ void kl__elector_report_error(k8slease_elector *e, const char *message)
  * version 2 caller before crash_failover. */
 #define ELECTOR_OPTIONS_V1_SIZE offsetof(k8slease_elector_options, coordinated)
 #define ELECTOR_OPTIONS_V2_SIZE offsetof(k8slease_elector_options, crash_failover)
+#define ELECTOR_OPTIONS_V3_SIZE offsetof(k8slease_elector_options, handoff_candidate)
 
 static void start_on_loop(void *arg)
 {
@@ -292,6 +295,8 @@ int kl__elector_start_noted(k8slease_elector **out, k8slease_client *client,
         memcpy(&o, opts, ELECTOR_OPTIONS_V1_SIZE); /* the rest keeps the defaults */
     else if (opts->version == 2)
         memcpy(&o, opts, ELECTOR_OPTIONS_V2_SIZE);
+    else if (opts->version == 3)
+        memcpy(&o, opts, ELECTOR_OPTIONS_V3_SIZE);
     else if (opts->version == K8SLEASE_ELECTOR_OPTIONS_VERSION)
         o = *opts;
     else
@@ -491,6 +496,13 @@ static void stop_keep(void *arg)
     e->backend->stop(e, 0);
 }
 
+static void stop_handoff(void *arg)
+{
+    k8slease_elector *e = arg;
+
+    e->backend->handoff(e, e->handoff_to, e->handoff_bound_ms);
+}
+
 /* Ask the loop to stop the election; does not wait. */
 int kl__elector_stop_async(k8slease_elector *e, int release)
 {
@@ -517,6 +529,35 @@ K8SLEASE_API int k8slease_elector_stop(k8slease_elector *e, int release)
         return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_stop: called from a callback");
     if ((err = kl__elector_stop_async(e, release)) < 0)
         return err;
+    return kl__elector_wait_done(e, -1); /* bounded by the machine's release deadline */
+}
+
+K8SLEASE_API int k8slease_elector_handoff(k8slease_elector *e, const char *to, int64_t bound_ms)
+{
+    int err = 0;
+
+    if (!e)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_handoff: elector is NULL");
+    if (!e->backend->handoff)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_elector_handoff: %s: handoff is for the Kubernetes backend",
+                             e->what);
+    if (to && kl__identity_check(to) < 0)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_handoff: to: %s", kl__error_get());
+    if (kl__loop_on_thread(e->client->loop))
+        return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_handoff: called from a callback");
+    pthread_mutex_lock(&e->mu);
+    if (!e->done && !e->stop_posted) {
+        e->handoff_bound_ms = bound_ms;
+        if (to && !(e->handoff_to = kl__strdup(to)))
+            err = K8SLEASE_ENOMEM;
+        else if (kl__loop_post(e->client->loop, stop_handoff, e) < 0)
+            err = K8SLEASE_ENOMEM;
+        e->stop_posted = err == 0;
+    }
+    pthread_mutex_unlock(&e->mu);
+    if (err < 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     return kl__elector_wait_done(e, -1); /* bounded by the machine's release deadline */
 }
 

@@ -72,6 +72,10 @@ struct k8slease_elector {
     int stopped;       /* STOPPED happened: the term is over (or never was) */
     int done;          /* DONE happened: nothing left in flight */
     int stop_posted;   /* a STOP was sent to the loop */
+    /* k8slease_elector_handoff: the successor (NULL: the best known) and the
+     * bound, read by the loop's closure after the post. */
+    char *handoff_to;
+    int64_t handoff_bound_ms;
     /* Threads in wait_lost that came before STOPPED; at STOPPED, how many
      * of them have yet to return (kl__elector_hold_release). */
     int lost_waiters;
@@ -114,6 +118,11 @@ struct kl__elector_backend {
     /* Loop thread: stop (release 0 or 1); ends with kl__elector_report_done()
      * now or later. Called at most once. */
     void (*stop)(k8slease_elector *e, int release);
+    /* Loop thread: hand the term over to `to` (NULL: the best known
+     * candidate) in a term of bound_ms, as stop with release (ends with
+     * kl__elector_report_done()); called at most once, instead of stop.
+     * NULL: the backend has no handoff. */
+    void (*handoff)(k8slease_elector *e, const char *to, int64_t bound_ms);
     /* Loop thread: cancel every timer, request and watch; no callback of the
      * election runs afterwards. Also after DONE. */
     void (*detach)(k8slease_elector *e);

@@ -578,4 +578,4 @@ static int create(k8slease_elector **out, k8slease_client *client,
 }
 
 const kl__elector_backend kl__etcd_elector_backend = {
-    create, start, stop, detach, destroy, "keepalive", "lease TTL", "our key was deleted"};
+    create, start, stop, NULL, detach, destroy, "keepalive", "lease TTL", "our key was deleted"};

@@ -15,6 +15,8 @@
 #include "core/clock.h"
 #include "core/elector.h"
 #include "k8s/crash.h"
+#include "core/timings.h"
+#include "k8s/handoff.h"
 #include "k8s/holders.h"
 #include "k8s/pod.h"
 #include "k8s/api.h"
@@ -333,6 +335,55 @@ K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, con
     patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
                       value ? json_string(value) : json_null());
     path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod);
+    body = patch ? kl__json_dump(patch) : NULL;
+    if (!patch || !path || !body) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        goto out;
+    }
+    req.method = "PATCH";
+    req.path = path;
+    req.content_type = "application/merge-patch+json";
+    req.body = body;
+    req.body_len = strlen(body);
+    req.timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
+    if ((err = kl__http_sync(client->loop, &req, &status, &resp, &resp_len)) < 0) {
+        kl__error_wrap(err, "%s", what);
+        goto out;
+    }
+    if (status != 200)
+        err = kl__http_status_error(status, resp, resp_len, what);
+out:
+    kl__free(resp);
+    kl__free(body);
+    kl__free(path);
+    json_decref(patch);
+    return err;
+}
+
+K8SLEASE_API int k8slease_lease_handoff(k8slease_client *client, const char *ns, const char *name,
+                                        const char *to)
+{
+    kl__http_opts req = {0};
+    json_t *patch = NULL;
+    char *path = NULL, *body = NULL, *resp = NULL, what[400];
+    size_t resp_len = 0;
+    long status = 0;
+    int err;
+
+    if (!client || !name)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_lease_handoff: client or name is NULL");
+    if (client->backend == K8SLEASE_BACKEND_ETCD)
+        return kl__error_set(K8SLEASE_EINVAL,
+                             "k8slease_lease_handoff: handoff is for the Kubernetes backend");
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
+        return err;
+    if (to && kl__identity_check(to) < 0)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_lease_handoff: to: %s", kl__error_get());
+    snprintf(what, sizeof(what), "request a handoff of lease %s/%s", ns, name);
+    /* A merge patch: only the annotation, whatever the leader writes. */
+    patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", KL_HANDOFF_REQUEST, to ? to : "");
+    path = kl__lease_path(ns, name);
     body = patch ? kl__json_dump(patch) : NULL;
     if (!patch || !path || !body) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");

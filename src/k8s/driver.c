@@ -27,6 +27,7 @@
 #include "core/clock.h"
 #include "k8s/crash.h"
 #include "k8s/election.h"
+#include "k8s/handoff.h"
 #include "k8s/holders.h"
 #include "core/driver.h"
 #include "core/elector.h"
@@ -72,11 +73,21 @@ typedef struct k8s_elector {
     int have_deferred;
 
     kl__crash *crash; /* crash failover, NULL when off */
+
+    /* Planned handoff: our candidate object (NULL without
+     * handoff_candidate), deleted before DONE is reported; the leader's
+     * list of candidates in flight; the bound of the handoff's term. */
+    kl__handoff_announce *announce;
+    int announce_gone;
+    kl__http_req *handoff_req;
+    int64_t handoff_bound_s;
+    int handoff_started; /* a handoff (asked, or requested on the Lease) is under way */
 } k8s_elector;
 
 #define LEASE_WHAT "lease "
 
 static void run(k8s_elector *e, const kl__k8s_election_event *ev);
+static void check_request(k8s_elector *e, const char *lease_json);
 
 static void on_timer(kl__timer *t, void *arg)
 {
@@ -222,6 +233,8 @@ static void on_result(const kl__http_result *res, void *arg)
     /* After the machine has the state: a report it leads to feeds it too. */
     if (e->crash && ev.status == 0 && (newer || lease))
         kl__crash_observe(e->crash, newer ? newer : lease);
+    if (ev.status == 0)
+        check_request(e, e->base);
     kl__lease_free(newer);
     kl__lease_free(lease);
 }
@@ -265,6 +278,8 @@ static void on_watch(const kl__sub_event *sev, void *arg)
     run(e, &ev);
     if (e->crash && sev->type == KL_SUB_LEASE)
         kl__crash_observe(e->crash, sev->lease);
+    if (sev->type == KL_SUB_LEASE)
+        check_request(e, e->base);
 }
 
 /* Crash failover: the kubelet reported the holder's container of that term
@@ -304,7 +319,7 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
     kl__lease *base = NULL;
     const char *want;
     char *body = NULL;
-    int annotate;
+    int annotate, handoff, drop_request;
 
     if (!e->base) {
         kl__error_set(K8SLEASE_ESTATE, "no Lease read yet to base an update on");
@@ -314,8 +329,16 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
      * other (a release, a record of the holder before us). */
     want = e->crash ? kl__crash_value(e->crash, spec->holder, spec->transitions) : NULL;
     annotate = e->crash && !kl__crash_text_has(e->base, want);
+    /* A handoff names its successor (k8s/handoff.h); a handoff request is
+     * answered by this write whatever it is (the leader acted on it when it
+     * saw it): left on the Lease it would make the next leader hand over
+     * too. */
+    handoff = spec->holder && spec->holder[0] && strcmp(spec->holder, e->identity) != 0;
+    drop_request = strstr(e->base, "\"" KL_HANDOFF_REQUEST "\"") != NULL;
     /* Almost always: the text around a new spec, without a parse. */
-    switch (annotate ? 1 : kl__lease_splice_update(e->base, strlen(e->base), spec, &body)) {
+    switch (annotate || handoff || drop_request
+                ? 1
+                : kl__lease_splice_update(e->base, strlen(e->base), spec, &body)) {
     case 0:
         return body;
     case 1:
@@ -325,13 +348,22 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
     }
     if (kl__lease_parse(&base, e->base, strlen(e->base)) < 0)
         return NULL;
-    if (annotate && (!kl__lease_root(base) || kl__crash_annotate(base->root, want) < 0)) {
-        kl__lease_free(base);
-        return NULL;
-    }
+    if ((annotate || handoff || drop_request) && !kl__lease_root(base))
+        goto fail;
+    if (annotate && kl__crash_annotate(base->root, want) < 0)
+        goto fail;
+    if (handoff &&
+        kl__handoff_annotate(base->root, e->identity, spec->holder, spec->transitions) < 0)
+        goto fail;
+    if (drop_request && !handoff)
+        json_object_del(json_object_get(json_object_get(base->root, "metadata"), "annotations"),
+                        KL_HANDOFF_REQUEST);
     body = kl__lease_encode_update_in_place(base, spec);
     kl__lease_free(base);
     return body;
+fail:
+    kl__lease_free(base);
+    return NULL;
 }
 
 /* Body of a CREATE: with our crash failover record when we have one. */
@@ -420,6 +452,8 @@ static void detach_lease(k8s_elector *e)
     e->req = NULL;
     kl__sub_stop(e->sub);
     e->sub = NULL;
+    kl__http_cancel(e->pub.client->loop, e->handoff_req);
+    e->handoff_req = NULL;
     kl__crash_stop(e->crash);
 }
 
@@ -429,6 +463,7 @@ static void detach(k8slease_elector *pub)
 
     detach_lease(e);
     kl__candidate_detach(e->cand);
+    kl__handoff_announce_detach(e->announce);
 }
 
 static void on_lost_seen(k8slease_elector *pub);
@@ -460,16 +495,36 @@ static void on_lost_seen(k8slease_elector *pub)
     resume_deferred((k8s_elector *)pub);
 }
 
+/* What DONE waits for besides the Lease: the coordinated LeaseCandidate's
+ * DELETE, the handoff candidate object's. */
+static int others_pending(const k8s_elector *e)
+{
+    return (e->cand && e->cand_state != CAND_GONE) || (e->announce && !e->announce_gone);
+}
+
+static void report_done_if_over(k8s_elector *e)
+{
+    if (e->done_waits && !others_pending(e)) {
+        detach(&e->pub);
+        kl__elector_report_done(&e->pub);
+    }
+}
+
 static void on_candidate_gone(void *arg)
 {
     k8s_elector *e = arg;
 
     e->cand_state = CAND_GONE;
     resume_deferred(e);
-    if (e->done_waits) {
-        detach(&e->pub);
-        kl__elector_report_done(&e->pub);
-    }
+    report_done_if_over(e);
+}
+
+static void on_announce_gone(void *arg)
+{
+    k8s_elector *e = arg;
+
+    e->announce_gone = 1;
+    report_done_if_over(e);
 }
 
 static void stop_candidate(k8s_elector *e)
@@ -482,11 +537,12 @@ static void stop_candidate(k8s_elector *e)
 
 static void finish(k8s_elector *e)
 {
-    if (e->cand && e->cand_state != CAND_GONE) {
-        /* the Lease side is over; the candidate's DELETE is not */
+    if (others_pending(e)) {
+        /* the Lease side is over; the candidates' DELETEs are not */
         detach_lease(e);
         e->done_waits = 1;
         stop_candidate(e);
+        kl__handoff_announce_stop(e->announce, on_announce_gone, e);
         return;
     }
     detach(&e->pub);
@@ -565,6 +621,7 @@ static void start(k8slease_elector *pub)
         kl__candidate_start(e->cand);
     if (e->crash)
         kl__crash_start(e->crash);
+    kl__handoff_announce_start(e->announce);
     run(e, &ev);
     if (kl__sub_healthy(e->sub)) {
         kl__sub_event healthy = {.type = KL_SUB_HEALTH, .healthy = 1};
@@ -584,6 +641,75 @@ static void stop(k8slease_elector *pub, int release)
     run(e, &ev);
 }
 
+/* Stop, the release naming `to` (NULL: a plain release) holder of a term
+ * of the handoff's bound. */
+static void handoff_to(k8s_elector *e, const char *to)
+{
+    kl__k8s_election_event ev = {.type = KL_KE_EV_STOP, .release = 1};
+
+    ev.handoff_to = to;
+    ev.handoff_bound_s = e->handoff_bound_s;
+    if (e->sm.state == KL_KE_LEADING)
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_INFO, &e->pub.about,
+                   to ? "handing the lease over to \"%s\"" : "%s",
+                   to ? to : "no successor known: releasing the lease");
+    stop_candidate(e);
+    run(e, &ev);
+}
+
+static void on_candidates(const kl__handoff_cand *cands, size_t n, int err, void *arg)
+{
+    k8s_elector *e = arg;
+    int best;
+
+    e->handoff_req = NULL;
+    if (err < 0)
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
+                   "%s; handing over to nobody in particular", kl__error_get());
+    best = kl__handoff_choose(cands, n, e->identity, kl__clock_wall_us());
+    handoff_to(e, best >= 0 ? cands[best].identity : NULL);
+}
+
+static void handoff(k8slease_elector *pub, const char *to, int64_t bound_ms)
+{
+    k8s_elector *e = (k8s_elector *)pub;
+    int64_t rp_ms = e->sm.cfg.retry_period_ns / KL_NS_PER_MS;
+
+    if (e->handoff_started)
+        return;
+    e->handoff_started = 1;
+    /* Whole seconds (leaseDurationSeconds), at least 1: by default two
+     * retry periods, so that a polling successor (client-go's) meets it. */
+    if (bound_ms <= 0)
+        bound_ms = 2 * rp_ms;
+    e->handoff_bound_s = (bound_ms + 999) / 1000;
+    kl__handoff_announce_terminating(e->announce);
+    if (to || e->sm.state != KL_KE_LEADING) {
+        handoff_to(e, to);
+        return;
+    }
+    /* The best candidate: one LIST (the term goes on meanwhile). */
+    e->handoff_req =
+        kl__handoff_list(e->pub.client, e->ns, e->name, e->request_timeout_ms, on_candidates, e);
+    if (!e->handoff_req)
+        handoff_to(e, NULL);
+}
+
+/* A handoff asked on the Lease (its annotation KL_HANDOFF_REQUEST), seen
+ * while leading. */
+static void check_request(k8s_elector *e, const char *lease_json)
+{
+    char *to = NULL;
+
+    if (e->handoff_started || e->sm.state != KL_KE_LEADING || !lease_json ||
+        kl__handoff_requested(lease_json, &to) <= 0)
+        return;
+    kl__log_at(&e->pub.client->log, K8SLEASE_LOG_INFO, &e->pub.about,
+               "a handoff was requested on the lease (to %s)", to ? to : "the best candidate");
+    handoff(&e->pub, to, 0);
+    kl__free(to);
+}
+
 static void destroy(k8slease_elector *pub)
 {
     k8s_elector *e = (k8s_elector *)pub;
@@ -592,6 +718,7 @@ static void destroy(k8slease_elector *pub)
         return;
     kl__candidate_free(e->cand);
     kl__crash_free(e->crash);
+    kl__handoff_announce_free(e->announce);
     kl__free(e->base);
     kl__free(e->ns);
     kl__free(e->name);
@@ -666,9 +793,13 @@ static int new_candidate(k8s_elector *e, const char *ns, const k8slease_elector_
 static int check_crash(const k8slease_elector_options *opts)
 {
     if (!opts->crash_failover) {
-        if (opts->pod_namespace || opts->pod_name || opts->container)
-            return kl__error_set(K8SLEASE_EINVAL, "pod_namespace, pod_name and container are for "
-                                                  "crash failover: set crash_failover to 1");
+        if (opts->container)
+            return kl__error_set(K8SLEASE_EINVAL,
+                                 "container is for crash failover: set crash_failover to 1");
+        if ((opts->pod_namespace || opts->pod_name) && !opts->handoff_candidate)
+            return kl__error_set(K8SLEASE_EINVAL,
+                                 "pod_namespace and pod_name are for crash failover and handoff "
+                                 "candidates: set crash_failover or handoff_candidate to 1");
         return 0;
     }
     if (opts->coordinated)
@@ -760,6 +891,23 @@ static int create(k8slease_elector **out, k8slease_client *client,
         goto out;
     if (opts->crash_failover && (err = new_crash(e, ns, opts, t.retry_period_ms)) < 0)
         goto out;
+    if (opts->handoff_candidate) {
+        kl__handoff_announce_config ac = {0};
+
+        ac.ns = ns;
+        ac.lease = opts->name;
+        ac.identity = opts->identity;
+        ac.pod_ns = opts->pod_namespace ? opts->pod_namespace : ns;
+        ac.pod = opts->pod_name;
+        ac.revision = opts->revision;
+        ac.priority = opts->priority;
+        ac.retry_period_ns = cfg.retry_period_ns;
+        ac.request_timeout_ms = e->request_timeout_ms;
+        ac.what = e->pub.what;
+        ac.subject = e->pub.about.subject;
+        if ((err = kl__handoff_announce_new(&e->announce, client, &ac)) < 0)
+            goto out;
+    }
     kl__timer_init(&e->failed, on_failed, e);
     *out = pub;
     pub = NULL;
@@ -768,5 +916,12 @@ out:
     return err;
 }
 
-const kl__elector_backend kl__k8s_elector_backend = {
-    create, start, stop, detach, destroy, "renewal", "renew deadline", "the Lease was deleted"};
+const kl__elector_backend kl__k8s_elector_backend = {create,
+                                                     start,
+                                                     stop,
+                                                     handoff,
+                                                     detach,
+                                                     destroy,
+                                                     "renewal",
+                                                     "renew deadline",
+                                                     "the Lease was deleted"};

@@ -282,6 +282,14 @@ static void release_update(kl__k8s_election *e, int64_t now, int64_t wall_us,
 {
     kl__lease_spec s = {"", 1, wall_us, wall_us, e->transitions};
 
+    /* A handoff: the successor named holder of a new (short) term that
+     * only it takes at once; transitions + 1 keeps the epochs growing
+     * whatever the successor's rules. */
+    if (e->handoff_to[0]) {
+        s.holder = e->handoff_to;
+        s.duration_s = e->handoff_bound_s;
+        s.transitions = e->transitions + 1;
+    }
     request(e, KL_KE_REQ_UPDATE, &s, now, out);
 }
 
@@ -582,11 +590,20 @@ static void on_renew(kl__k8s_election *e, int64_t now, int64_t wall_us,
         e->renew_asap = 1;
 }
 
-static void on_stop(kl__k8s_election *e, int release, int64_t now, kl__k8s_election_actions *out)
+static void on_stop(kl__k8s_election *e, const kl__k8s_election_event *ev, int64_t now,
+                    kl__k8s_election_actions *out)
 {
+    int release = ev->release;
+
     if (e->stop_requested)
         return;
     e->stop_requested = 1;
+    if (release && ev->handoff_to && ev->handoff_to[0] &&
+        strlen(ev->handoff_to) < sizeof(e->handoff_to) &&
+        strcmp(ev->handoff_to, e->cfg.identity) != 0) {
+        memcpy(e->handoff_to, ev->handoff_to, strlen(ev->handoff_to) + 1);
+        e->handoff_bound_s = ev->handoff_bound_s > 0 ? ev->handoff_bound_s : 1;
+    }
     if (e->state == KL_KE_IDLE)
         finish(e, out);
     else if (e->state == KL_KE_ACQUIRING)
@@ -628,7 +645,7 @@ void kl__k8s_election_step(kl__k8s_election *e, const kl__k8s_election_event *ev
             on_result(e, ev, now, wall_us, out);
         break;
     case KL_KE_EV_STOP:
-        on_stop(e, ev->release, now, out);
+        on_stop(e, ev, now, out);
         break;
     case KL_KE_EV_OBSERVE:
         on_observe(e, ev, now, wall_us, out);

@@ -53,6 +53,13 @@
  *    elector of ours, started after this one's term ended) is left alone.
  *    If not leading: STOPPED, DONE (an acquisition that completes after the
  *    stop was asked is released as above when release is set).
+ *  - Handoff (STOP with release and handoff_to): as a release, STOPPED
+ *    first, the same GET and the same checks, but the UPDATE writes
+ *    {holder=handoff_to, duration=handoff_bound_s, acquire=renew=now,
+ *    transitions+1}: the successor takes it at once as a Lease that names
+ *    it (a new term, transitions+2), everyone else sees a holder until the
+ *    bound passes, and a client-go successor keeping transitions still has
+ *    an epoch greater than ours. A 409 reads again, as for a release.
  *  - Losing leadership because the deadline passed releases too when
  *    release_on_cancel is set (as client-go), then DONE.
  *  - Also ending a term (STOPPED, nothing to release, DONE): a GET while
@@ -205,6 +212,10 @@ typedef struct kl__k8s_election_event {
      * record names an earlier instance of our container (the process before
      * a restart in place), not this process: not our term. */
     int predecessor;
+    /* KL_KE_EV_STOP with release: hand the term over to this identity
+     * (NULL or "": a plain release), in a Lease lasting handoff_bound_s. */
+    const char *handoff_to;
+    int64_t handoff_bound_s;
 } kl__k8s_election_event;
 
 typedef enum kl__k8s_election_action_type {
@@ -284,6 +295,9 @@ typedef struct kl__k8s_election {
     int64_t ended_transitions;
     int have_ended;
     int renew_asap; /* RENEW came while a write of our term was in flight */
+    /* RELEASING: the release hands the term over (STOP's handoff_to). */
+    char handoff_to[KL_IDENTITY_MAX];
+    int64_t handoff_bound_s;
     uint64_t rng;
 } kl__k8s_election;
 

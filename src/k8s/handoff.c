@@ -6,7 +6,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/clock.h"
+#include "k8s/api.h"
 #include "k8s/codec.h"
+#include "k8s/crash.h"
 
 /* A Lease name is a DNS subdomain: at most 253 characters. */
 #define NAME_MAX_LEN 253
@@ -214,4 +217,459 @@ char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch)
 
     json_decref(v);
     return text;
+}
+
+int kl__handoff_annotate(json_t *root, const char *from, const char *to, int64_t epoch)
+{
+    json_t *meta = json_object_get(root, "metadata"), *ann;
+    char *done = kl__handoff_done_value(from, to, epoch);
+
+    if (!done)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    if (!json_is_object(meta) &&
+        (!(meta = json_object()) || json_object_set_new(root, "metadata", meta) < 0))
+        goto oom;
+    if (!json_is_object(ann = json_object_get(meta, "annotations")) &&
+        (!(ann = json_object()) || json_object_set_new(meta, "annotations", ann) < 0))
+        goto oom;
+    json_object_del(ann, KL_HANDOFF_REQUEST);
+    if (json_object_set_new(ann, KL_HANDOFF_DONE, json_string(done)) < 0)
+        goto oom;
+    kl__free(done);
+    return 0;
+oom:
+    kl__free(done);
+    return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+}
+
+int kl__handoff_requested(const char *lease_json, char **to)
+{
+    json_t *root, *v;
+    const char *s;
+
+    *to = NULL;
+    /* Almost always absent: a look at the text, no parse. */
+    if (!strstr(lease_json, "\"" KL_HANDOFF_REQUEST "\""))
+        return 0;
+    if (!(root = json_loads(lease_json, 0, NULL)))
+        return 0;
+    v = json_object_get(json_object_get(json_object_get(root, "metadata"), "annotations"),
+                        KL_HANDOFF_REQUEST);
+    if (!json_is_string(v)) {
+        json_decref(root);
+        return 0;
+    }
+    s = json_string_value(v);
+    if (s[0] && strcmp(s, "*") != 0 && !(*to = kl__strdup(s))) {
+        json_decref(root);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    json_decref(root);
+    return 1;
+}
+
+/* ---- the leader's list -------------------------------------------------- */
+
+typedef struct list_req {
+    kl__handoff_list_cb cb;
+    void *arg;
+    char what[300];
+} list_req;
+
+static void on_list(const kl__http_result *res, void *arg)
+{
+    list_req *l = arg;
+    kl__handoff_cand *c = NULL;
+    json_t *root = NULL, *items, *item;
+    size_t n = 0, i;
+    int err = 0;
+
+    if (res->err)
+        err = kl__error_set(res->err, "%s: %s", l->what, res->errmsg);
+    else if (res->status != 200)
+        err = kl__http_status_error(res->status, res->body, res->body_len, l->what);
+    else if (!(root = json_loadb(res->body, res->body_len, 0, NULL)) ||
+             !json_is_array(items = json_object_get(root, "items")))
+        err = kl__error_set(K8SLEASE_EPROTOCOL, "%s: not a list", l->what);
+    else if (json_array_size(items) && !(c = kl__calloc(json_array_size(items), sizeof(*c))))
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    if (err == 0) {
+        json_array_foreach(items, i, item)
+        {
+            /* One that is not a candidate's object counts for nothing. */
+            if (kl__handoff_cand_from_json(&c[n], item) == 0)
+                n++;
+        }
+    }
+    l->cb(c, n, err, l->arg);
+    for (i = 0; i < n; i++)
+        kl__handoff_cand_clear(&c[i]);
+    kl__free(c);
+    json_decref(root);
+    kl__free(l);
+}
+
+kl__http_req *kl__handoff_list(k8slease_client *client, const char *ns, const char *lease,
+                               int64_t timeout_ms, kl__handoff_list_cb cb, void *arg)
+{
+    kl__http_opts o = {0};
+    kl__http_req *req;
+    char label[17], *path;
+    list_req *l = kl__calloc(1, sizeof(*l));
+
+    kl__handoff_label(lease, label);
+    path = kl__sprintf(
+        "/apis/coordination.k8s.io/v1/namespaces/%s/leases?labelSelector=" KL_HANDOFF_LABEL
+        "%%3D%s",
+        ns, label);
+    if (!l || !path) {
+        kl__free(l);
+        kl__free(path);
+        kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        return NULL;
+    }
+    l->cb = cb;
+    l->arg = arg;
+    snprintf(l->what, sizeof(l->what), "list the handoff candidates of lease %s/%s", ns, lease);
+    o.method = "GET";
+    o.path = path;
+    o.timeout_ms = timeout_ms;
+    if (!(req = kl__http_start(client->loop, &o, on_list, l)))
+        kl__free(l);
+    kl__free(path);
+    return req;
+}
+
+/* ---- a candidate's own object ---------------------------------------------- */
+
+typedef enum ann_req { A_NONE, A_POD, A_CREATE, A_GET, A_UPDATE, A_DELETE } ann_req;
+
+struct kl__handoff_announce {
+    k8slease_client *client;
+    kl__handoff_announce_config cfg; /* strings below */
+    char *ns, *lease, *identity, *pod_ns, *pod, *revision, *what, *subject;
+    kl__log_about about;
+    char *path;       /* the object's */
+    char *collection; /* .../leases */
+
+    /* Loop thread only. */
+    kl__handoff_cand self;
+    char *rv;    /* of the object as last written or read; NULL: create it */
+    int written; /* delete it when stopping */
+    int dirty;   /* self changed since the last write */
+    int stopping, failed;
+    int pod_read; /* the Pod was read, or could not be: announced without it */
+    kl__http_req *req;
+    ann_req kind;
+    kl__timer retry, renew, gone_now;
+    kl__handoff_gone_cb gone;
+    void *gone_arg;
+};
+
+static void ann_step(kl__handoff_announce *a);
+
+static void ann_on_timer(kl__timer *t, void *arg)
+{
+    kl__handoff_announce *a = arg;
+
+    if (t == &a->renew)
+        a->dirty = 1;
+    ann_step(a);
+}
+
+static void ann_on_gone(kl__timer *t, void *arg)
+{
+    kl__handoff_announce *a = arg;
+
+    (void)t;
+    if (a->gone) {
+        kl__handoff_gone_cb gone = a->gone;
+
+        a->gone = NULL;
+        gone(a->gone_arg);
+    }
+}
+
+static void ann_later(kl__handoff_announce *a)
+{
+    kl__timer_arm(a->client->loop, &a->retry,
+                  kl__loop_now(a->client->loop) + a->cfg.retry_period_ns);
+}
+
+static void set_rv_of(kl__handoff_announce *a, const char *body, size_t len)
+{
+    json_t *root = json_loadb(body, len, 0, NULL);
+    const char *rv =
+        json_string_value(json_object_get(json_object_get(root, "metadata"), "resourceVersion"));
+
+    kl__free(a->rv);
+    a->rv = rv ? kl__strdup(rv) : NULL;
+    json_decref(root);
+}
+
+/* Our Pod: its UID (the owner), creation (bornAt) and revision label. */
+static void take_pod(kl__handoff_announce *a, const char *body, size_t len)
+{
+    json_t *root = json_loadb(body, len, 0, NULL), *meta = json_object_get(root, "metadata");
+    json_t *labels = json_object_get(meta, "labels");
+    const char *uid = json_string_value(json_object_get(meta, "uid"));
+    const char *created = json_string_value(json_object_get(meta, "creationTimestamp"));
+    const char *rev = json_string_value(json_object_get(labels, "pod-template-hash"));
+    int64_t born;
+
+    if (!rev)
+        rev = json_string_value(json_object_get(labels, "controller-revision-hash"));
+    if (uid && !a->self.pod_uid)
+        a->self.pod_uid = kl__strdup(uid);
+    if (rev && !a->revision && !a->self.revision[0]) {
+        kl__free(a->self.revision);
+        a->self.revision = kl__strdup(rev);
+    }
+    if (created && kl__microtime_parse(created, &born) == 0)
+        a->self.born_us = born;
+    json_decref(root);
+}
+
+static void ann_done(const kl__http_result *res, void *arg)
+{
+    kl__handoff_announce *a = arg;
+    ann_req kind = a->kind;
+    char what[400];
+    int err = 0;
+
+    a->req = NULL;
+    a->kind = A_NONE;
+    snprintf(what, sizeof(what), "handoff candidate %s", a->self.identity);
+    if (res->err)
+        err = kl__error_set(res->err, "%s: %s", what, res->errmsg);
+    else if (kind == A_DELETE && (res->status == 200 || res->status == 202 || res->status == 404))
+        err = 0;
+    else if (kind == A_POD && res->status != 200)
+        err = kl__http_status_error(res->status, res->body, res->body_len, what);
+    else if (kind == A_CREATE && res->status == 409) {
+        kl__free(a->rv);
+        a->rv = NULL;
+        a->kind = A_GET; /* taken over: read it, write ours over it */
+        ann_step(a);
+        return;
+    } else if (res->status == 409 || (kind == A_GET && res->status == 404)) {
+        kl__free(a->rv);
+        a->rv = NULL;
+        a->dirty = 1;
+        ann_step(a);
+        return;
+    } else if (res->status != 200 && res->status != 201)
+        err = kl__http_status_error(res->status, res->body, res->body_len, what);
+    if (kind == A_DELETE || (err < 0 && a->stopping)) {
+        a->written = 0;
+        kl__timer_arm(a->client->loop, &a->gone_now, kl__loop_now(a->client->loop));
+        return;
+    }
+    if (err < 0) {
+        /* No permission: say so once, the candidate is unknown to the
+         * choice (still a candidate that can win, and a named successor). */
+        if (err == K8SLEASE_EAUTH && kind != A_POD) {
+            kl__log_at(&a->client->log, K8SLEASE_LOG_WARN, &a->about,
+                       "%s; this candidate is not known to the leader's choice", kl__error_get());
+            a->failed = 1;
+            return;
+        }
+        kl__log_at(&a->client->log, K8SLEASE_LOG_DEBUG, &a->about, "%s; again later",
+                   kl__error_get());
+        if (kind != A_POD) {
+            ann_later(a);
+            return;
+        }
+        a->pod_read = 1; /* announced without its Pod: no owner, renewed */
+        ann_step(a);
+        return;
+    }
+    if (kind == A_POD) {
+        take_pod(a, res->body, res->body_len);
+        a->pod_read = 1;
+        a->dirty = 1;
+    } else if (kind == A_GET) {
+        set_rv_of(a, res->body, res->body_len);
+        a->dirty = 1;
+    } else {
+        set_rv_of(a, res->body, res->body_len);
+        a->written = 1;
+        a->dirty = 0;
+        if (!a->self.pod_uid)
+            kl__timer_arm(a->client->loop, &a->renew,
+                          kl__loop_now(a->client->loop) +
+                              (int64_t)KL_HANDOFF_CAND_DURATION_S / 2 * KL_NS_PER_S);
+    }
+    ann_step(a);
+}
+
+static void ann_send(kl__handoff_announce *a, ann_req kind)
+{
+    kl__http_opts o = {0};
+    char *body = NULL;
+
+    o.timeout_ms = a->cfg.request_timeout_ms;
+    switch (kind) {
+    case A_POD:
+        o.method = "GET";
+        o.path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", a->pod_ns, a->pod);
+        break;
+    case A_GET:
+        o.method = "GET";
+        o.path = kl__strdup(a->path);
+        break;
+    case A_DELETE:
+        o.method = "DELETE";
+        o.path = kl__strdup(a->path);
+        break;
+    default:
+        body = kl__handoff_cand_encode(a->ns, &a->self, a->rv, kl__clock_wall_us());
+        o.method = a->rv ? "PUT" : "POST";
+        o.path = kl__strdup(a->rv ? a->path : a->collection);
+        o.content_type = "application/json";
+        o.body = body;
+        o.body_len = body ? strlen(body) : 0;
+        kind = a->rv ? A_UPDATE : A_CREATE;
+        break;
+    }
+    a->kind = kind;
+    if (o.path && (o.method[0] != 'P' || body))
+        a->req = kl__http_start(a->client->loop, &o, ann_done, a);
+    kl__free((char *)o.path);
+    kl__free(body);
+    if (!a->req) {
+        a->kind = A_NONE;
+        ann_later(a);
+    }
+}
+
+/* The next request, if any is due and none is in flight. */
+static void ann_step(kl__handoff_announce *a)
+{
+    if (a->req || a->failed)
+        return;
+    if (a->stopping) {
+        if (a->written)
+            ann_send(a, A_DELETE);
+        else
+            kl__timer_arm(a->client->loop, &a->gone_now, kl__loop_now(a->client->loop));
+        return;
+    }
+    if (a->kind == A_GET)
+        ann_send(a, A_GET);
+    else if (a->pod && !a->pod_read)
+        ann_send(a, A_POD);
+    else if (a->dirty || !a->written)
+        ann_send(a, A_CREATE);
+}
+
+int kl__handoff_announce_new(kl__handoff_announce **out, k8slease_client *client,
+                             const kl__handoff_announce_config *cfg)
+{
+    kl__handoff_announce *a = kl__calloc(1, sizeof(*a));
+
+    *out = NULL;
+    if (!a)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    a->client = client;
+    a->cfg = *cfg;
+    a->ns = kl__strdup(cfg->ns);
+    a->lease = kl__strdup(cfg->lease);
+    a->identity = kl__strdup(cfg->identity);
+    a->pod_ns = cfg->pod ? kl__strdup(cfg->pod_ns ? cfg->pod_ns : cfg->ns) : NULL;
+    a->pod = cfg->pod ? kl__strdup(cfg->pod) : NULL;
+    a->revision = cfg->revision ? kl__strdup(cfg->revision) : NULL;
+    a->what = kl__strdup(cfg->what);
+    a->subject = kl__strdup(cfg->subject);
+    a->collection = kl__sprintf("/apis/coordination.k8s.io/v1/namespaces/%s/leases", cfg->ns);
+    a->about = (kl__log_about){a->what, a->subject, KL_LOG_ELECTION, NULL};
+    a->self.identity = kl__strdup(cfg->identity);
+    a->self.lease = kl__strdup(cfg->lease);
+    a->self.pod = cfg->pod ? kl__strdup(cfg->pod) : NULL;
+    a->self.revision = kl__strdup(cfg->revision ? cfg->revision : "");
+    a->self.priority = cfg->priority;
+    a->self.born_us = kl__process_start_us();
+    if (!a->self.born_us)
+        a->self.born_us = kl__clock_wall_us();
+    {
+        char *name = a->lease ? kl__handoff_cand_name(cfg->lease, cfg->identity) : NULL;
+
+        a->path = name && a->collection ? kl__sprintf("%s/%s", a->collection, name) : NULL;
+        kl__free(name);
+    }
+    kl__timer_init(&a->retry, ann_on_timer, a);
+    kl__timer_init(&a->renew, ann_on_timer, a);
+    kl__timer_init(&a->gone_now, ann_on_gone, a);
+    if (!a->ns || !a->lease || !a->identity || (cfg->pod && (!a->pod_ns || !a->pod)) ||
+        (cfg->revision && !a->revision) || !a->what || !a->subject || !a->collection ||
+        !a->self.identity || !a->self.lease || (cfg->pod && !a->self.pod) || !a->self.revision ||
+        !a->path) {
+        kl__handoff_announce_free(a);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    *out = a;
+    return 0;
+}
+
+void kl__handoff_announce_start(kl__handoff_announce *a)
+{
+    if (a)
+        ann_step(a);
+}
+
+void kl__handoff_announce_terminating(kl__handoff_announce *a)
+{
+    if (!a || a->self.terminating || a->stopping)
+        return;
+    a->self.terminating = 1;
+    a->dirty = 1;
+    ann_step(a);
+}
+
+void kl__handoff_announce_stop(kl__handoff_announce *a, kl__handoff_gone_cb gone, void *arg)
+{
+    if (!a || a->stopping)
+        return;
+    a->stopping = 1;
+    a->gone = gone;
+    a->gone_arg = arg;
+    kl__timer_cancel(a->client->loop, &a->retry);
+    kl__timer_cancel(a->client->loop, &a->renew);
+    /* A write in flight is waited for: it may create the object. */
+    if (a->failed) {
+        a->failed = 0;
+        a->written = 0;
+    }
+    ann_step(a);
+}
+
+void kl__handoff_announce_detach(kl__handoff_announce *a)
+{
+    if (!a)
+        return;
+    kl__http_cancel(a->client->loop, a->req);
+    a->req = NULL;
+    kl__timer_cancel(a->client->loop, &a->retry);
+    kl__timer_cancel(a->client->loop, &a->renew);
+    kl__timer_cancel(a->client->loop, &a->gone_now);
+    a->gone = NULL;
+}
+
+void kl__handoff_announce_free(kl__handoff_announce *a)
+{
+    if (!a)
+        return;
+    kl__handoff_cand_clear(&a->self);
+    kl__free(a->rv);
+    kl__free(a->ns);
+    kl__free(a->lease);
+    kl__free(a->identity);
+    kl__free(a->pod_ns);
+    kl__free(a->pod);
+    kl__free(a->revision);
+    kl__free(a->what);
+    kl__free(a->subject);
+    kl__free(a->path);
+    kl__free(a->collection);
+    kl__free(a);
 }

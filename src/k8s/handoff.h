@@ -47,7 +47,9 @@
 
 #include <jansson.h>
 
+#include "core/client.h"
 #include "core/common.h"
+#include "core/http.h"
 
 #define KL_HANDOFF_LABEL     "k8slease.io/candidate-of"
 #define KL_HANDOFF_CANDIDATE "k8slease.io/candidate"
@@ -93,5 +95,53 @@ int kl__handoff_choose(const kl__handoff_cand *c, size_t n, const char *leader, 
 /* The value of KL_HANDOFF_DONE for a handoff from `from` to `to` in term
  * epoch (the successor's Lease's leaseTransitions); kl__free. */
 char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch);
+
+/* ---- a candidate's own object (loop thread, but new and free) ---------- */
+
+typedef struct kl__handoff_announce kl__handoff_announce;
+typedef void (*kl__handoff_gone_cb)(void *arg);
+
+typedef struct kl__handoff_announce_config {
+    const char *ns, *lease, *identity;
+    const char *pod_ns, *pod; /* NULL: no Pod (renewed every half duration) */
+    const char *revision;     /* NULL: the Pod's revision label, else "" */
+    int64_t priority;
+    int64_t retry_period_ns, request_timeout_ms;
+    const char *what, *subject; /* for messages */
+} kl__handoff_announce_config;
+
+/* Copy cfg; no I/O. 0 or K8SLEASE_ENOMEM. Any thread. */
+int kl__handoff_announce_new(kl__handoff_announce **out, k8slease_client *client,
+                             const kl__handoff_announce_config *cfg);
+/* Read the Pod (when named), then create (or take over) the object. */
+void kl__handoff_announce_start(kl__handoff_announce *a);
+/* Mark the candidate terminating (a handoff, a stop under way): no leader
+ * chooses it from then on. */
+void kl__handoff_announce_terminating(kl__handoff_announce *a);
+/* Delete the object if written; gone(arg) on a later loop turn once done
+ * (or failed, or nothing to delete). At most once. */
+void kl__handoff_announce_stop(kl__handoff_announce *a, kl__handoff_gone_cb gone, void *arg);
+/* Cancel every timer and request; no callback afterwards. */
+void kl__handoff_announce_detach(kl__handoff_announce *a);
+void kl__handoff_announce_free(kl__handoff_announce *a);
+
+/* ---- the leader's list of candidates (loop thread) ----------------------- */
+
+/* cands: n of them (borrowed for the call); err 0, or a K8SLEASE_E* code
+ * with the message set (n 0). */
+typedef void (*kl__handoff_list_cb)(const kl__handoff_cand *cands, size_t n, int err, void *arg);
+
+/* LIST the candidates of Lease ns/lease (a label selector). The request,
+ * for kl__http_cancel; NULL on ENOMEM. */
+kl__http_req *kl__handoff_list(k8slease_client *client, const char *ns, const char *lease,
+                               int64_t timeout_ms, kl__handoff_list_cb cb, void *arg);
+
+/* Annotations of the handoff write on a Lease object: KL_HANDOFF_DONE set,
+ * KL_HANDOFF_REQUEST removed. 0 or K8SLEASE_ENOMEM. */
+int kl__handoff_annotate(json_t *lease_root, const char *from, const char *to, int64_t epoch);
+/* The successor a Lease's text asks for with KL_HANDOFF_REQUEST: 1 with
+ * *to set (kl__free; NULL for the best: "" or "*"), 0 when it asks none,
+ * K8SLEASE_ENOMEM. */
+int kl__handoff_requested(const char *lease_json, char **to);
 
 #endif

@@ -62,6 +62,7 @@ typedef struct step {
     int64_t timer_ms;
     const char *preferred; /* the event's spec.preferredHolder (coordinated) */
     int predecessor;       /* the event's mark: our identity, an earlier instance's term */
+    const char *handoff;   /* STOP: hand the term over to this identity (bound 2 s) */
 } step;
 
 #define START(t)          KL_KE_EV_START, (t), 0, NULL, 0
@@ -159,12 +160,20 @@ typedef struct run {
 
 static const char *deliver_preferred; /* spec.preferredHolder of the next event */
 static int deliver_predecessor;       /* and its predecessor mark */
+static const char *deliver_handoff;   /* and the successor of a STOP */
 
 static void deliver(run *r, kl__k8s_election_event_type type, int64_t now, int status,
                     const kl__lease_spec *spec, int release)
 {
-    kl__k8s_election_event ev = {
-        type, status, spec, release, release, deliver_preferred, deliver_predecessor};
+    kl__k8s_election_event ev = {type,
+                                 status,
+                                 spec,
+                                 release,
+                                 release,
+                                 deliver_preferred,
+                                 deliver_predecessor,
+                                 deliver_handoff,
+                                 2};
 
     kl__k8s_election_step(&r->e, &ev, now, WALL0_US + (now - T0) / 1000, &r->out);
     for (int i = 0; i < r->out.n; i++) {
@@ -199,6 +208,7 @@ static void run_steps(run *r, const step *steps, size_t n)
         assert_true(now != INT64_MAX);
         deliver_preferred = s->preferred;
         deliver_predecessor = s->predecessor;
+        deliver_handoff = s->handoff;
         deliver(r, s->type, now, s->status, s->spec, s->release);
         got = format_actions(&r->out);
         if (strcmp(got, s->actions) != 0)
@@ -1648,6 +1658,44 @@ static void test_renew_now(void **state)
     RUN(cfg, failed_create);
 }
 
+/* Handoff: a release that names the successor holder of a short new term
+ * (transitions + 1); a conflict reads again; to ourselves it is a release. */
+static void test_handoff(void **state)
+{
+    static const kl__lease_spec handed = {"succ", 2, W(3050), W(3050), 1};
+    static const step steps[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_KE_RELEASING, 13000, NULL, 0, "succ"},
+        {RESULT(3050, 0, &created), "UPDATE(succ,2s,a=3050,r=3050,t=1)", KL_KE_RELEASING, 13000},
+        {RESULT(3100, 0, &handed), "NEW_LEADER(succ,1) DONE", KL_KE_DONE, NO_TIMER},
+    };
+    static const step conflict[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_KE_RELEASING, 13000, NULL, 0, "succ"},
+        {RESULT(3050, 0, &created), "UPDATE(succ,2s,a=3050,r=3050,t=1)", KL_KE_RELEASING, 13000},
+        {RESULT(3100, K8SLEASE_ECONFLICT, NULL), "GET", KL_KE_RELEASING, 13000},
+        /* Someone else's term meanwhile: left alone. */
+        {RESULT(3150, 0, &other_valid), "NEW_LEADER(other,5) DONE", KL_KE_DONE, NO_TIMER},
+    };
+    static const step to_self[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 1), "STOPPED GET", KL_KE_RELEASING, 13000, NULL, 0, "me"},
+        {RESULT(3050, 0, &created), "UPDATE(,1s,a=3050,r=3050,t=0)", KL_KE_RELEASING, 13000},
+    };
+    /* Without release (a stop that keeps the Lease): nothing written. */
+    static const step no_release[] = {
+        LEAD_FROM_CREATE,
+        {STOP(3000, 0), "STOPPED DONE", KL_KE_DONE, NO_TIMER, NULL, 0, "succ"},
+    };
+    kl__k8s_election_config cfg = default_config();
+
+    (void)state;
+    RUN(cfg, steps);
+    RUN(cfg, conflict);
+    RUN(cfg, to_self);
+    RUN(cfg, no_release);
+}
+
 static void test_observe_while_releasing(void **state)
 {
     static const step steps[] = {
@@ -1956,6 +2004,7 @@ int main(void)
         cmocka_unit_test(test_watch_after_conflict),
         cmocka_unit_test(test_observe_while_leading),
         cmocka_unit_test(test_observe_while_releasing),
+        cmocka_unit_test(test_handoff),
         cmocka_unit_test(test_holder_ended_takes_at_once),
         cmocka_unit_test(test_holder_ended_ignored_or_waits),
         cmocka_unit_test(test_renew_now),
