@@ -40,6 +40,8 @@ static const char usage[] =
     "  --retry-period D       time between attempts and renewals (default 2s);\n"
     "                         1.2 x D less than --renew-deadline\n"
     "  --no-release           leave the Lease to expire when stopping (default: release)\n"
+    "  --poll-only            follow the Lease by polling every retry period, as\n"
+    "                         client-go does, not with a watch (for comparisons)\n"
     "  --once                 exit with status 3 when the term ends\n"
     "  --grace D              CMD's time between SIGTERM and SIGKILL (default 10s)\n"
     "  --json                 events as JSON lines\n"
@@ -115,7 +117,8 @@ enum {
     OPT_HANDOFF,
     OPT_NO_HANDOFF,
     OPT_REVISION,
-    OPT_PRIORITY
+    OPT_PRIORITY,
+    OPT_POLL_ONLY
 };
 
 static const cli_opt opts[] = {
@@ -142,6 +145,7 @@ static const cli_opt opts[] = {
     {"--no-handoff", OPT_NO_HANDOFF, 0},
     {"--revision", OPT_REVISION, 1},
     {"--priority", OPT_PRIORITY, 1},
+    {"--poll-only", OPT_POLL_ONLY, 0},
     {NULL, 0, 0},
 };
 
@@ -183,6 +187,7 @@ typedef struct elect_config {
     int have_handoff_pod;
     const char *revision;
     long priority;
+    int poll_only;
     char **cmd; /* NULL-terminated, or NULL: report events only */
 } elect_config;
 
@@ -333,6 +338,9 @@ static int parse_flags(cli_parser *p, elect_config *c)
                                        "0-9 and '-', at most 63 characters)");
             c->container = p->value;
             break;
+        case OPT_POLL_ONLY:
+            c->poll_only = 1;
+            break;
         case OPT_HANDOFF:
         case OPT_NO_HANDOFF:
             c->handoff = id == OPT_HANDOFF;
@@ -473,6 +481,7 @@ static int start_term(elect *el)
     o.on_new_leader = cli_events_on_leader;
     o.user_data = &el->q;
     o.coordinated = el->cfg.coordinated;
+    o.poll_only = el->cfg.poll_only;
     o.binary_version = el->cfg.binary_version;
     o.emulation_version = el->cfg.emulation_version;
     o.strategy = el->cfg.strategy;

@@ -289,7 +289,15 @@ test_deploy() {
     timeline "$t1" "$(now_us)"
     echo "figure: rollout restart: leader changes $tl_leader_changes ($tl_leaders), leaderless at most $tl_leaderless_max_ms ms, EndpointSlice empty at most $tl_slice_empty_max_ms ms, two ready at most $tl_slice_two_max_ms ms"
     check_labels "rollout restart"
-    [ "$tl_leader_changes" -ge 1 ] || fail "the leader did not change in a rollout that replaced every Pod"
+    # Planned handoff (on in a Pod): one change of leader, onto the new
+    # revision, whichever Pod led and whatever the order of deletions.
+    [ "$tl_leader_changes" = 1 ] ||
+        fail "$tl_leader_changes changes of leader in a rollout ($tl_leaders), 1 expected with handoff"
+    new=$(leader_pod)
+    [ "$(kc get pod "$new" -o jsonpath='{.metadata.labels.pod-template-hash}')" = \
+        "$(kc get rs -l app.kubernetes.io/name=my-master --sort-by=.metadata.creationTimestamp \
+            -o jsonpath='{.items[-1:].metadata.labels.pod-template-hash}')" ] ||
+        fail "the new leader $new is not of the new revision"
     [ "$tl_slice_two_max_ms" = 0 ] || fail "the EndpointSlice had two ready endpoints for $tl_slice_two_max_ms ms"
 
     # A command that cannot start: every elected instance exits 127 and
