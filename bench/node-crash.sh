@@ -48,6 +48,7 @@ if [ -z "${K8SLEASE_NODE_DIR:-}" ]; then
 fi
 
 # ---- inside the cluster ---------------------------------------------------------
+mkdir -p "$out"
 T=$(mktemp -d "${TMPDIR:-/tmp}/k8slease-bench-node.XXXXXX")
 NS=bench-crash
 fail() { echo "bench/node-crash.sh: $*" >&2; stop_observers; exit 1; }

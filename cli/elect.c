@@ -546,6 +546,21 @@ static void release_lost_term(elect *el, int64_t epoch)
     k8slease_holder_free(h);
 }
 
+/* Whether another identity holds the Lease (a handoff, a takeover): then
+ * campaigning again at once cannot take it back, and keeps this replica a
+ * candidate (and a known one, for the next handoff). */
+static int held_by_other(elect *el)
+{
+    k8slease_holder *h = NULL;
+    int other;
+
+    other = k8slease_holder_get(el->client, cli_ref_ns(&el->cfg.lease, el->common),
+                                el->cfg.lease.name, el->cfg.rd.ms, &h) == 0 &&
+            h->identity[0] && strcmp(h->identity, el->identity) != 0;
+    k8slease_holder_free(h);
+    return other;
+}
+
 static void start_cmd(elect *el, int64_t epoch)
 {
     char epoch_var[48], identity_var[CLI_IDENTITY_MAX + 32], lease_var[CLI_LEASE_MAX + 32];
@@ -698,13 +713,15 @@ static void run(elect *el)
                 /* Give the others a lease duration to take the Lease we
                  * lost or gave up: candidates retry within 2.2 retry
                  * periods, less than that. Otherwise an operator's
-                 * `k8slease release` would just hand it back to us.
+                 * `k8slease release` would just hand it back to us. Not
+                 * when another holds it already (a handoff, a takeover).
                  * Coordinated: the controller picks the holder whatever we
                  * do, and our LeaseCandidate is gone until the next term
                  * starts: waiting would only leave us out of its choice
                  * meanwhile (a newer version put in charge, then moved
                  * back to us: two handovers instead of none). */
-                el->restart_at = cli_now_ms() + (el->cfg.coordinated ? 0 : el->cfg.ld.ms);
+                el->restart_at =
+                    cli_now_ms() + (el->cfg.coordinated || held_by_other(el) ? 0 : el->cfg.ld.ms);
             }
             if (!el->e && cli_now_ms() >= el->restart_at && (r = start_term(el)) != CLI_OK) {
                 el->exit_code = r;

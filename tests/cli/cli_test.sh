@@ -317,12 +317,15 @@ test_release() {
     wait_until 10 "alice steps down" has_line "$T/a.out" "lost"
     wait_until 10 "bob takes the released lease" has_line "$T/b.out" "elected epoch=1"
 
-    # --force releases whoever holds it. Both candidates lost a term: they
-    # wait a lease duration (30 s) before campaigning again.
+    # --force releases whoever holds it. Alice campaigned again at once
+    # (bob held the Lease when her term ended: nothing to take back) and
+    # takes it; bob, whose term ended on a free Lease, waits a lease
+    # duration (30 s) before campaigning again.
     expect 0 "$K8SLEASE" release --lease r1 --force
     has "$T/last.out" 'released lease default/r1 (holder "bob", epoch 1)'
     wait_until 10 "bob steps down" has_line "$T/b.out" "lost"
-    expect 3 "$K8SLEASE" holder --lease r1
+    wait_until 10 "alice takes it again" has_line "$T/a.out" "elected epoch=2"
+    holder_is r1 alice || fail "holder is $(holder_of r1), not alice"
 
     sig TERM a
     sig TERM b
