@@ -12,12 +12,12 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <string.h>
 
 #include "core/clock.h"
 
 /* Longest sleep: every wake-up source (io, timers, posts) shortens it. */
-#define POLL_MAX_MS  60000
-#define HEAP_INITIAL 64
+#define POLL_MAX_MS 60000
 
 typedef struct closure {
     struct closure *next;
@@ -35,8 +35,9 @@ struct kl__loop {
 
     /* Loop thread only (and the freeing thread once the loop has stopped). */
     int64_t now;
-    kl__timer **heap;
-    size_t heap_len, heap_cap;
+    kl__timer *root; /* the first timer due */
+    size_t ntimers;
+    size_t armed; /* timers armed so far: each arming's order */
     kl__loop_counts counts;
 
     /* Shared with other threads, under mu. */
@@ -52,106 +53,168 @@ static _Thread_local const kl__loop *current_loop;
 /* Timers                                                                   */
 /* ------------------------------------------------------------------------ */
 
-static void heap_set(kl__loop *loop, size_t i, kl__timer *t)
+/* The heap is intrusive (as libuv's timers): each timer carries its links,
+ * so arming allocates nothing and cannot fail. A timer's place is found
+ * from the heap's size: position n (1-based, in breadth-first order) is
+ * reached from the root by the bits of n below its highest one, 0 for
+ * left. Equal deadlines run in the order they were armed. */
+
+static int timer_before(const kl__timer *a, const kl__timer *b)
 {
-    loop->heap[i] = t;
-    t->slot = i + 1;
+    return a->at < b->at || (a->at == b->at && a->slot < b->slot);
 }
 
-static void sift_up(kl__loop *loop, size_t i)
+/* The node at position n (1 <= n <= ntimers), or the parent of position
+ * n when parent is set (n >= 2). */
+static kl__timer *heap_at(const kl__loop *loop, size_t n, int parent)
 {
-    kl__timer *t = loop->heap[i];
+    kl__timer *t = loop->root;
+    int depth = 0;
 
-    while (i > 0) {
-        size_t parent = (i - 1) / 2;
+    while ((n >> depth) > 1)
+        depth++;
+    for (int k = depth - 1; k >= (parent ? 1 : 0); k--)
+        t = (n >> k) & 1 ? t->right : t->left;
+    return t;
+}
 
-        if (loop->heap[parent]->at <= t->at)
-            break;
-        heap_set(loop, i, loop->heap[parent]);
-        i = parent;
+/* Exchange a node and its child c. */
+static void heap_swap(kl__loop *loop, kl__timer *p, kl__timer *c)
+{
+    kl__timer *pp = p->parent, *cl = c->left, *cr = c->right, *sibling;
+
+    if (p->left == c) {
+        sibling = p->right;
+        c->left = p;
+        c->right = sibling;
+    } else {
+        sibling = p->left;
+        c->right = p;
+        c->left = sibling;
     }
-    heap_set(loop, i, t);
+    if (sibling)
+        sibling->parent = c;
+    p->left = cl;
+    p->right = cr;
+    if (cl)
+        cl->parent = p;
+    if (cr)
+        cr->parent = p;
+    c->parent = pp;
+    p->parent = c;
+    if (!pp)
+        loop->root = c;
+    else if (pp->left == p)
+        pp->left = c;
+    else
+        pp->right = c;
 }
 
-static void sift_down(kl__loop *loop, size_t i)
+static void sift_up(kl__loop *loop, kl__timer *t)
 {
-    kl__timer *t = loop->heap[i];
+    while (t->parent && timer_before(t, t->parent))
+        heap_swap(loop, t->parent, t);
+}
 
+static void sift_down(kl__loop *loop, kl__timer *t)
+{
     for (;;) {
-        size_t child = 2 * i + 1;
+        kl__timer *first = t;
 
-        if (child >= loop->heap_len)
-            break;
-        if (child + 1 < loop->heap_len && loop->heap[child + 1]->at < loop->heap[child]->at)
-            child++;
-        if (t->at <= loop->heap[child]->at)
-            break;
-        heap_set(loop, i, loop->heap[child]);
-        i = child;
+        if (t->left && timer_before(t->left, first))
+            first = t->left;
+        if (t->right && timer_before(t->right, first))
+            first = t->right;
+        if (first == t)
+            return;
+        heap_swap(loop, t, first);
     }
-    heap_set(loop, i, t);
+}
+
+static void heap_insert(kl__loop *loop, kl__timer *t)
+{
+    size_t n = ++loop->ntimers;
+    kl__timer *p;
+
+    t->parent = t->left = t->right = NULL;
+    if (n == 1) {
+        loop->root = t;
+        return;
+    }
+    p = heap_at(loop, n, 1);
+    if (n & 1)
+        p->right = t;
+    else
+        p->left = t;
+    t->parent = p;
+    sift_up(loop, t);
+}
+
+static void heap_remove(kl__loop *loop, kl__timer *t)
+{
+    kl__timer *last = heap_at(loop, loop->ntimers, 0);
+
+    loop->ntimers--;
+    /* The last node leaves its place ... */
+    if (!last->parent)
+        loop->root = NULL;
+    else if (last->parent->left == last)
+        last->parent->left = NULL;
+    else
+        last->parent->right = NULL;
+    /* ... and takes t's, unless it is t. */
+    if (last != t) {
+        last->parent = t->parent;
+        last->left = t->left;
+        last->right = t->right;
+        if (last->left)
+            last->left->parent = last;
+        if (last->right)
+            last->right->parent = last;
+        if (!t->parent)
+            loop->root = last;
+        else if (t->parent->left == t)
+            t->parent->left = last;
+        else
+            t->parent->right = last;
+        sift_up(loop, last);
+        sift_down(loop, last);
+    }
+    t->parent = t->left = t->right = NULL;
 }
 
 void kl__timer_init(kl__timer *t, kl__timer_cb cb, void *arg)
 {
-    t->at = 0;
-    t->slot = 0;
+    memset(t, 0, sizeof(*t));
     t->cb = cb;
     t->arg = arg;
 }
 
 void kl__timer_arm(kl__loop *loop, kl__timer *t, int64_t at)
 {
+    if (t->slot)
+        heap_remove(loop, t);
     t->at = at;
-    if (t->slot) {
-        sift_up(loop, t->slot - 1);
-        sift_down(loop, t->slot - 1);
-        return;
-    }
-    if (loop->heap_len == loop->heap_cap) {
-        size_t cap = loop->heap_cap * 2;
-        kl__timer **heap = kl__realloc(loop->heap, cap * sizeof(*heap));
-
-        if (!heap) {
-            /* The interface cannot fail (callers arm timers from callbacks
-             * with no way out); the heap starts with room for many timers,
-             * so this takes a process that is out of memory anyway. */
-            kl__log_printf(loop->log, K8SLEASE_LOG_ERROR,
-                           "timer heap: out of memory; a timer was dropped");
-            return;
-        }
-        loop->heap = heap;
-        loop->heap_cap = cap;
-    }
-    loop->heap[loop->heap_len++] = t;
-    sift_up(loop, loop->heap_len - 1);
+    t->slot = ++loop->armed;
+    heap_insert(loop, t);
 }
 
 void kl__timer_cancel(kl__loop *loop, kl__timer *t)
 {
-    size_t i;
-    kl__timer *last;
-
     if (!t->slot)
         return;
-    i = t->slot - 1;
-    last = loop->heap[--loop->heap_len];
+    heap_remove(loop, t);
     t->slot = 0;
-    if (last != t) {
-        heap_set(loop, i, last);
-        sift_up(loop, i);
-        sift_down(loop, last->slot - 1);
-    }
 }
 
 static void run_timers(kl__loop *loop)
 {
     /* Bounded, so a timer re-armed for "now" by its own callback runs in
      * the next iteration instead of spinning here. */
-    size_t budget = loop->heap_len;
+    size_t budget = loop->ntimers;
 
-    while (budget-- > 0 && loop->heap_len > 0 && loop->heap[0]->at <= loop->now) {
-        kl__timer *t = loop->heap[0];
+    while (budget-- > 0 && loop->root && loop->root->at <= loop->now) {
+        kl__timer *t = loop->root;
 
         kl__timer_cancel(loop, t);
         loop->counts.timers++;
@@ -200,8 +263,8 @@ static int poll_timeout(kl__loop *loop)
 
     if (io_ms >= 0 && io_ms < ms)
         ms = io_ms;
-    if (loop->heap_len > 0 && ms > 0) {
-        int64_t wait = loop->heap[0]->at - kl__clock_mono_ns();
+    if (loop->root && ms > 0) {
+        int64_t wait = loop->root->at - kl__clock_mono_ns();
 
         wait = wait <= 0 ? 0 : (wait + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
         if (wait < ms)
@@ -254,7 +317,6 @@ static void loop_destroy(kl__loop *loop)
         if (!c->borrowed)
             kl__free(c);
     }
-    kl__free(loop->heap);
     pthread_cond_destroy(&loop->cond);
     pthread_mutex_destroy(&loop->mu);
     kl__free(loop);
@@ -282,11 +344,6 @@ int kl__loop_start(kl__loop **out, const kl__loop_io *io, void *data, const kl__
     loop->io = *io;
     loop->io_data = data;
     loop->now = kl__clock_mono_ns();
-    loop->heap_cap = HEAP_INITIAL;
-    if (!(loop->heap = kl__calloc(loop->heap_cap, sizeof(*loop->heap)))) {
-        loop_destroy(loop);
-        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-    }
     /* The host process's signal handlers stay on its own threads. */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);

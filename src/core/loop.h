@@ -72,17 +72,21 @@ void kl__loop_counts_get(const kl__loop *loop, kl__loop_counts *out);
 int64_t kl__loop_now(const kl__loop *loop);
 const kl__log *kl__loop_log(const kl__loop *loop);
 
-/* Timers (loop thread only). A timer is embedded in its owner's struct. */
+/* Timers (loop thread only). A timer is embedded in its owner's struct and
+ * carries its own links in the loop's heap, so arming one allocates nothing
+ * and cannot fail. */
 typedef struct kl__timer kl__timer;
 typedef void (*kl__timer_cb)(kl__timer *t, void *arg);
 struct kl__timer {
     int64_t at;  /* monotonic ns */
-    size_t slot; /* index in the heap + 1; 0 when not armed */
+    size_t slot; /* nonzero while armed: the order it was armed in */
+    kl__timer *parent, *left, *right;
     kl__timer_cb cb;
     void *arg;
 };
 void kl__timer_init(kl__timer *t, kl__timer_cb cb, void *arg);
-/* (Re)arm at the monotonic time at (ns). */
+/* (Re)arm at the monotonic time at (ns). Timers due at the same time run
+ * in the order they were armed. */
 void kl__timer_arm(kl__loop *loop, kl__timer *t, int64_t at);
 void kl__timer_cancel(kl__loop *loop, kl__timer *t);
 

@@ -1,7 +1,8 @@
 /* The event loop (core/loop.h) over a fake io that records its waits: a
- * timer's wait is measured from the clock after the iteration's work, and
- * an iteration with something due at once does not wait (issue 24: no
- * wake-up for nothing). Bounds are ten times what is expected or more. */
+ * timer's wait is measured from the clock after the iteration's work, an
+ * iteration with something due at once does not wait (no wake-up for
+ * nothing), and arming a timer cannot fail, not even with every allocation
+ * failing. Bounds are ten times what is expected or more. */
 #define _DEFAULT_SOURCE 1
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 
 #include "core/clock.h"
+#include "core/common.h"
 #include "core/loop.h"
 
 typedef struct fake_io {
@@ -242,11 +244,169 @@ static void no_wait_when_something_is_due(void **state)
     assert_true(runs >= 6);
 }
 
+/* ---- timers armed while allocations fail ---- */
+
+#define NARMED        300 /* more than any initial room a timer heap would have */
+#define ARMED_WAIT_MS 10000
+
+static struct {
+    kl__loop *loop;
+    kl__timer t[NARMED];
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int fired; /* under mu */
+} AT;
+
+static void on_armed_timer(kl__timer *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    pthread_mutex_lock(&AT.mu);
+    AT.fired++;
+    pthread_cond_broadcast(&AT.cond);
+    pthread_mutex_unlock(&AT.mu);
+}
+
+/* On the loop thread: every allocation fails while the timers are armed
+ * (the budget counts this thread's allocations as well as any other's). */
+static void arm_without_memory(void *arg)
+{
+    int64_t now = kl__loop_now(AT.loop);
+
+    (void)arg;
+    kl__alloc_fail_after(0);
+    for (int i = 0; i < NARMED; i++) {
+        kl__timer_init(&AT.t[i], on_armed_timer, NULL);
+        kl__timer_arm(AT.loop, &AT.t[i], now + (int64_t)(i % 7 + 1) * KL_NS_PER_MS);
+    }
+    kl__alloc_fail_after(-1);
+}
+
+/* A timer that could not be armed would never fire: a release deadline
+ * lost that way would leave k8slease_elector_stop waiting for ever. */
+static void timers_armed_without_memory(void **state)
+{
+    fake_io io;
+    pthread_condattr_t attr;
+    struct timespec until;
+    int fired;
+
+    (void)state;
+    fake_init(&io);
+    memset(&AT, 0, sizeof(AT));
+    pthread_mutex_init(&AT.mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(&AT.cond, &attr);
+    pthread_condattr_destroy(&attr);
+    assert_int_equal(kl__loop_start(&AT.loop, &fake, &io, NULL), 0);
+    assert_int_equal(kl__loop_call(AT.loop, arm_without_memory, NULL), 0);
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ARMED_WAIT_MS / 1000;
+    pthread_mutex_lock(&AT.mu);
+    while (AT.fired < NARMED && pthread_cond_timedwait(&AT.cond, &AT.mu, &until) == 0)
+        ;
+    fired = AT.fired;
+    pthread_mutex_unlock(&AT.mu);
+    kl__loop_free(AT.loop);
+    pthread_cond_destroy(&AT.cond);
+    pthread_mutex_destroy(&AT.mu);
+    fake_fini(&io);
+    if (fired != NARMED)
+        fail_msg("%d of the %d timers armed while allocations failed fired within %d ms", fired,
+                 NARMED, ARMED_WAIT_MS);
+}
+
+/* ---- the heap's order under random arming, re-arming and cancelling ---- */
+
+#define NRANDOM 2000
+
+static struct {
+    kl__loop *loop;
+    kl__timer t[NRANDOM];
+    int64_t at[NRANDOM];
+    size_t order[NRANDOM]; /* the arming order of each armed timer */
+    int armed[NRANDOM];
+    int fired[NRANDOM];
+    int nfired, out_of_order, expected;
+    int64_t last_at;
+    size_t last_order;
+    int done;
+} RT;
+
+static void on_random_timer(kl__timer *t, void *arg)
+{
+    size_t i = (size_t)(t - RT.t);
+
+    (void)arg;
+    if (RT.nfired > 0 &&
+        (RT.at[i] < RT.last_at || (RT.at[i] == RT.last_at && RT.order[i] < RT.last_order)))
+        RT.out_of_order++;
+    RT.last_at = RT.at[i];
+    RT.last_order = RT.order[i];
+    RT.fired[i]++;
+    if (++RT.nfired == RT.expected)
+        kl__loop_set_flag(RT.loop, &RT.done);
+}
+
+/* Deadlines in the past, from a few values so that many are equal: all
+ * are due at the next iteration, which runs them in order. */
+static void arm_random(void *arg)
+{
+    int64_t now = kl__loop_now(RT.loop);
+    uint32_t seed = 2024;
+    size_t seq = 0;
+
+    (void)arg;
+    for (int round = 0; round < 4 * NRANDOM; round++) {
+        int i;
+
+        seed = seed * 1103515245u + 12345u;
+        i = (int)((seed >> 8) % NRANDOM);
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 8) % 5 == 0) {
+            kl__timer_cancel(RT.loop, &RT.t[i]);
+            RT.armed[i] = 0;
+            continue;
+        }
+        RT.at[i] = now - (int64_t)((seed >> 12) % 50 + 1) * KL_NS_PER_MS;
+        RT.order[i] = ++seq;
+        kl__timer_arm(RT.loop, &RT.t[i], RT.at[i]);
+        RT.armed[i] = 1;
+    }
+    for (int i = 0; i < NRANDOM; i++)
+        RT.expected += RT.armed[i];
+}
+
+static void timers_fire_in_order(void **state)
+{
+    fake_io io;
+
+    (void)state;
+    fake_init(&io);
+    memset(&RT, 0, sizeof(RT));
+    assert_int_equal(kl__loop_start(&RT.loop, &fake, &io, NULL), 0);
+    for (int i = 0; i < NRANDOM; i++)
+        kl__timer_init(&RT.t[i], on_random_timer, NULL);
+    assert_int_equal(kl__loop_call(RT.loop, arm_random, NULL), 0);
+    assert_true(RT.expected > NRANDOM / 2);
+    /* the timers are due already: the next iteration runs them */
+    kl__loop_wait_flag(RT.loop, &RT.done);
+    kl__loop_free(RT.loop);
+    fake_fini(&io);
+    assert_int_equal(RT.nfired, RT.expected);
+    assert_int_equal(RT.out_of_order, 0);
+    for (int i = 0; i < NRANDOM; i++)
+        assert_int_equal(RT.fired[i], RT.armed[i]);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timer_wait_counts_from_the_clock),
         cmocka_unit_test(no_wait_when_something_is_due),
+        cmocka_unit_test(timers_armed_without_memory),
+        cmocka_unit_test(timers_fire_in_order),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
