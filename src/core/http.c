@@ -276,6 +276,15 @@ static void free_secret(char *s)
     kl__free(s);
 }
 
+/* Free a header list that may hold a credential (the Authorization line),
+ * each line wiped first. Accepts NULL. */
+static void free_secret_headers(struct curl_slist *list)
+{
+    for (struct curl_slist *l = list; l; l = l->next)
+        kl__wipe(l->data, strlen(l->data));
+    curl_slist_free_all(list);
+}
+
 static const char *req_errmsg(const kl__http_req *req)
 {
     return req->errmsg ? req->errmsg : "out of memory describing the error";
@@ -823,7 +832,7 @@ static int build_headers(const http *loop, const kl__http_req *req, struct curl_
         (err = add_header(&h, "Expect:")) < 0)
         goto out;
     if (req->authorization || token) {
-        kl__free(line);
+        free_secret(line);
         line = req->authorization ? kl__sprintf("Authorization: %s", req->authorization)
                                   : kl__sprintf("Authorization: Bearer %s", token);
         if ((err = add_header(&h, line)) < 0)
@@ -832,8 +841,8 @@ static int build_headers(const http *loop, const kl__http_req *req, struct curl_
     *out = h;
     h = NULL;
 out:
-    kl__free(line);
-    curl_slist_free_all(h);
+    free_secret(line);
+    free_secret_headers(h);
     return err;
 }
 
@@ -903,7 +912,7 @@ static int req_launch(http *loop, kl__http_req *req)
         err = req->err;
         goto out;
     }
-    curl_slist_free_all(req->headers);
+    free_secret_headers(req->headers);
     req->headers = h;
     h = NULL;
     timeout_ms = req_time_left_ms(loop, req);
@@ -925,7 +934,7 @@ static int req_launch(http *loop, kl__http_req *req)
     req->in_multi = 1;
     arm_req_timer(loop, req);
 out:
-    curl_slist_free_all(h);
+    free_secret_headers(h);
     return err;
 }
 
@@ -1029,7 +1038,7 @@ static void req_free(http *loop, kl__http_req *req)
     }
     if (req->native && req->on_data)
         loop->native_streams--;
-    curl_slist_free_all(req->headers);
+    free_secret_headers(req->headers);
     if (req->prev)
         req->prev->next = req->next;
     else

@@ -10,6 +10,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -28,6 +30,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <curl/curl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
@@ -784,6 +787,88 @@ static void test_bearer_token(void **state)
     /* The debug log shows the requests, never the token. */
     assert_non_null(strstr(T.logs, "/auth"));
     assert_null(strstr(T.logs, token));
+}
+
+/* libcurl's allocations go through these (curl_global_init_mem in main):
+ * a block it frees that still holds the Authorization line of the secret
+ * below was not wiped. */
+static struct {
+    char line[128];     /* "Authorization: Bearer <secret>", "" when off */
+    _Atomic size_t len; /* of line; 0: not watching */
+    atomic_int copies;  /* strdup'ed copies of the line made */
+    atomic_int unwiped; /* freed with the line in them */
+} CW;
+
+static int holds_line(const void *p)
+{
+    size_t n = atomic_load(&CW.len);
+
+    return p && n && malloc_usable_size((void *)p) >= n && memcmp(p, CW.line, n) == 0;
+}
+
+static void *cw_malloc(size_t n)
+{
+    return malloc(n);
+}
+
+static void cw_free(void *p)
+{
+    if (holds_line(p))
+        atomic_fetch_add(&CW.unwiped, 1);
+    free(p);
+}
+
+static void *cw_realloc(void *p, size_t n)
+{
+    return realloc(p, n);
+}
+
+static char *cw_strdup(const char *s)
+{
+    char *d = strdup(s);
+
+    if (holds_line(d))
+        atomic_fetch_add(&CW.copies, 1);
+    return d;
+}
+
+static void *cw_calloc(size_t n, size_t size)
+{
+    return calloc(n, size);
+}
+
+/* The Authorization line handed to libcurl (its header list) is wiped
+ * before it goes back to the allocator, as every other copy of a
+ * credential. */
+static void test_bearer_line_wiped(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char token[] = "wipe-me-bearer-token";
+    kl__http_opts o = {0};
+
+    (void)state;
+    set_accept_token(token);
+    cfg.token = token;
+    snprintf(CW.line, sizeof(CW.line), "Authorization: Bearer %s", token);
+    atomic_store(&CW.copies, 0);
+    atomic_store(&CW.unwiped, 0);
+    atomic_store(&CW.len, strlen(CW.line));
+    loop_start(&cfg);
+    /* base_url: a request libcurl carries, whatever the transport of the
+     * configured server */
+    o.method = "GET";
+    o.path = "/auth";
+    o.base_url = srv.http.url;
+    o.timeout_ms = WAIT_MS;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].status, 200);
+    assert_string_equal(S.auth, "Bearer wipe-me-bearer-token");
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    atomic_store(&CW.len, 0);
+    assert_true(atomic_load(&CW.copies) >= 1); /* the hook saw the line */
+    assert_int_equal(atomic_load(&CW.unwiped), 0);
 }
 
 static void test_token_file_rotation(void **state)
@@ -1908,6 +1993,7 @@ int main(void)
         cmocka_unit_test(test_url_escape),
         cmocka_unit_test_setup_teardown(test_bad_server_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bearer_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bearer_line_wiped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_file_rotation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_file_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_cert_accepted, setup, teardown),
@@ -1942,5 +2028,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
     };
 
+    /* before the library's own curl_global_init, which then keeps these */
+    if (curl_global_init_mem(CURL_GLOBAL_ALL, cw_malloc, cw_free, cw_realloc, cw_strdup,
+                             cw_calloc) != CURLE_OK)
+        return 1;
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }
