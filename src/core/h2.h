@@ -28,10 +28,6 @@
 
 typedef struct kl__h2 kl__h2;
 
-/* epoll_event.data.u64 of the connection's socket: this bit and the fd
- * (libcurl's sockets and the loop's eventfd carry the bare fd). */
-#define KL__H2_EPOLL_TAG ((uint64_t)1 << 40)
-
 /* How a stream ended. */
 typedef struct kl__h2_end {
     int err;            /* 0: the whole answer arrived; else K8SLEASE_E* */
@@ -55,7 +51,6 @@ typedef struct kl__h2_ops {
 
 typedef struct kl__h2_config {
     kl__loop *loop;
-    int epfd;
     const struct sockaddr *addr; /* where to connect (copied) */
     socklen_t addrlen;
     SSL_CTX *ctx;            /* borrowed; must outlive the connection */
@@ -81,8 +76,6 @@ int kl__h2_usable(const kl__h2 *c);
 int kl__h2_dead(const kl__h2 *c);
 /* No stream on it. */
 int kl__h2_idle(const kl__h2 *c);
-/* Its socket (epoll events name it with KL__H2_EPOLL_TAG). */
-int kl__h2_fd(const kl__h2 *c);
 /* The local port of its socket (0 until connected), for messages. */
 unsigned kl__h2_port(const kl__h2 *c);
 /* Lower the connect deadline (a new request asks for less). */

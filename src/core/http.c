@@ -47,7 +47,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -117,23 +116,7 @@
  * deadline. */
 #define DEFAULT_DEAD_MS 5000
 #define USER_AGENT      "k8slease/" K8SLEASE_VERSION_STRING
-/* Ready sockets taken from one epoll_wait; more wait for the next. */
-#define EPOLL_EVENTS 64
-/* Batched waits (io_wait): a loop woken up at least BATCH_ON times a
- * second, BATCH_OFF or more of them for data (a few hundred elections on a
- * server that answers each write on its own), reads its sockets and runs its
- * timers every BATCH_MS instead, as long as data comes in at least BATCH_OFF
- * windows a second; rates over BATCH_RATE_S seconds (elections started
- * together renew in bursts, one per retry period): one wake-up, with
- * its context switch, for all the answers, events and timers of the window,
- * each at most BATCH_MS later. Closures posted by other threads are not
- * held back. BATCH_ON is twice the rate at which batching pays. */
-#define BATCH_MS     10
-#define BATCH_ON     (2 * 1000 / BATCH_MS)
-#define BATCH_OFF    (1000 / BATCH_MS / 5)
-#define BATCH_RATE_S 4
-
-/* The HTTP side of a loop: kl__loop_io_data() of a loop made by kl__loop_new.
+/* The HTTP side of a loop: kl__loop_data() of a loop made by kl__loop_new.
  * Named "loop" in this file, as it was when it held the loop too. */
 typedef struct http {
     kl__loop *loop;
@@ -165,20 +148,10 @@ typedef struct http {
     int64_t dead_ms; /* TCP_USER_TIMEOUT of new connections */
     int *socks;      /* the connections' sockets libcurl has open */
     size_t nsocks, socks_cap;
-    int epfd;         /* the sockets libcurl waits on, and wakefd */
-    int wakefd;       /* eventfd: kl__loop_post and kl__loop_free wake the wait */
-    int holdfd;       /* epoll of wakefd alone: the wait of a batching window */
-    int batching;     /* reads are batched (BATCH_MS) */
-    long sleeps;      /* waits that could sleep, since rate_at */
-    long data_wakes;  /* waits that ended with a socket ready, since rate_at */
-    int64_t rate_at;  /* monotonic ns: start of the BATCH_RATE_S sleeps and data_wakes count */
-    uint64_t batches; /* batching windows waited */
-    int64_t curl_due; /* monotonic ns when libcurl's timer is due; -1: none */
-    struct epoll_event ready_ev[EPOLL_EVENTS]; /* from the last wait, for io_run */
-    int nready_ev;
-    uint64_t abandoned;  /* connections abandoned after a timeout */
-    long hedging;        /* hedges in flight */
-    uint64_t hedges_won; /* answers that came on a hedge's new connection first */
+    kl__timer curl_timer; /* libcurl's timer (CURLMOPT_TIMERFUNCTION) */
+    uint64_t abandoned;   /* connections abandoned after a timeout */
+    long hedging;         /* hedges in flight */
+    uint64_t hedges_won;  /* answers that came on a hedge's new connection first */
     /* The native transport (K8SLEASE_TRANSPORT=native, core/h2.c): the
      * configured server's requests, but hedges, on HTTP/2 connections of our
      * own; libcurl for the rest. Off (0) when not asked for, when the
@@ -550,10 +523,13 @@ static size_t on_header(char *data, size_t size, size_t nitems, void *arg)
  * execs (the CLI's supervised command) must not keep the connection to the
  * API server open after we close it, or hold a TLS session it cannot use.
  * Each is remembered until libcurl closes it, so that a connection that
- * answers nothing can be abandoned. */
+ * answers nothing can be abandoned, and has room in the loop's watch table
+ * (libcurl's socket callback cannot fail). Without memory for either, the
+ * request that opens the connection fails. */
 static curl_socket_t on_opensocket(void *arg, curlsocktype purpose, struct curl_sockaddr *addr)
 {
-    http *loop = arg;
+    kl__http_req *req = arg;
+    http *loop = req->loop;
     int fd = socket(addr->family, addr->socktype | SOCK_CLOEXEC, addr->protocol);
 
     (void)purpose;
@@ -564,18 +540,26 @@ static curl_socket_t on_opensocket(void *arg, curlsocktype purpose, struct curl_
         int *grown = kl__realloc(loop->socks, cap * sizeof(*grown));
 
         if (!grown)
-            return fd; /* not remembered: never abandoned, still bounded by its timeouts */
+            goto nomem;
         loop->socks = grown;
         loop->socks_cap = cap;
     }
+    if (kl__loop_reserve(loop->loop, fd) < 0)
+        goto nomem;
     loop->socks[loop->nsocks++] = fd;
     return fd;
+nomem:
+    set_req_error(req, K8SLEASE_ENOMEM, "%s: out of memory for a connection",
+                  req_server(loop, req));
+    close(fd);
+    return CURL_SOCKET_BAD;
 }
 
 static int on_closesocket(void *arg, curl_socket_t fd)
 {
     http *loop = arg;
 
+    kl__loop_unwatch(loop->loop, fd);
     for (size_t i = 0; i < loop->nsocks; i++)
         if (loop->socks[i] == fd) {
             loop->socks[i] = loop->socks[--loop->nsocks];
@@ -1233,7 +1217,6 @@ static CURLcode easy_setup(http *loop, CURL *e)
     curl_easy_setopt(e, CURLOPT_HTTP_VERSION, (long)CURL_HTTP_VERSION_2TLS);
     curl_easy_setopt(e, CURLOPT_PIPEWAIT, 1L);
     curl_easy_setopt(e, CURLOPT_OPENSOCKETFUNCTION, on_opensocket);
-    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, loop);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETFUNCTION, on_closesocket);
     curl_easy_setopt(e, CURLOPT_CLOSESOCKETDATA, loop);
 #if LIBCURL_VERSION_NUM >= 0x075000
@@ -1282,6 +1265,7 @@ static CURLcode req_setup(http *loop, kl__http_req *req, const char *url)
     CURLcode rc;
 
     curl_easy_setopt(e, CURLOPT_PRIVATE, req);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, req);
 #if LIBCURL_VERSION_NUM >= 0x075000
     curl_easy_setopt(e, CURLOPT_PREREQDATA, req);
 #endif
@@ -1339,6 +1323,7 @@ static void easy_put(http *loop, CURL *e)
         return;
     }
     curl_easy_setopt(e, CURLOPT_PRIVATE, NULL);
+    curl_easy_setopt(e, CURLOPT_OPENSOCKETDATA, NULL);
 #if LIBCURL_VERSION_NUM >= 0x075000
     curl_easy_setopt(e, CURLOPT_PREREQDATA, NULL);
 #endif
@@ -1532,7 +1517,6 @@ static kl__h2 *native_conn(http *loop, const kl__http_req *req, int *err)
         loop->h2 = NULL;
     }
     cfg.loop = loop->loop;
-    cfg.epfd = loop->epfd;
     cfg.addr = (const struct sockaddr *)&loop->addr;
     cfg.addrlen = loop->addrlen;
     cfg.ctx = loop->ssl_ctx;
@@ -1708,28 +1692,17 @@ static void reap_native(http *loop)
     }
 }
 
-static void native_io(http *loop, int fd, uint32_t events)
-{
-    if (loop->h2 && kl__h2_fd(loop->h2) == fd) {
-        kl__h2_io(loop->h2, events, loop->batching);
-        return;
-    }
-    for (size_t i = 0; i < loop->nh2_old; i++)
-        if (kl__h2_fd(loop->h2_old[i]) == fd) {
-            kl__h2_io(loop->h2_old[i], events, loop->batching);
-            return;
-        }
-}
-
 /* Go on with the reads a draining read left (their bytes may all be in
  * OpenSSL's buffer already, where epoll does not see them). */
 static void native_continue(http *loop)
 {
+    int drain = kl__loop_batching(loop->loop);
+
     if (loop->h2 && kl__h2_more(loop->h2))
-        kl__h2_io(loop->h2, EPOLLIN, loop->batching);
+        kl__h2_io(loop->h2, EPOLLIN, drain);
     for (size_t i = 0; i < loop->nh2_old; i++)
         if (kl__h2_more(loop->h2_old[i]))
-            kl__h2_io(loop->h2_old[i], EPOLLIN, loop->batching);
+            kl__h2_io(loop->h2_old[i], EPOLLIN, drain);
 }
 
 /* A draining read left data behind: no wait before the next. */
@@ -1833,7 +1806,7 @@ fail:
 kl__http_req *kl__http_start(kl__loop *l, const kl__http_opts *opts, kl__http_done_cb done,
                              void *arg)
 {
-    return req_start(kl__loop_io_data(l), opts, done, arg, NULL);
+    return req_start(kl__loop_data(l), opts, done, arg, NULL);
 }
 
 /* A hedge ended. An answer (any HTTP status) is the original's: the
@@ -1898,35 +1871,35 @@ static void hedge_tick(http *loop, kl__http_req *req)
 
 uint64_t kl__loop_abandoned(const kl__loop *l)
 {
-    const http *loop = kl__loop_io_data(l);
+    const http *loop = kl__loop_data(l);
 
     return loop->abandoned;
 }
 
 uint64_t kl__loop_hedges_won(const kl__loop *l)
 {
-    const http *loop = kl__loop_io_data(l);
+    const http *loop = kl__loop_data(l);
 
     return loop->hedges_won;
 }
 
 const char *kl__loop_transport(const kl__loop *l)
 {
-    const http *loop = kl__loop_io_data(l);
+    const http *loop = kl__loop_data(l);
 
     return loop->native ? "native" : "libcurl";
 }
 
 uint64_t kl__loop_h2_connections(const kl__loop *l)
 {
-    const http *loop = kl__loop_io_data(l);
+    const http *loop = kl__loop_data(l);
 
     return loop->h2_opened;
 }
 
 void kl__http_cancel(kl__loop *l, kl__http_req *req)
 {
-    http *loop = kl__loop_io_data(l);
+    http *loop = kl__loop_data(l);
 
     if (!req)
         return;
@@ -1991,48 +1964,56 @@ static void finish_transfers(http *loop)
 }
 
 /* ------------------------------------------------------------------------ */
-/* The loop's I/O                                                           */
+/* On the loop                                                              */
 /* ------------------------------------------------------------------------ */
 
-/* libcurl's wish for a socket: the events the loop waits for. The events
- * registered are kept in libcurl's pointer for the socket (sockp, tagged so
- * that it is never NULL): libcurl says it again whenever another transfer
- * starts on the socket (every request on a shared HTTP/2 connection), and
- * only a change costs an epoll_ctl. */
-#define SOCK_TAG ((uintptr_t)0x100)
+/* One of libcurl's sockets is ready: tell libcurl, as its own poll would
+ * say it (Curl_socket_check). */
+static void on_curl_ready(int fd, uint32_t events, void *arg)
+{
+    http *loop = arg;
+    int running, mask = 0;
+
+    if (events & (EPOLLIN | EPOLLERR | EPOLLHUP))
+        mask |= CURL_CSELECT_IN;
+    if (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))
+        mask |= CURL_CSELECT_OUT;
+    curl_multi_socket_action(loop->multi, fd, mask, &running);
+}
+
+/* libcurl's wish for a socket: the events the loop watches it for (the
+ * loop's table makes a repeated wish, which libcurl says whenever another
+ * transfer starts on a shared HTTP/2 connection, cost nothing). */
 static int on_socket(CURL *e, curl_socket_t fd, int what, void *arg, void *sockp)
 {
     http *loop = arg;
-    struct epoll_event ev = {0};
-    uintptr_t had = (uintptr_t)sockp;
-    int op = had ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    uint32_t events;
 
     (void)e;
+    (void)sockp;
     if (what == CURL_POLL_REMOVE) {
-        /* A closed socket left the epoll set already (ENOENT, EBADF). */
-        if (had)
-            (void)epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
+        kl__loop_unwatch(loop->loop, fd);
         return 0;
     }
-    ev.events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
-    ev.data.fd = fd;
-    if (had == (SOCK_TAG | ev.events))
-        return 0;
-    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
-        /* The descriptor was closed and its number reused behind libcurl's
-         * back, or libcurl forgot it: the other operation. */
-        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
-        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
-            /* Not -1, which would end the whole multi handle for good: the
-             * transfers on this socket end by their own timeouts (a
-             * stream's idle timeout), and the next try asks again. */
-            kl__log_printf(loop->log, K8SLEASE_LOG_ERROR, "epoll_ctl on socket %d: error %d",
-                           (int)fd, errno);
-            return 0;
-        }
-    }
-    curl_multi_assign(loop->multi, fd, (void *)(SOCK_TAG | ev.events));
+    events = (what & CURL_POLL_IN ? EPOLLIN : 0) | (what & CURL_POLL_OUT ? EPOLLOUT : 0);
+    /* Not -1 on failure, which would end the whole multi handle for good:
+     * the transfers on this socket end by their own timeouts (a stream's
+     * idle timeout), and the next wish asks again. */
+    if (kl__loop_watch(loop->loop, fd, events, on_curl_ready, loop) < 0)
+        kl__log_printf(loop->log, K8SLEASE_LOG_ERROR, "%s", kl__error_get());
     return 0;
+}
+
+static void run(void *data);
+
+static void on_curl_due(kl__timer *t, void *arg)
+{
+    http *loop = arg;
+    int running;
+
+    (void)t;
+    curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    run(loop);
 }
 
 /* libcurl's timer: due in timeout_ms (-1: none). libcurl rounds down to
@@ -2044,118 +2025,38 @@ static int on_curl_timer(CURLM *multi, long timeout_ms, void *arg)
 
     (void)multi;
     if (timeout_ms < 0)
-        loop->curl_due = -1;
+        kl__timer_cancel(loop->loop, &loop->curl_timer);
     else
-        loop->curl_due = kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms + 1 : 0) * KL_NS_PER_MS;
+        kl__timer_arm(loop->loop, &loop->curl_timer,
+                      kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms + 1 : 0) * KL_NS_PER_MS);
     return 0;
 }
 
-static void io_run(void *data)
+/* The loop's hooks. */
+static void run(void *data)
 {
     http *loop = data;
-    int running, n = loop->nready_ev;
 
-    loop->nready_ev = 0;
     native_continue(loop);
-    for (int i = 0; i < n; i++) {
-        uint32_t ev = loop->ready_ev[i].events;
-        int mask = 0;
-
-        if (loop->ready_ev[i].data.u64 & KL__H2_EPOLL_TAG) {
-            native_io(loop, (int)(loop->ready_ev[i].data.u64 & 0xffffffffu), ev);
-            continue;
-        }
-        if (loop->ready_ev[i].data.fd == loop->wakefd)
-            continue;
-        /* as libcurl's own poll would say it (Curl_socket_check) */
-        if (ev & (EPOLLIN | EPOLLERR | EPOLLHUP))
-            mask |= CURL_CSELECT_IN;
-        if (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))
-            mask |= CURL_CSELECT_OUT;
-        curl_multi_socket_action(loop->multi, loop->ready_ev[i].data.fd, mask, &running);
-    }
-    if (loop->curl_due >= 0 && kl__loop_now(loop->loop) >= loop->curl_due) {
-        /* libcurl tells the next one through on_curl_timer */
-        loop->curl_due = -1;
-        curl_multi_socket_action(loop->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    }
     deliver_streams(loop);
     finish_native(loop);
     finish_transfers(loop);
     reap_native(loop);
 }
 
-static long io_timeout_ms(void *data)
+static int busy(void *data)
 {
     http *loop = data;
-    int64_t left;
 
-    if (loop->h2_done || loop->ready)
-        return 0;
-    if (loop->curl_due < 0)
-        return -1;
-    left = loop->curl_due - kl__clock_mono_ns();
-    return left <= 0 ? 0 : (long)((left + KL_NS_PER_MS - 1) / KL_NS_PER_MS);
+    return loop->h2_done || loop->ready || native_more(loop);
 }
 
-static void io_wait(void *data, int timeout_ms)
+static int flush(void *data)
 {
     http *loop = data;
-    int n, got_data = 0;
-    int64_t now;
 
-    /* What the loop's callbacks queued goes out now, as one write. */
     native_flush(loop);
-    if (loop->h2_done || loop->ready)
-        timeout_ms = 0;
-    loop->sleeps += timeout_ms != 0;
-    if (native_more(loop))
-        timeout_ms = 0;
-    if (loop->batching && timeout_ms != 0) {
-        struct epoll_event ev;
-
-        /* The whole window, even when a timer is due sooner: under load
-         * the timers (renewals, hedges, deadlines) also run at most
-         * BATCH_MS late, together. A post ends the window; the sockets
-         * are looked at either way. */
-        loop->batches++;
-        if (epoll_wait(loop->holdfd, &ev, 1, BATCH_MS) > 0 ||
-            (timeout_ms >= 0 && timeout_ms <= BATCH_MS))
-            timeout_ms = 0;
-        else if (timeout_ms > 0)
-            timeout_ms -= BATCH_MS;
-    }
-    n = epoll_wait(loop->epfd, loop->ready_ev, EPOLL_EVENTS, timeout_ms);
-
-    loop->nready_ev = n > 0 ? n : 0;
-    for (int i = 0; i < loop->nready_ev; i++) {
-        uint64_t count;
-
-        if (loop->ready_ev[i].data.u64 & KL__H2_EPOLL_TAG)
-            got_data = 1;
-        else if (loop->ready_ev[i].data.fd == loop->wakefd)
-            (void)!read(loop->wakefd, &count, sizeof(count));
-        else
-            got_data = 1;
-    }
-    loop->data_wakes += got_data;
-    now = kl__clock_mono_ns();
-    if (now - loop->rate_at >= BATCH_RATE_S * KL_NS_PER_S) {
-        loop->batching = loop->batching ? loop->data_wakes >= BATCH_OFF * BATCH_RATE_S
-                                        : loop->sleeps >= BATCH_ON * BATCH_RATE_S &&
-                                              loop->data_wakes >= BATCH_OFF * BATCH_RATE_S;
-        loop->sleeps = loop->data_wakes = 0;
-        loop->rate_at = now;
-    }
-}
-
-static void io_wakeup(void *data)
-{
-    http *loop = data;
-    uint64_t one = 1;
-
-    /* EAGAIN: the counter is full, so the wait wakes anyway */
-    (void)!write(loop->wakefd, &one, sizeof(one));
+    return loop->h2_done || loop->ready;
 }
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
@@ -2453,7 +2354,7 @@ static int native_setup(http *loop)
     return 0;
 }
 
-static void io_destroy(void *data)
+static void destroy(void *data)
 {
     http *loop = data;
 
@@ -2473,12 +2374,7 @@ static void io_destroy(void *data)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
         curl_multi_cleanup(loop->multi);
-    if (loop->epfd >= 0)
-        close(loop->epfd);
-    if (loop->wakefd >= 0)
-        close(loop->wakefd);
-    if (loop->holdfd >= 0)
-        close(loop->holdfd);
+    kl__timer_cancel(loop->loop, &loop->curl_timer);
     kl__free(loop->socks);
     curl_slist_free_all(loop->connect_to);
     kl__free(loop->server);
@@ -2497,7 +2393,7 @@ static void io_destroy(void *data)
     kl__free(loop);
 }
 
-static const kl__loop_io http_io = {io_run, io_timeout_ms, io_wait, io_wakeup, io_destroy};
+static const kl__loop_hooks hooks = {run, busy, flush, destroy};
 
 int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
                  const char *user_agent)
@@ -2513,8 +2409,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
     if (!(loop = kl__calloc(1, sizeof(*loop))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     loop->log = log;
-    loop->curl_due = -1;
-    loop->epfd = loop->wakefd = loop->holdfd = -1;
+    kl__timer_init(&loop->curl_timer, on_curl_due, loop);
     if ((err = copy_config(loop, cfg)) < 0)
         goto out;
     loop->user_agent = user_agent && user_agent[0] ? kl__sprintf("%s %s", USER_AGENT, user_agent)
@@ -2527,24 +2422,6 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
         goto out;
     }
-    if ((loop->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-        (loop->holdfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
-        (loop->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "cannot create the loop's epoll or eventfd: error %d",
-                            errno);
-        goto out;
-    }
-    {
-        struct epoll_event ev = {0};
-
-        ev.events = EPOLLIN;
-        ev.data.fd = loop->wakefd;
-        if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0 ||
-            epoll_ctl(loop->holdfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0) {
-            err = kl__error_set(K8SLEASE_ENOMEM, "epoll_ctl: error %d", errno);
-            goto out;
-        }
-    }
     curl_multi_setopt(loop->multi, CURLMOPT_SOCKETFUNCTION, on_socket);
     curl_multi_setopt(loop->multi, CURLMOPT_SOCKETDATA, loop);
     curl_multi_setopt(loop->multi, CURLMOPT_TIMERFUNCTION, on_curl_timer);
@@ -2554,19 +2431,19 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
     set_limits(loop);
     if ((err = native_setup(loop)) < 0)
         goto out;
-    if ((err = kl__loop_start(&loop->loop, &http_io, loop, log)) < 0)
+    if ((err = kl__loop_start(&loop->loop, &hooks, loop, log)) < 0)
         goto out;
     *out = loop->loop;
     loop = NULL;
 out:
     if (loop)
-        io_destroy(loop);
+        destroy(loop);
     return err;
 }
 
 void kl__loop_set_dead_timeout(kl__loop *l, int64_t ms)
 {
-    http *loop = kl__loop_io_data(l);
+    http *loop = kl__loop_data(l);
 
     if (ms > 0 && ms < loop->dead_ms)
         loop->dead_ms = ms < 100 ? 100 : ms;

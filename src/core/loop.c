@@ -1,23 +1,50 @@
-/* The event loop: one thread, a binary min-heap of timers and a FIFO of
- * closures posted by other threads. The I/O it waits on (libcurl multi, in
- * core/http.c) is behind kl__loop_io, so this file knows no protocol.
+/* The event loop: one thread, epoll on the descriptors watched, a binary
+ * min-heap of timers and a FIFO of closures posted by other threads. What
+ * runs on it plugs in through kl__loop_hooks (core/http.c), so this file
+ * knows no protocol.
  *
- * One iteration: read the monotonic clock once ("now"), let the io make
- * progress and run its callbacks, run the timers that are due, run the
- * posted closures, then sleep in the io's wait until the earliest of the io's
- * own deadline, the first timer and POLL_MAX_MS; a post wakes it. When
- * something is due at once, the next iteration starts without a wait (once
- * in a row). */
+ * One iteration: read the monotonic clock once ("now"), run the callbacks of
+ * the descriptors the last wait found ready, the hooks' run (what the I/O
+ * brought), the timers that are due and the posted closures; then the
+ * hooks' flush (what the iteration queued goes out) and a sleep in
+ * epoll_wait until the earliest of a descriptor's readiness, the first
+ * timer and POLL_MAX_MS; a post wakes it (an eventfd). When something is
+ * due at once, the next iteration starts without a wait (once in a row, so
+ * that the descriptors are still looked at).
+ *
+ * Under load the waits are batched: a loop that sleeps and wakes up at
+ * least BATCH_ON times a second, BATCH_OFF or more of them for data (a few
+ * hundred elections on a server that answers each write on its own), waits
+ * BATCH_MS with only the eventfd watched and then takes what every
+ * descriptor has, as long as data comes in at least BATCH_OFF windows a
+ * second; rates over BATCH_RATE_S seconds (elections started together
+ * renew in bursts, one per retry period). One wake-up, with its context
+ * switch, for all the answers, events and timers of the window, each at
+ * most BATCH_MS later. Closures posted by other threads are not held back.
+ * BATCH_ON is twice the rate at which batching pays. */
 #include "core/loop.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
 
 #include "core/clock.h"
 
-/* Longest sleep: every wake-up source (io, timers, posts) shortens it. */
+/* Longest sleep: every wake-up source (descriptors, timers, posts)
+ * shortens it. */
 #define POLL_MAX_MS 60000
+/* Ready descriptors taken from one epoll_wait; more wait for the next. */
+#define EPOLL_EVENTS 64
+/* Descriptors the watch table has room for at first (it grows). */
+#define WATCH_INITIAL 64
+#define BATCH_MS      10
+#define BATCH_ON      (2 * 1000 / BATCH_MS)
+#define BATCH_OFF     (1000 / BATCH_MS / 5)
+#define BATCH_RATE_S  4
 
 typedef struct closure {
     struct closure *next;
@@ -26,12 +53,22 @@ typedef struct closure {
     int borrowed; /* kl__loop_call's, on its caller's stack: not freed */
 } closure;
 
+/* What a descriptor is watched for; cb NULL: not watched. */
+typedef struct watch {
+    kl__watch_cb cb;
+    void *arg;
+    uint32_t events;
+} watch;
+
 struct kl__loop {
     /* Set by kl__loop_start, read-only afterwards. */
     const kl__log *log;
-    kl__loop_io io;
-    void *io_data;
+    kl__loop_hooks hooks;
+    void *data;
     pthread_t thread;
+    int epfd;   /* the watched descriptors and wakefd */
+    int wakefd; /* eventfd: kl__loop_post and kl__loop_free end the wait */
+    int holdfd; /* epoll of wakefd alone: the wait of a batching window */
 
     /* Loop thread only (and the freeing thread once the loop has stopped). */
     int64_t now;
@@ -39,6 +76,14 @@ struct kl__loop {
     size_t ntimers;
     size_t armed; /* timers armed so far: each arming's order */
     kl__loop_counts counts;
+    watch *watches; /* by descriptor */
+    size_t nwatches;
+    struct epoll_event ready[EPOLL_EVENTS]; /* from the last wait */
+    int nready, next_ready;                 /* ready[next_ready..nready) still to run */
+    int batching;                           /* waits are batched (BATCH_MS) */
+    long sleeps;                            /* waits that could sleep, since rate_at */
+    long data_wakes; /* waits that ended with a descriptor ready, since rate_at */
+    int64_t rate_at; /* monotonic ns: start of the BATCH_RATE_S counts */
 
     /* Shared with other threads, under mu. */
     pthread_mutex_t mu;
@@ -223,6 +268,150 @@ static void run_timers(kl__loop *loop)
 }
 
 /* ------------------------------------------------------------------------ */
+/* Descriptors                                                              */
+/* ------------------------------------------------------------------------ */
+
+int kl__loop_reserve(kl__loop *loop, int fd)
+{
+    size_t n = loop->nwatches ? loop->nwatches : WATCH_INITIAL;
+    watch *grown;
+
+    if (fd < 0 || (size_t)fd < loop->nwatches)
+        return 0;
+    while (n <= (size_t)fd)
+        n *= 2;
+    if (!(grown = kl__realloc(loop->watches, n * sizeof(*grown))))
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory watching descriptor %d", fd);
+    memset(grown + loop->nwatches, 0, (n - loop->nwatches) * sizeof(*grown));
+    loop->watches = grown;
+    loop->nwatches = n;
+    return 0;
+}
+
+int kl__loop_watch(kl__loop *loop, int fd, uint32_t events, kl__watch_cb cb, void *arg)
+{
+    struct epoll_event ev = {0};
+    int had, op, err;
+
+    if (!events) {
+        kl__loop_unwatch(loop, fd);
+        return 0;
+    }
+    if ((err = kl__loop_reserve(loop, fd)) < 0)
+        return err;
+    had = loop->watches[fd].cb != NULL;
+    loop->watches[fd].cb = cb;
+    loop->watches[fd].arg = arg;
+    if (had && loop->watches[fd].events == events)
+        return 0;
+    ev.events = events;
+    ev.data.fd = fd;
+    op = had ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+    if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+        /* The descriptor was closed and its number reused behind the
+         * watcher's back (epoll forgets a closed descriptor): the other
+         * operation. */
+        op = op == EPOLL_CTL_ADD ? EPOLL_CTL_MOD : EPOLL_CTL_ADD;
+        if (epoll_ctl(loop->epfd, op, fd, &ev) != 0) {
+            int e = errno;
+
+            loop->watches[fd].cb = NULL;
+            loop->watches[fd].events = 0;
+            return kl__error_set(K8SLEASE_ETRANSPORT, "epoll_ctl on descriptor %d: error %d", fd,
+                                 e);
+        }
+    }
+    loop->watches[fd].events = events;
+    return 0;
+}
+
+void kl__loop_unwatch(kl__loop *loop, int fd)
+{
+    if (fd < 0 || (size_t)fd >= loop->nwatches || !loop->watches[fd].cb)
+        return;
+    /* A closed descriptor left the epoll set already (EBADF, ENOENT). */
+    (void)epoll_ctl(loop->epfd, EPOLL_CTL_DEL, fd, NULL);
+    loop->watches[fd].cb = NULL;
+    loop->watches[fd].events = 0;
+    for (int i = loop->next_ready; i < loop->nready; i++)
+        if (loop->ready[i].data.fd == fd)
+            loop->ready[i].events = 0;
+}
+
+int kl__loop_batching(const kl__loop *loop)
+{
+    return loop->batching;
+}
+
+/* The callbacks of the descriptors the last wait found ready. */
+static void run_ready(kl__loop *loop)
+{
+    while (loop->next_ready < loop->nready) {
+        struct epoll_event *ev = &loop->ready[loop->next_ready++];
+        int fd = ev->data.fd;
+        watch *w;
+
+        if (!ev->events || fd == loop->wakefd || (size_t)fd >= loop->nwatches)
+            continue;
+        w = &loop->watches[fd];
+        if (w->cb)
+            w->cb(fd, ev->events, w->arg);
+    }
+    loop->nready = loop->next_ready = 0;
+}
+
+/* Sleep until a descriptor is ready, a post, or timeout_ms (-1: none). */
+static void wait_io(kl__loop *loop, int timeout_ms)
+{
+    int n, got_data = 0;
+    int64_t now;
+
+    loop->sleeps += timeout_ms != 0;
+    if (loop->batching && timeout_ms != 0) {
+        struct epoll_event ev;
+
+        /* The whole window, even when a timer is due sooner: under load
+         * the timers (renewals, hedges, deadlines) also run at most
+         * BATCH_MS late, together. A post ends the window; the
+         * descriptors are looked at either way. */
+        loop->counts.batches++;
+        if (epoll_wait(loop->holdfd, &ev, 1, BATCH_MS) > 0 ||
+            (timeout_ms >= 0 && timeout_ms <= BATCH_MS))
+            timeout_ms = 0;
+        else if (timeout_ms > 0)
+            timeout_ms -= BATCH_MS;
+    }
+    n = epoll_wait(loop->epfd, loop->ready, EPOLL_EVENTS, timeout_ms);
+    loop->nready = n > 0 ? n : 0;
+    loop->next_ready = 0;
+    for (int i = 0; i < loop->nready; i++) {
+        uint64_t count;
+
+        if (loop->ready[i].data.fd == loop->wakefd)
+            (void)!read(loop->wakefd, &count, sizeof(count));
+        else
+            got_data = 1;
+    }
+    loop->data_wakes += got_data;
+    now = kl__clock_mono_ns();
+    if (now - loop->rate_at >= BATCH_RATE_S * KL_NS_PER_S) {
+        loop->batching = loop->batching ? loop->data_wakes >= BATCH_OFF * BATCH_RATE_S
+                                        : loop->sleeps >= BATCH_ON * BATCH_RATE_S &&
+                                              loop->data_wakes >= BATCH_OFF * BATCH_RATE_S;
+        loop->sleeps = loop->data_wakes = 0;
+        loop->rate_at = now;
+    }
+}
+
+static void wakeup(kl__loop *loop)
+{
+    uint64_t one = 1;
+
+    /* EAGAIN: the counter is full, so the wait wakes anyway */
+    (void)!write(loop->wakefd, &one, sizeof(one));
+}
+
+/* ------------------------------------------------------------------------ */
 /* Loop thread                                                              */
 /* ------------------------------------------------------------------------ */
 
@@ -258,12 +447,11 @@ static size_t run_posted(kl__loop *loop, int *stop)
  * another wake-up for nothing). */
 static int poll_timeout(kl__loop *loop)
 {
-    long io_ms = loop->io.timeout_ms(loop->io_data);
     int64_t ms = POLL_MAX_MS;
 
-    if (io_ms >= 0 && io_ms < ms)
-        ms = io_ms;
-    if (loop->root && ms > 0) {
+    if (loop->hooks.busy(loop->data))
+        return 0;
+    if (loop->root) {
         int64_t wait = loop->root->at - kl__clock_mono_ns();
 
         wait = wait <= 0 ? 0 : (wait + KL_NS_PER_MS - 1) / KL_NS_PER_MS;
@@ -281,7 +469,8 @@ static void *loop_main(void *arg)
     current_loop = loop;
     for (;;) {
         loop->now = kl__clock_mono_ns();
-        loop->io.run(loop->io_data);
+        run_ready(loop);
+        loop->hooks.run(loop->data);
         run_timers(loop);
         run_posted(loop, &stop);
         if (stop)
@@ -289,16 +478,22 @@ static void *loop_main(void *arg)
         /* Something is due already (a request just started, a timer for
          * now): the next iteration, without a wait that would not sleep;
          * but not twice in a row, so that what keeps asking for "at once"
-         * cannot keep the io's sockets from being looked at. */
+         * cannot keep the descriptors from being looked at. */
         timeout = poll_timeout(loop);
         if (timeout == 0 && !skipped) {
             skipped = 1;
             continue;
         }
         skipped = 0;
+        /* What the iteration queued goes out now, as one write. */
+        if (loop->hooks.flush(loop->data))
+            timeout = 0;
         if (timeout > 0)
             loop->counts.waits++;
-        loop->io.wait(loop->io_data, timeout);
+        else
+            loop->counts.polls++;
+        loop->counts.last_timeout_ms = timeout;
+        wait_io(loop, timeout);
     }
     /* Closures posted before the stop still run: they may own memory that
      * only they free. */
@@ -317,20 +512,46 @@ static void loop_destroy(kl__loop *loop)
         if (!c->borrowed)
             kl__free(c);
     }
+    if (loop->epfd >= 0)
+        close(loop->epfd);
+    if (loop->holdfd >= 0)
+        close(loop->holdfd);
+    if (loop->wakefd >= 0)
+        close(loop->wakefd);
+    kl__free(loop->watches);
     pthread_cond_destroy(&loop->cond);
     pthread_mutex_destroy(&loop->mu);
     kl__free(loop);
 }
 
-int kl__loop_start(kl__loop **out, const kl__loop_io *io, void *data, const kl__log *log)
+/* The loop's epoll, its batching window's and the eventfd that wakes both. */
+static int open_fds(kl__loop *loop)
+{
+    struct epoll_event ev = {0};
+
+    if ((loop->epfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        (loop->holdfd = epoll_create1(EPOLL_CLOEXEC)) < 0 ||
+        (loop->wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "cannot create the loop's epoll or eventfd: error %d",
+                             errno);
+    ev.events = EPOLLIN;
+    ev.data.fd = loop->wakefd;
+    if (epoll_ctl(loop->epfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0 ||
+        epoll_ctl(loop->holdfd, EPOLL_CTL_ADD, loop->wakefd, &ev) != 0)
+        return kl__error_set(K8SLEASE_ENOMEM, "epoll_ctl: error %d", errno);
+    return 0;
+}
+
+int kl__loop_start(kl__loop **out, const kl__loop_hooks *hooks, void *data, const kl__log *log)
 {
     kl__loop *loop = NULL;
     sigset_t all, old;
-    int rc;
+    int rc, err;
 
     *out = NULL;
     if (!(loop = kl__calloc(1, sizeof(*loop))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    loop->epfd = loop->holdfd = loop->wakefd = -1;
     if (pthread_mutex_init(&loop->mu, NULL) != 0) {
         kl__free(loop);
         return kl__error_set(K8SLEASE_ENOMEM, "pthread_mutex_init failed");
@@ -341,19 +562,27 @@ int kl__loop_start(kl__loop **out, const kl__loop_io *io, void *data, const kl__
         return kl__error_set(K8SLEASE_ENOMEM, "pthread_cond_init failed");
     }
     loop->log = log;
-    loop->io = *io;
-    loop->io_data = data;
-    loop->now = kl__clock_mono_ns();
+    loop->hooks = *hooks;
+    loop->data = data;
+    loop->now = loop->rate_at = kl__clock_mono_ns();
+    loop->counts.last_timeout_ms = -1;
+    if ((err = open_fds(loop)) < 0) {
+        loop_destroy(loop);
+        return err;
+    }
+    /* Set before the thread starts, which may read it through the hooks'
+     * data (pthread_create orders this write before the thread). */
+    *out = loop;
     /* The host process's signal handlers stay on its own threads. */
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
     rc = pthread_create(&loop->thread, NULL, loop_main, loop);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc != 0) {
+        *out = NULL;
         loop_destroy(loop);
         return kl__error_set(K8SLEASE_ENOMEM, "cannot start the loop thread: error %d", rc);
     }
-    *out = loop;
     return 0;
 }
 
@@ -369,16 +598,17 @@ void kl__loop_free(kl__loop *loop)
     pthread_mutex_lock(&loop->mu);
     loop->stop = 1;
     pthread_mutex_unlock(&loop->mu);
-    loop->io.wakeup(loop->io_data);
+    wakeup(loop);
     pthread_join(loop->thread, NULL);
-    /* The io first: freeing its requests cancels their timers. */
-    loop->io.destroy(loop->io_data);
+    /* What runs on it first: freeing its requests cancels their timers and
+     * unwatches their descriptors. */
+    loop->hooks.destroy(loop->data);
     loop_destroy(loop);
 }
 
-void *kl__loop_io_data(const kl__loop *loop)
+void *kl__loop_data(const kl__loop *loop)
 {
-    return loop->io_data;
+    return loop->data;
 }
 
 static void enqueue(kl__loop *loop, closure *c)
@@ -390,7 +620,7 @@ static void enqueue(kl__loop *loop, closure *c)
         loop->head = c;
     loop->tail = c;
     pthread_mutex_unlock(&loop->mu);
-    loop->io.wakeup(loop->io_data);
+    wakeup(loop);
 }
 
 int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg)
