@@ -54,13 +54,12 @@
 #include <curl/curl.h>
 #include <jansson.h>
 #include <nghttp2/nghttp2.h>
-#include <openssl/err.h>
-#include <openssl/pem.h>
 #include <openssl/ssl.h>
 
 #include "core/clock.h"
 #include "core/credential.h"
 #include "core/h2.h"
+#include "core/tls.h"
 
 #if LIBCURL_VERSION_NUM < 0x074d00
 #error "k8slease needs libcurl >= 7.77 (CURLOPT_CAINFO_BLOB)"
@@ -68,13 +67,7 @@
 
 #define BODY_MAX (16 * 1024 * 1024)
 /* The content type of every answer of the API server: not copied. */
-#define JSON_TYPE      "application/json"
-#define TOKEN_FILE_MAX (64 * 1024)
-/* Bound service-account tokens rotate; client-go re-reads them every minute. */
-#define TOKEN_REREAD_NS (60 * KL_NS_PER_S)
-/* Refresh exec credentials this long before they expire, so a request never
- * leaves with a token that dies on the way. */
-#define EXEC_EARLY_US      INT64_C(30000000)
+#define JSON_TYPE          "application/json"
 #define CONNECT_TIMEOUT_MS 30000L
 /* Connections for plain requests: at a few ms each, enough for thousands of
  * elections renewing every few seconds; more only cost memory (TLS state)
@@ -126,12 +119,7 @@ typedef struct http {
     char *base;                    /* prefix of request URLs; host = tls_server_name if set */
     struct curl_slist *connect_to; /* tls_server_name: connect to the real host */
     const char *protocols;         /* "https", or "http" for an http:// server */
-    int insecure;
-    char *ca_file, *cert_file, *key_file;
-    char *ca_pem, *cert_pem, *key_pem;
-    size_t ca_pem_len, cert_pem_len, key_pem_len;
-    char *token_file;
-    kl__exec_config *exec;
+    kl__tls *tls;
     char *user_agent;
     CURLM *multi;
 
@@ -169,14 +157,9 @@ typedef struct http {
     kl__http_req *h2_done; /* native requests whose stream ended: to finish */
     uint64_t h2_opened;    /* native connections opened */
     long native_streams;   /* live requests with on_data on the native transport */
-    char *auth_header;     /* "Bearer TOKEN" for auth_header_gen, NULL: none built */
-    unsigned auth_header_gen;
-    char *token; /* static or token-file bearer token, NULL: none */
-    int64_t token_read_at;
-    kl__exec_credential cred;
-    int have_cred;
-    unsigned auth_gen; /* bumped whenever the credentials change */
-    int auth_stale;    /* a 401 came back: refresh before the next request */
+    kl__creds *creds;
+    int exec;                 /* the credentials come from an exec plugin */
+    kl__http_req *creds_wait; /* requests waiting for credentials */
 } http;
 
 struct kl__http_req {
@@ -214,12 +197,14 @@ struct kl__http_req {
     int open_pending; /* on_open not called yet */
     kl__http_done_cb done;
     void *arg;
-    kl__timer timer; /* idle timeout, or delivery of a failed launch */
-    kl__buf resp;    /* collected body, or stream bytes not yet given to on_data */
-    int streaming;   /* a 200 with on_data: bytes go to on_data */
-    int retried;     /* the one retry after a 401 is spent */
-    unsigned auth_gen;
-    int busy; /* inside on_data or done: cancel only marks it */
+    kl__timer timer;          /* idle timeout, or delivery of a failed launch */
+    kl__buf resp;             /* collected body, or stream bytes not yet given to on_data */
+    int streaming;            /* a 200 with on_data: bytes go to on_data */
+    int retried;              /* the one retry after a 401 is spent */
+    unsigned auth_gen;        /* of the credentials it went with */
+    kl__http_req *creds_next; /* loop->creds_wait */
+    int on_creds_wait;        /* in loop->creds_wait */
+    int busy;                 /* inside on_data or done: cancel only marks it */
     int cancelled;
     int err;
     int unsent;   /* err: resolving or connecting failed, nothing was sent */
@@ -261,131 +246,6 @@ static void free_secret_headers(struct curl_slist *list)
 static const char *req_errmsg(const kl__http_req *req)
 {
     return req->errmsg ? req->errmsg : "out of memory describing the error";
-}
-
-/* ------------------------------------------------------------------------ */
-/* Credentials                                                              */
-/* ------------------------------------------------------------------------ */
-
-static void errno_message(int errnum, char *buf, size_t len)
-{
-    if (strerror_r(errnum, buf, len) != 0)
-        snprintf(buf, len, "error %d", errnum);
-}
-
-static int read_token_file(const char *path, char **out)
-{
-    kl__buf b = {0};
-    char chunk[4096], why[128];
-    FILE *f = fopen(path, "re"); /* close-on-exec */
-    size_t n, start = 0, end;
-    int err = 0;
-
-    *out = NULL;
-    if (!f) {
-        errno_message(errno, why, sizeof(why));
-        return kl__error_set(K8SLEASE_ECONFIG, "token file %s: %s", path, why);
-    }
-    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
-        if (b.len + n > TOKEN_FILE_MAX) {
-            err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: larger than %d bytes", path,
-                                TOKEN_FILE_MAX);
-            goto out;
-        }
-        if ((err = kl__buf_append(&b, chunk, n)) < 0) {
-            kl__error_set(err, "out of memory");
-            goto out;
-        }
-    }
-    if (ferror(f)) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: read error", path);
-        goto out;
-    }
-    end = b.len;
-    while (start < end && strchr(" \t\r\n", b.data[start]))
-        start++;
-    while (end > start && strchr(" \t\r\n", b.data[end - 1]))
-        end--;
-    if (start == end) {
-        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: empty", path);
-        goto out;
-    }
-    if (!(*out = kl__strndup(b.data + start, end - start)))
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-out:
-    fclose(f);
-    kl__buf_free(&b);
-    return err;
-}
-
-static int refresh_token_file(http *loop)
-{
-    char *token = NULL;
-    int err;
-
-    if (loop->token && !loop->auth_stale &&
-        kl__loop_now(loop->loop) - loop->token_read_at < TOKEN_REREAD_NS)
-        return 0;
-    loop->auth_stale = 0;
-    loop->token_read_at = kl__loop_now(loop->loop);
-    if ((err = read_token_file(loop->token_file, &token)) < 0) {
-        if (!loop->token)
-            return err;
-        kl__log_printf(loop->log, K8SLEASE_LOG_WARN, "%s; keeping the previous token",
-                       kl__error_get());
-        return 0;
-    }
-    if (loop->token && strcmp(loop->token, token) == 0) {
-        kl__free(token);
-        return 0;
-    }
-    kl__free(loop->token);
-    loop->token = token;
-    loop->auth_gen++;
-    return 0;
-}
-
-static int refresh_exec(http *loop)
-{
-    kl__exec_credential cred = {0};
-    int64_t wall = kl__clock_wall_us();
-    int64_t expiry = loop->cred.expiry_us;
-    int err;
-
-    if (loop->have_cred && !loop->auth_stale && (expiry == 0 || wall < expiry - EXEC_EARLY_US))
-        return 0;
-    loop->auth_stale = 0;
-    /* Blocks the loop thread while the plugin runs (bounded by its 30 s
-     * limit). Acceptable for now: plugins answer from their own cache in
-     * milliseconds and run once per expiry; a helper thread would lift it. */
-    if ((err = kl__exec_credential_run(loop->exec, &cred)) < 0) {
-        if (loop->have_cred && (expiry == 0 || wall < expiry)) {
-            kl__log_printf(loop->log, K8SLEASE_LOG_WARN,
-                           "%s; keeping the previous credentials until they expire",
-                           kl__error_get());
-            return 0;
-        }
-        return err;
-    }
-    kl__exec_credential_clear(&loop->cred);
-    loop->cred = cred;
-    loop->have_cred = 1;
-    loop->auth_gen++;
-    return 0;
-}
-
-static int refresh_credentials(http *loop)
-{
-    if (loop->exec)
-        return refresh_exec(loop);
-    if (loop->token_file)
-        return refresh_token_file(loop);
-    return 0;
-}
-
-static const char *bearer_token(const http *loop)
-{
-    return loop->exec ? loop->cred.token : loop->token;
 }
 
 /* The server of a request, for URLs and messages. */
@@ -754,39 +614,26 @@ static size_t on_write(char *data, size_t size, size_t nmemb, void *arg)
     return len;
 }
 
-/* Client certificate: the exec plugin's, else the config's (data, else file). */
+/* An exec plugin's client certificate, as blobs libcurl loads: connections
+ * are matched on them, so new ones go to the server once the plugin gives
+ * another. The configuration's own comes with the rest of the TLS setup
+ * (on_ssl_ctx). A NULL blob clears what a previous request set. */
 static int set_client_cert(http *loop, CURL *e)
 {
     struct curl_blob cert = {NULL, 0, CURL_BLOB_COPY}, key = {NULL, 0, CURL_BLOB_COPY};
-    const char *cert_file = NULL, *key_file = NULL;
     int bad = 0;
 
-    if (loop->have_cred && loop->cred.cert_pem && loop->cred.key_pem) {
-        cert.data = loop->cred.cert_pem;
-        cert.len = strlen(loop->cred.cert_pem);
-        key.data = loop->cred.key_pem;
-        key.len = strlen(loop->cred.key_pem);
-    } else {
-        if (loop->cert_pem) {
-            cert.data = loop->cert_pem;
-            cert.len = loop->cert_pem_len;
-        } else {
-            cert_file = loop->cert_file;
-        }
-        if (loop->key_pem) {
-            key.data = loop->key_pem;
-            key.len = loop->key_pem_len;
-        } else {
-            key_file = loop->key_file;
-        }
+    const char *cert_pem, *key_pem;
+
+    kl__creds_identity(loop->creds, &cert_pem, &key_pem);
+    if (cert_pem) {
+        cert.data = (void *)cert_pem;
+        cert.len = strlen(cert_pem);
+        key.data = (void *)key_pem;
+        key.len = strlen(key_pem);
     }
-    /* A NULL blob or file clears what a previous attempt set. */
     bad |= curl_easy_setopt(e, CURLOPT_SSLCERT_BLOB, cert.data ? &cert : NULL) != CURLE_OK;
     bad |= curl_easy_setopt(e, CURLOPT_SSLKEY_BLOB, key.data ? &key : NULL) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_SSLCERT, cert_file) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_SSLKEY, key_file) != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_SSLCERTTYPE, "PEM") != CURLE_OK;
-    bad |= curl_easy_setopt(e, CURLOPT_SSLKEYTYPE, "PEM") != CURLE_OK;
     return bad ? K8SLEASE_ENOMEM : 0;
 }
 
@@ -800,10 +647,10 @@ static int add_header(struct curl_slist **list, const char *line)
     return 0;
 }
 
-static int build_headers(const http *loop, const kl__http_req *req, struct curl_slist **out)
+/* auth: the Authorization line of the credentials (NULL: none). */
+static int build_headers(const kl__http_req *req, const char *auth, struct curl_slist **out)
 {
     struct curl_slist *h = NULL;
-    const char *token = bearer_token(loop);
     char *line = NULL;
     int err = 0;
 
@@ -815,12 +662,13 @@ static int build_headers(const http *loop, const kl__http_req *req, struct curl_
         (err = add_header(&h, "Accept: application/json")) < 0 ||
         (err = add_header(&h, "Expect:")) < 0)
         goto out;
-    if (req->authorization || token) {
+    if (req->authorization) {
         free_secret(line);
-        line = req->authorization ? kl__sprintf("Authorization: %s", req->authorization)
-                                  : kl__sprintf("Authorization: Bearer %s", token);
+        line = kl__sprintf("Authorization: %s", req->authorization);
         if ((err = add_header(&h, line)) < 0)
             goto out;
+    } else if (auth && (err = add_header(&h, auth)) < 0) {
+        goto out;
     }
     *out = h;
     h = NULL;
@@ -830,7 +678,7 @@ out:
     return err;
 }
 
-static int native_launch(http *loop, kl__http_req *req);
+static int native_launch(http *loop, kl__http_req *req, const char *auth_line);
 
 /* What is left of the caller's deadline (a retry gets no more), 0: none. */
 static int64_t req_time_left_ms(http *loop, const kl__http_req *req)
@@ -877,19 +725,79 @@ static void arm_req_timer(http *loop, kl__http_req *req)
 
 /* (Re)send a request with the current credentials. On failure req->err and
  * req->errmsg say why; the caller delivers it. */
+/* A request waits for the credentials an exec plugin is getting (its
+ * deadline still runs: on_req_timer). */
+static void creds_wait(http *loop, kl__http_req *req)
+{
+    req->on_creds_wait = 1;
+    req->creds_next = loop->creds_wait;
+    loop->creds_wait = req;
+    req->deadline_at = 0;
+    if (req->timeout_ms > 0) {
+        req->deadline_at = req->started_at + req->timeout_ms * KL_NS_PER_MS;
+        kl__timer_arm(loop->loop, &req->timer, req->deadline_at);
+    }
+}
+
+static void creds_unwait(http *loop, kl__http_req *req)
+{
+    kl__http_req **p = &loop->creds_wait;
+
+    while (*p != req)
+        p = &(*p)->creds_next;
+    *p = req->creds_next;
+    req->creds_next = NULL;
+    req->on_creds_wait = 0;
+}
+
+static int req_launch(http *loop, kl__http_req *req);
+
+/* The plugin's run ended: the requests that waited for it go, or fail with
+ * its error (delivered by their timers: nothing here calls back). */
+static void creds_ready(void *arg)
+{
+    http *loop = arg;
+    kl__http_req *list = loop->creds_wait, *req;
+
+    loop->creds_wait = NULL;
+    while ((req = list)) {
+        list = req->creds_next;
+        req->creds_next = NULL;
+        req->on_creds_wait = 0;
+        kl__timer_cancel(loop->loop, &req->timer);
+        req->deadline_at = 0;
+        if (req_launch(loop, req) < 0)
+            kl__timer_arm(loop->loop, &req->timer, kl__loop_now(loop->loop));
+    }
+}
+
 static int req_launch(http *loop, kl__http_req *req)
 {
     struct curl_slist *h = NULL;
+    const char *auth = NULL;
     int64_t timeout_ms = 0;
     int err;
 
-    if ((err = refresh_credentials(loop)) < 0) {
-        set_req_error(req, err, "%s", kl__error_get());
+    if (kl__tls_error(loop->tls) && strncmp(req_server(loop, req), "https:", 6) == 0) {
+        set_req_error(req, K8SLEASE_ETLS, "%s: TLS: %s", req_server(loop, req),
+                      kl__tls_error(loop->tls));
+        err = req->err;
         goto out;
     }
+    if (!req->authorization) {
+        if ((err = kl__creds_get(loop->creds, loop->loop, &auth)) == KL__CREDS_WAIT) {
+            creds_wait(loop, req);
+            return 0;
+        }
+        if (err < 0) {
+            set_req_error(req, err, "%s: credentials: %s", req_server(loop, req), kl__error_get());
+            goto out;
+        }
+    }
+    req->auth_gen = kl__creds_gen(loop->creds);
     if (req->native)
-        return native_launch(loop, req);
-    if ((err = build_headers(loop, req, &h)) < 0 || (err = set_client_cert(loop, req->easy)) < 0 ||
+        return native_launch(loop, req, auth);
+    if ((err = build_headers(req, auth, &h)) < 0 || (err = set_client_cert(loop, req->easy)) < 0 ||
         curl_easy_setopt(req->easy, CURLOPT_HTTPHEADER, h) != CURLE_OK) {
         set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", req_server(loop, req),
                       req->path);
@@ -902,7 +810,6 @@ static int req_launch(http *loop, kl__http_req *req)
     timeout_ms = req_time_left_ms(loop, req);
     curl_easy_setopt(req->easy, CURLOPT_TIMEOUT_MS, (long)timeout_ms);
     curl_easy_setopt(req->easy, CURLOPT_CONNECTTIMEOUT_MS, (long)req_connect_ms(loop, req));
-    req->auth_gen = loop->auth_gen;
     req->errbuf[0] = '\0';
     req->resp.len = 0;
     req->streaming = 0;
@@ -997,6 +904,8 @@ static void req_free(http *loop, kl__http_req *req)
             p = &(*p)->ready_next;
         *p = req->ready_next;
     }
+    if (req->on_creds_wait)
+        creds_unwait(loop, req);
     if (req->on_h2_done) {
         kl__http_req **p = &loop->h2_done;
 
@@ -1103,6 +1012,16 @@ static void on_req_timer(kl__timer *t, void *arg)
     char msg[1024];
 
     (void)t;
+    if (req->on_creds_wait) {
+        char why[512];
+
+        creds_unwait(loop, req);
+        kl__creds_waiting(loop->creds, loop->loop, why, sizeof(why));
+        set_req_error(req, K8SLEASE_ETIMEOUT, "%s%s: timeout: no credentials after %lld ms: %s",
+                      req_server(loop, req), req->path, (long long)req->timeout_ms, why);
+        req_complete(loop, req);
+        return;
+    }
     if (req->on_h2_done) /* its stream ended: finished by the next io run */
         return;
     if (!req->in_multi && !req->h2) {
@@ -1160,11 +1079,9 @@ static void req_failed(http *loop, kl__http_req *req)
  * report. */
 static void req_answered(http *loop, kl__http_req *req, long status)
 {
-    if (status == 401 && !req->retried && !req->authorization && (loop->token_file || loop->exec)) {
+    if (status == 401 && !req->retried && !req->authorization &&
+        kl__creds_refused(loop->creds, req->auth_gen)) {
         req->retried = 1;
-        /* Requests that left with older credentials must not refresh again. */
-        if (req->auth_gen == loop->auth_gen)
-            loop->auth_stale = 1;
         kl__log_printf(loop->log, K8SLEASE_LOG_DEBUG,
                        "%s %s%s: HTTP 401; retrying with fresh credentials", req->method,
                        req_server(loop, req), req->path);
@@ -1200,11 +1117,18 @@ static void req_finish(http *loop, kl__http_req *req, CURLcode rc)
     req_answered(loop, req, status);
 }
 
+/* Each new TLS connection's context: the loop's TLS setup. */
+static CURLcode on_ssl_ctx(CURL *e, void *ctx, void *arg)
+{
+    (void)e;
+    return kl__tls_setup(arg, ctx) < 0 ? CURLE_OUT_OF_MEMORY : CURLE_OK;
+}
+
 /* The options every request of this loop shares, set once per easy handle. */
 static CURLcode easy_setup(http *loop, CURL *e)
 {
-    struct curl_blob ca = {loop->ca_pem, loop->ca_pem_len, CURL_BLOB_COPY};
     CURLcode rc;
+    long verify = !kl__tls_insecure(loop->tls);
 
     curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
     /* A Lease or an event is a few hundred bytes: libcurl's default 16 KB
@@ -1224,7 +1148,6 @@ static CURLcode easy_setup(http *loop, CURL *e)
 #endif
     curl_easy_setopt(e, CURLOPT_SOCKOPTFUNCTION, on_sockopt);
     curl_easy_setopt(e, CURLOPT_SOCKOPTDATA, loop);
-    curl_easy_setopt(e, CURLOPT_SSLVERSION, (long)CURL_SSLVERSION_TLSv1_2);
     if ((rc = curl_easy_setopt(e, CURLOPT_USERAGENT, loop->user_agent)) != CURLE_OK ||
 #if LIBCURL_VERSION_NUM >= 0x075500
         (rc = curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, loop->protocols)) != CURLE_OK)
@@ -1234,26 +1157,14 @@ static CURLcode easy_setup(http *loop, CURL *e)
                                                                     : CURLPROTO_HTTPS)) != CURLE_OK)
 #endif
         return rc;
-    if (loop->insecure) {
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 0L);
-        curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 0L);
-        return CURLE_OK;
-    }
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, 1L);
-    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, 2L);
-    /* A configured CA is the only trust anchor, as in client-go: the system
-     * store must not vouch for an API server. */
-    if (loop->ca_pem) {
-        if ((rc = curl_easy_setopt(e, CURLOPT_CAINFO_BLOB, &ca)) != CURLE_OK)
-            return rc;
-        curl_easy_setopt(e, CURLOPT_CAINFO, NULL);
-        curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
-    } else if (loop->ca_file) {
-        if ((rc = curl_easy_setopt(e, CURLOPT_CAINFO, loop->ca_file)) != CURLE_OK)
-            return rc;
-        curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
-    }
-    return CURLE_OK;
+    /* The trust anchors, the configuration's client certificate and the
+     * policy: the loop's TLS setup (core/tls.c), as the native transport's. */
+    curl_easy_setopt(e, CURLOPT_CAINFO, NULL);
+    curl_easy_setopt(e, CURLOPT_CAPATH, NULL);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYPEER, verify);
+    curl_easy_setopt(e, CURLOPT_SSL_VERIFYHOST, verify ? 2L : 0L);
+    curl_easy_setopt(e, CURLOPT_SSL_CTX_DATA, loop->tls);
+    return curl_easy_setopt(e, CURLOPT_SSL_CTX_FUNCTION, on_ssl_ctx);
 }
 
 /* What differs between requests; every option is set, as the handle may
@@ -1458,25 +1369,6 @@ static void h2_on_close(void *arg, const kl__h2_end *end)
 
 static const kl__h2_ops h2_ops = {h2_on_response, h2_on_body, h2_on_close};
 
-/* The Authorization header's value for the current credentials, built once
- * per change of them. 0 (*out NULL: no token) or K8SLEASE_ENOMEM. */
-static int native_auth(http *loop, const char **out)
-{
-    const char *token = bearer_token(loop);
-
-    *out = NULL;
-    if (!token)
-        return 0;
-    if (!loop->auth_header || loop->auth_header_gen != loop->auth_gen) {
-        free_secret(loop->auth_header);
-        if (!(loop->auth_header = kl__sprintf("Bearer %s", token)))
-            return K8SLEASE_ENOMEM;
-        loop->auth_header_gen = loop->auth_gen;
-    }
-    *out = loop->auth_header;
-    return 0;
-}
-
 /* n in decimal, at the end of buf[24]. */
 static const char *decimal(char buf[24], size_t n)
 {
@@ -1520,7 +1412,7 @@ static kl__h2 *native_conn(http *loop, const kl__http_req *req, int *err)
     cfg.addr = (const struct sockaddr *)&loop->addr;
     cfg.addrlen = loop->addrlen;
     cfg.ctx = loop->ssl_ctx;
-    cfg.verify_host = loop->insecure ? NULL : loop->verify_host;
+    cfg.verify_host = kl__tls_insecure(loop->tls) ? NULL : loop->verify_host;
     cfg.connect_timeout_ms = connect_ms;
     cfg.dead_ms = loop->dead_ms;
     cfg.ops = &h2_ops;
@@ -1537,9 +1429,9 @@ static kl__h2 *native_conn(http *loop, const kl__http_req *req, int *err)
         (uint8_t *)(n), (uint8_t *)(v), sizeof(n) - 1, strlen(v), NGHTTP2_NV_FLAG_NONE             \
     }
 
-static int native_launch(http *loop, kl__http_req *req)
+static int native_launch(http *loop, kl__http_req *req, const char *auth_line)
 {
-    const char *auth = NULL;
+    const char *auth = auth_line ? auth_line + strlen("Authorization: ") : NULL;
     char length[24];
     nghttp2_nv nv[10] = {
         NV(":method", req->method),         NV(":scheme", "https"),
@@ -1558,10 +1450,6 @@ static int native_launch(http *loop, kl__http_req *req)
         nv[n++] = (nghttp2_nv)NV("content-length", decimal(length, req->body_len));
     if (req->authorization)
         auth = req->authorization; /* as build_headers: instead of the configured credentials */
-    else if (native_auth(loop, &auth) < 0) {
-        set_req_error(req, K8SLEASE_ENOMEM, "%s%s: out of memory", loop->server, req->path);
-        return req->err;
-    }
     if (auth)
         nv[n++] = (nghttp2_nv)NV("authorization", auth);
     req->deadline_at = 0;
@@ -1579,7 +1467,6 @@ static int native_launch(http *loop, kl__http_req *req)
         return req->err;
     req->h2 = c;
     req->h2_id = id;
-    req->auth_gen = loop->auth_gen;
     req->resp.len = 0;
     req->streaming = 0;
     req->opened = req->open_pending = 0;
@@ -2068,25 +1955,26 @@ static void curl_init(void)
     curl_init_rc = curl_global_init(CURL_GLOBAL_ALL);
 }
 
-/* Copy an optional string or blob; 0 on success. */
+/* The TLS setup reaches libcurl's connections as OpenSSL contexts
+ * (CURLOPT_SSL_CTX_FUNCTION): its TLS must be OpenSSL's. */
+static int curl_check(void)
+{
+    const curl_version_info_data *v = curl_version_info(CURLVERSION_NOW);
+
+    if (curl_init_rc != CURLE_OK)
+        return kl__error_set(K8SLEASE_ETRANSPORT, "curl_global_init: %s",
+                             curl_easy_strerror(curl_init_rc));
+    if (!v->ssl_version || strncmp(v->ssl_version, "OpenSSL/", 8) != 0)
+        return kl__error_set(K8SLEASE_ETRANSPORT, "libcurl's TLS is %s; k8slease needs OpenSSL",
+                             v->ssl_version ? v->ssl_version : "none");
+    return 0;
+}
+
+/* Copy an optional string; 0 on success. */
 static int dup_opt(char **dst, const char *src)
 {
     *dst = src ? kl__strdup(src) : NULL;
     return src && !*dst ? K8SLEASE_ENOMEM : 0;
-}
-
-static int dup_blob(char **dst, size_t *dst_len, const char *src, size_t len)
-{
-    *dst = NULL;
-    *dst_len = 0;
-    if (!src)
-        return 0;
-    if (!(*dst = kl__malloc(len + 1)))
-        return K8SLEASE_ENOMEM;
-    memcpy(*dst, src, len);
-    (*dst)[len] = '\0';
-    *dst_len = len;
-    return 0;
 }
 
 /* The configured server's address for the native transport, when its host
@@ -2205,65 +2093,27 @@ static int copy_config(http *loop, const kl__restconfig *cfg)
     if (!cfg->server || !cfg->server[0])
         return kl__error_set(K8SLEASE_ECONFIG, "%s: no server URL",
                              cfg->source ? cfg->source : "config");
-    if ((err = dup_opt(&loop->server, cfg->server)) < 0 ||
-        (err = dup_opt(&loop->ca_file, cfg->ca_file)) < 0 ||
-        (err = dup_opt(&loop->cert_file, cfg->cert_file)) < 0 ||
-        (err = dup_opt(&loop->key_file, cfg->key_file)) < 0 ||
-        (err = dup_opt(&loop->token, cfg->token)) < 0 ||
-        (err = dup_opt(&loop->token_file, cfg->token_file)) < 0 ||
-        (err = dup_blob(&loop->ca_pem, &loop->ca_pem_len, cfg->ca_pem, cfg->ca_pem_len)) < 0 ||
-        (err = dup_blob(&loop->cert_pem, &loop->cert_pem_len, cfg->cert_pem, cfg->cert_pem_len)) <
-            0 ||
-        (err = dup_blob(&loop->key_pem, &loop->key_pem_len, cfg->key_pem, cfg->key_pem_len)) < 0 ||
-        (cfg->exec && !(loop->exec = kl__exec_config_dup(cfg->exec))))
+    if ((err = dup_opt(&loop->server, cfg->server)) < 0)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    loop->exec = cfg->exec != NULL;
+    if ((err = kl__creds_new(&loop->creds, cfg, loop->log, creds_ready, loop)) < 0)
+        return err;
     len = strlen(loop->server);
     while (len > 0 && loop->server[len - 1] == '/')
         loop->server[--len] = '\0';
-    loop->insecure = cfg->insecure;
+    if ((err = kl__tls_new(&loop->tls, cfg)) < 0)
+        return err;
     return parse_server(loop, cfg);
 }
 
-/* Certificates of a PEM blob into the context: the first as its own and
- * the rest as its chain (leaf 1), or all as trust anchors (leaf 0). The
- * number read, 0 on failure. */
-static int pem_certs(SSL_CTX *ctx, const char *pem, size_t len, int leaf)
-{
-    BIO *bio = BIO_new_mem_buf(pem, (int)len);
-    X509 *x;
-    int n = 0, ok = 1;
-
-    if (!bio)
-        return 0;
-    while (ok && (x = PEM_read_bio_X509(bio, NULL, NULL, NULL))) {
-        if (!leaf)
-            ok = X509_STORE_add_cert(SSL_CTX_get_cert_store(ctx), x) == 1;
-        else if (n == 0)
-            ok = SSL_CTX_use_certificate(ctx, x) == 1;
-        else if ((ok = SSL_CTX_add_extra_chain_cert(ctx, x) == 1))
-            x = NULL; /* the context owns it */
-        X509_free(x);
-        n++;
-    }
-    BIO_free(bio);
-    ERR_clear_error(); /* the end of the PEM data */
-    return ok ? n : 0;
-}
-
-/* The TLS context of the native transport, as easy_setup and
- * set_client_cert configure libcurl's; NULL when a part is unusable (libcurl
- * then says what, per request). */
-static SSL_CTX *native_ctx(const http *loop, const char **why)
+/* The TLS context of the native transport: the loop's TLS setup, and what
+ * a connection of our own wants of OpenSSL. NULL: out of memory. */
+static SSL_CTX *native_ctx(const http *loop)
 {
     SSL_CTX *ctx = SSL_CTX_new(TLS_client_method());
-    const char *part = "out of memory";
-    int ok = 1;
 
-    if (!ctx) {
-        *why = part;
+    if (!ctx)
         return NULL;
-    }
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
     SSL_CTX_set_read_ahead(ctx, 1);
     SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
 #ifdef SSL_OP_IGNORE_UNEXPECTED_EOF
@@ -2271,41 +2121,7 @@ static SSL_CTX *native_ctx(const http *loop, const char **why)
      * ended the connection: not a TLS failure (HTTP/2 frames its own ends). */
     SSL_CTX_set_options(ctx, SSL_OP_IGNORE_UNEXPECTED_EOF);
 #endif
-    if (loop->insecure) {
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_NONE, NULL);
-    } else {
-        SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, NULL);
-        part = "the certificate authority";
-        /* A configured CA is the only trust anchor (easy_setup). */
-        if (loop->ca_pem)
-            ok = pem_certs(ctx, loop->ca_pem, loop->ca_pem_len, 0) > 0;
-        else if (loop->ca_file)
-            ok = SSL_CTX_load_verify_locations(ctx, loop->ca_file, NULL) == 1;
-        else
-            ok = SSL_CTX_set_default_verify_paths(ctx) == 1;
-    }
-    if (ok && (loop->cert_pem || loop->cert_file)) {
-        part = "the client certificate";
-        ok = loop->cert_pem ? pem_certs(ctx, loop->cert_pem, loop->cert_pem_len, 1) > 0
-                            : SSL_CTX_use_certificate_chain_file(ctx, loop->cert_file) == 1;
-    }
-    if (ok && (loop->key_pem || loop->key_file)) {
-        part = "the client key";
-        if (loop->key_pem) {
-            BIO *bio = BIO_new_mem_buf(loop->key_pem, (int)loop->key_pem_len);
-            EVP_PKEY *key = bio ? PEM_read_bio_PrivateKey(bio, NULL, NULL, NULL) : NULL;
-
-            ok = key && SSL_CTX_use_PrivateKey(ctx, key) == 1;
-            EVP_PKEY_free(key);
-            BIO_free(bio);
-        } else {
-            ok = SSL_CTX_use_PrivateKey_file(ctx, loop->key_file, SSL_FILETYPE_PEM) == 1;
-        }
-        ok = ok && SSL_CTX_check_private_key(ctx) == 1;
-    }
-    ERR_clear_error();
-    if (!ok) {
-        *why = part;
+    if (kl__tls_setup(loop->tls, ctx) < 0) {
         SSL_CTX_free(ctx);
         return NULL;
     }
@@ -2340,11 +2156,8 @@ static int native_setup(http *loop)
             why = "a proxy is set";
     if (!why && !(loop->authority = kl__strdup(loop->base + strlen("https://"))))
         why = "out of memory";
-    if (!why && !(loop->ssl_ctx = native_ctx(loop, &why))) {
-        kl__log_printf(loop->log, K8SLEASE_LOG_INFO,
-                       "%s: native transport not used: OpenSSL cannot use %s", loop->server, why);
-        return 0;
-    }
+    if (!why && !(loop->ssl_ctx = native_ctx(loop)))
+        why = "out of memory";
     if (why) {
         kl__log_printf(loop->log, K8SLEASE_LOG_INFO, "%s: native transport not used: %s",
                        loop->server, why);
@@ -2369,7 +2182,6 @@ static void destroy(void *data)
         SSL_CTX_free(loop->ssl_ctx);
     kl__free(loop->authority);
     kl__free(loop->verify_host);
-    free_secret(loop->auth_header);
     while (loop->nspare > 0)
         curl_easy_cleanup(loop->spare[--loop->nspare]);
     if (loop->multi)
@@ -2379,17 +2191,9 @@ static void destroy(void *data)
     curl_slist_free_all(loop->connect_to);
     kl__free(loop->server);
     kl__free(loop->base);
-    kl__free(loop->ca_file);
-    kl__free(loop->cert_file);
-    kl__free(loop->key_file);
-    kl__free(loop->ca_pem);
-    kl__free(loop->cert_pem);
-    kl__free(loop->key_pem);
-    kl__free(loop->token);
+    kl__tls_free(loop->tls);
     kl__free(loop->user_agent);
-    kl__free(loop->token_file);
-    kl__exec_config_free(loop->exec);
-    kl__exec_credential_clear(&loop->cred);
+    kl__creds_free(loop->creds);
     kl__free(loop);
 }
 
@@ -2403,9 +2207,8 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
 
     *out = NULL;
     pthread_once(&curl_once, curl_init);
-    if (curl_init_rc != CURLE_OK)
-        return kl__error_set(K8SLEASE_ETRANSPORT, "curl_global_init: %s",
-                             curl_easy_strerror(curl_init_rc));
+    if ((err = curl_check()) < 0)
+        return err;
     if (!(loop = kl__calloc(1, sizeof(*loop))))
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     loop->log = log;

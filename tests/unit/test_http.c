@@ -546,7 +546,7 @@ static void tmp_path(char *buf, size_t len, const char *name)
 
 static void rm_tmpdir(void)
 {
-    static const char *const names[] = {"token", "plugin.sh", "count"};
+    static const char *const names[] = {"token", "plugin.sh", "count", "done"};
     char path[128];
     size_t i;
 
@@ -960,7 +960,9 @@ static void test_client_cert_missing(void **state)
     assert_int_equal(T.r[0].status, 401);
 }
 
-static void write_plugin(const char *expiry_expr)
+/* The plugin counts its runs (count, when it starts; done, when it ends)
+ * and sleeps slow_s seconds in its runs from the first_slow'th on. */
+static void write_plugin(const char *expiry_expr, int first_slow, int slow_s)
 {
     char path[128], script[1024];
 
@@ -970,25 +972,27 @@ static void write_plugin(const char *expiry_expr)
              "dir=$(dirname \"$0\")\n"
              "n=$(cat \"$dir/count\" 2>/dev/null || echo 0)\n"
              "echo $((n + 1)) >\"$dir/count\"\n"
+             "[ $((n + 1)) -ge %d ] && sleep %d\n"
              "expiry=%s\n"
              "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
              "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"exec-token\","
-             "\"expirationTimestamp\":\"%%s\"}}\\n' \"$expiry\"\n",
-             expiry_expr);
+             "\"expirationTimestamp\":\"%%s\"}}\\n' \"$expiry\"\n"
+             "d=$(cat \"$dir/done\" 2>/dev/null || echo 0)\n"
+             "echo $((d + 1)) >\"$dir/done\"\n",
+             first_slow, slow_s, expiry_expr);
     write_file(path, script, 0700);
 }
 
-static void exec_requests(const char *expiry_expr, int expected_runs)
+/* A loop whose credentials come from the plugin. */
+static void exec_loop_start(void)
 {
+    static char *empty[] = {NULL};
+    static kl__exec_config exec;
+    static char path[128];
     kl__restconfig cfg = cfg_default();
-    kl__exec_config exec = {0};
-    char *empty[] = {NULL};
-    char path[128], count[128];
-    int i;
 
-    write_plugin(expiry_expr);
     tmp_path(path, sizeof(path), "plugin.sh");
-    tmp_path(count, sizeof(count), "count");
+    memset(&exec, 0, sizeof(exec));
     exec.api_version = "client.authentication.k8s.io/v1";
     exec.command = path;
     exec.args = empty;
@@ -997,28 +1001,98 @@ static void exec_requests(const char *expiry_expr, int expected_runs)
     cfg.exec = &exec;
     set_accept_token("exec-token");
     loop_start(&cfg);
-    for (i = 0; i < 3; i++) {
+}
+
+static int tmp_count(const char *name)
+{
+    char path[128];
+
+    tmp_path(path, sizeof(path), name);
+    return count_in_file(path);
+}
+
+/* Three requests, each answered with the plugin's token. */
+static void exec_requests(void)
+{
+    for (int i = 0; i < 3; i++) {
         memset(&T.r[0], 0, sizeof(T.r[0]));
         run("GET", "/auth", &T.r[0]);
         assert_int_equal(T.r[0].err, 0);
         assert_int_equal(T.r[0].status, 200);
         assert_string_equal(S.auth, "Bearer exec-token");
     }
-    assert_int_equal(count_in_file(count), expected_runs);
+    pthread_mutex_lock(&T.mu);
     assert_null(strstr(T.logs, "exec-token"));
+    pthread_mutex_unlock(&T.mu);
 }
 
 static void test_exec_plugin_cached(void **state)
 {
     (void)state;
-    exec_requests("2099-01-01T00:00:00Z", 1);
+    write_plugin("2099-01-01T00:00:00Z", 99, 0);
+    exec_loop_start();
+    exec_requests();
+    assert_int_equal(tmp_count("count"), 1);
+}
+
+/* Credentials that expire in 10 s, inside the 30 s margin: the plugin runs
+ * again, on a thread of its own (it sleeps 3 s from its second run on);
+ * the requests go on with the current credentials meanwhile, and do not
+ * wait for it. */
+static void wait_count(const char *name, int n)
+{
+    for (int64_t deadline = kl__clock_mono_ns() + WAIT_MS * KL_NS_PER_MS; tmp_count(name) < n;
+         poll(NULL, 0, 20))
+        if (kl__clock_mono_ns() > deadline)
+            fail_msg("the plugin's %s count is %d, not %d, after %d ms", name, tmp_count(name), n,
+                     WAIT_MS);
 }
 
 static void test_exec_plugin_near_expiry(void **state)
 {
+    int64_t t0;
+
     (void)state;
-    /* Expires in 10 s, inside the 30 s refresh margin: every request re-runs it. */
-    exec_requests("$(date -u -d \"@$(($(date +%s) + 10))\" +%Y-%m-%dT%H:%M:%SZ)", 3);
+    write_plugin("$(date -u -d \"@$(($(date +%s) + 10))\" +%Y-%m-%dT%H:%M:%SZ)", 2, 3);
+    exec_loop_start();
+    t0 = kl__clock_mono_ns();
+    exec_requests();
+    /* less than the second run's sleep: no request waited for it */
+    assert_true(kl__clock_mono_ns() - t0 < 3 * KL_NS_PER_S);
+    wait_count("count", 2); /* one more run, started by the second request */
+    assert_int_equal(tmp_count("count"), 2);
+    wait_count("done", 2);
+}
+
+/* A request with no credentials to go with waits for the plugin, and says
+ * so when its deadline passes; freeing the loop ends the plugin at once. */
+static void test_exec_plugin_slow_first_run(void **state)
+{
+    int64_t t0;
+
+    (void)state;
+    write_plugin("2099-01-01T00:00:00Z", 1, 30);
+    exec_loop_start();
+    {
+        kl__http_opts o = {0};
+
+        o.method = "GET";
+        o.path = "/auth";
+        o.timeout_ms = 300;
+        start_req(&o, &T.r[0], 0);
+        wait_done(&T.r[0]);
+    }
+    assert_int_equal(T.r[0].err, K8SLEASE_ETIMEOUT);
+    assert_non_null(strstr(T.r[0].errmsg, "/auth: timeout: no credentials after 300 ms: the exec "
+                                          "plugin \""));
+    assert_non_null(strstr(T.r[0].errmsg, "has run for "));
+    assert_int_equal(S.requests, 0);
+    t0 = kl__clock_mono_ns();
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    /* not the plugin's 30 s (bound: a tenth of them) */
+    assert_true(kl__clock_mono_ns() - t0 < 3 * KL_NS_PER_S);
+    assert_int_equal(tmp_count("done"), -1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1038,6 +1112,39 @@ static void test_wrong_ca(void **state)
     assert_int_equal(T.r[0].status, 0);
     assert_true(strncmp(T.r[0].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
     assert_non_null(strstr(T.r[0].errmsg, ": TLS: "));
+    assert_int_equal(S.requests, 0);
+}
+
+/* A part of the TLS configuration OpenSSL cannot use fails every request
+ * to the server, naming the part and why, before anything is sent. */
+static void test_unusable_tls_config(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    cfg.ca_pem = NULL;
+    cfg.ca_pem_len = 0;
+    cfg.ca_file = "/nonexistent/k8slease-ca.crt";
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETLS);
+    assert_true(strncmp(T.r[0].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
+    assert_non_null(strstr(T.r[0].errmsg, ": TLS: the certificate authority: cannot read "
+                                          "/nonexistent/k8slease-ca.crt"));
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+
+    /* a key that is not the certificate's */
+    cfg = cfg_default();
+    cfg.cert_pem = fx.client_cert;
+    cfg.cert_pem_len = strlen(fx.client_cert);
+    cfg.key_pem = fx.server_key;
+    cfg.key_pem_len = strlen(fx.server_key);
+    loop_start(&cfg);
+    run("GET", "/cert", &T.r[1]);
+    assert_int_equal(T.r[1].err, K8SLEASE_ETLS);
+    assert_non_null(strstr(T.r[1].errmsg, ": TLS: the client key: "));
+    snap();
     assert_int_equal(S.requests, 0);
 }
 
@@ -2001,8 +2108,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_client_cert_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec_plugin_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec_plugin_near_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_plugin_slow_first_run, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_ca, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ca_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unusable_tls_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_insecure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tls_server_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_ca, setup, teardown),
