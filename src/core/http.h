@@ -1,5 +1,7 @@
-/* HTTPS requests to the API server with the rest config's TLS and auth, on
- * an event loop (core/loop.h) whose I/O is libcurl multi.
+/* HTTPS requests to the API server (or etcd's gateway) with the rest
+ * config's TLS and credentials, on an event loop (core/loop.h): the request
+ * layer (core/http.c) over two transports (core/transport.h: the native
+ * HTTP/2 one and libcurl).
  *
  * Threads: kl__loop_new may be called from any thread. Everything else here
  * only on the loop thread (from a posted closure, a timer or an HTTP
@@ -16,7 +18,7 @@
 
 typedef struct kl__http_req kl__http_req;
 
-/* Start a loop thread whose I/O is HTTP (kl__loop_free stops it). cfg is
+/* Start a loop thread for requests to cfg's server (kl__loop_free stops it). cfg is
  * copied (what is needed of it). log may be NULL; it is borrowed and must
  * outlive the loop. user_agent (may be NULL) is appended to
  * "k8slease/VERSION" in the User-Agent header. */
@@ -26,7 +28,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
  * acknowledging data or keepalive probes is dropped by the kernel
  * (TCP_USER_TIMEOUT; keepalive probes after half of it). Applies to
  * connections opened from then on; requests on older ones are still bounded
- * by their own timeouts, after which libcurl closes the connection. Default
+ * by their own timeouts, after which their connection is abandoned. Default
  * 5000 ms, floor 100 ms. Loop thread. A loop made by kl__loop_new only. */
 void kl__loop_set_dead_timeout(kl__loop *loop, int64_t ms);
 

@@ -265,7 +265,8 @@ int kl__tls_setup(const kl__tls *tls, SSL_CTX *ctx)
         else
             ok = SSL_CTX_set_default_verify_paths(ctx) == 1;
     }
-    if (ok && tls->cert && tls->key && !SSL_CTX_get0_certificate(ctx)) {
+    /* An unusable configuration is used by no request (kl__tls_error). */
+    if (ok && !tls->why && tls->cert && tls->key && !SSL_CTX_get0_certificate(ctx)) {
         ok = SSL_CTX_use_certificate(ctx, tls->cert) == 1;
         for (int i = 0; ok && i < sk_X509_num(tls->chain); i++)
             ok = SSL_CTX_add1_chain_cert(ctx, sk_X509_value(tls->chain, i)) == 1;
