@@ -1,6 +1,9 @@
 /* The event loop and the HTTP layer against a local HTTPS server
- * (libmicrohttpd, certificates from tests/data/tls): requests, TLS, auth,
- * streaming, timeouts, timers, closures, teardown.
+ * (tests/lib/fakehttp, certificates from tests/data/tls): requests, TLS,
+ * auth, streaming, timeouts, timers, closures, teardown. The server speaks
+ * HTTP/2 and the native transport carries the requests; under
+ * K8SLEASE_TRANSPORT=libcurl (unit_http_libcurl) it speaks HTTP/1.1 and
+ * libcurl does.
  *
  * Every wait is bounded (WAIT_MS) and fails with a message; no test sleeps
  * to synchronise. The server handlers that block wait on a condition
@@ -164,26 +167,11 @@ static void set_accept_token(const char *token)
     pthread_mutex_unlock(&srv.mu);
 }
 
-static void copy_header(struct MHD_Connection *c, const char *name, char *dst, size_t len)
+static void copy_header(kl_fakehttp_req *r, const char *name, char *dst, size_t len)
 {
-    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+    const char *v = kl_fakehttp_header(r, name);
 
     snprintf(dst, len, "%s", v ? v : "");
-}
-
-static int client_cert_ok(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-    gnutls_session_t tls;
-    unsigned int n = 0, status = 1;
-
-    if (!ci)
-        return 0;
-    tls = (gnutls_session_t)ci->tls_session;
-    if (!gnutls_certificate_get_peers(tls, &n) || n == 0)
-        return 0;
-    return gnutls_certificate_verify_peers2(tls, &status) == 0 && status == 0;
 }
 
 /* Block until the test releases the server (bounded). */
@@ -209,7 +197,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         memcpy(buf, "line 2\n", 7);
         return 7;
     }
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return KL_FAKEHTTP_END;
 }
 
 static ssize_t read_stall(void *cls, uint64_t pos, char *buf, size_t max)
@@ -221,7 +209,7 @@ static ssize_t read_stall(void *cls, uint64_t pos, char *buf, size_t max)
         return 7;
     }
     wait_released();
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return KL_FAKEHTTP_END;
 }
 
 static ssize_t read_big(void *cls, uint64_t pos, char *buf, size_t max)
@@ -233,23 +221,17 @@ static ssize_t read_big(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
-static enum MHD_Result reply_stream(struct MHD_Connection *c, uint64_t size,
-                                    MHD_ContentReaderCallback reader)
+static void reply_stream(kl_fakehttp_req *c, uint64_t size, kl_fakehttp_reader reader)
 {
-    struct MHD_Response *r = MHD_create_response_from_callback(size, 64 * 1024, reader, NULL, NULL);
-    enum MHD_Result ret;
-
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    kl_fakehttp_respond_stream(c, 200, "application/json", size, reader, NULL);
 }
 
-static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *method,
-                              const char *url, const char *body, size_t body_len)
+static void handle(void *arg, kl_fakehttp_req *c, const char *method, const char *url,
+                   const char *body, size_t body_len)
 {
-    char auth[256];
-    int ok;
+    static const char json[] = "application/json";
+    char auth[256], reply[64];
+    int ok, n;
 
     (void)arg;
     copy_header(c, "Authorization", auth, sizeof(auth));
@@ -269,55 +251,60 @@ static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *m
     ok = strncmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, srv.accept_token) == 0;
     pthread_mutex_unlock(&srv.mu);
 
-    if (strcmp(url, "/json") == 0)
-        return kl_fakehttp_reply(c, 200, "application/json",
-                                 "{\"kind\":\"Lease\",\"metadata\":{}}");
-    if (strcmp(url, "/echo") == 0)
-        return kl_fakehttp_reply(c, 201, "application/json", "{}");
-    if (strcmp(url, "/notfound") == 0)
-        return kl_fakehttp_reply(
-            c, 404, "application/json",
-            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
-            "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
-            "\"reason\":\"NotFound\",\"code\":404}");
-    if (strcmp(url, "/auth") == 0)
-        return ok ? kl_fakehttp_reply(c, 200, "application/json", "{}")
-                  : kl_fakehttp_reply(c, 401, "application/json",
-                                      "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
-                                      "\"reason\":\"Unauthorized\",\"code\":401}");
-    if (strcmp(url, "/cert") == 0)
-        return client_cert_ok(c) ? kl_fakehttp_reply(c, 200, "application/json", "{}")
-                                 : kl_fakehttp_reply(c, 401, "application/json", "{}");
-    if (strcmp(url, "/block") == 0) {
+    if (strcmp(url, "/json") == 0) {
+        kl_fakehttp_respond(c, 200, json, "{\"kind\":\"Lease\",\"metadata\":{}}");
+    } else if (strcmp(url, "/echo") == 0) {
+        kl_fakehttp_respond(c, 201, json, "{}");
+    } else if (strcmp(url, "/notfound") == 0) {
+        kl_fakehttp_respond(c, 404, json,
+                            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+                            "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
+                            "\"reason\":\"NotFound\",\"code\":404}");
+    } else if (strcmp(url, "/auth") == 0) {
+        kl_fakehttp_respond(c, ok ? 200 : 401, json,
+                            ok ? "{}"
+                               : "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
+                                 "\"reason\":\"Unauthorized\",\"code\":401}");
+    } else if (strcmp(url, "/cert") == 0) {
+        kl_fakehttp_respond(c, kl_fakehttp_client_cert_ok(c) ? 200 : 401, json, "{}");
+    } else if (strcmp(url, "/block") == 0) {
         wait_released();
-        return kl_fakehttp_reply(c, 200, "application/json", "{}");
-    }
-    if (strcmp(url, "/first-blocks") == 0) {
+        kl_fakehttp_respond(c, 200, json, "{}");
+    } else if (strcmp(url, "/first-blocks") == 0) {
         /* A hung replica behind a balancer: the first request hangs, the
          * next ones (on new connections) are answered. */
-        char reply[64];
-        int n;
-
         pthread_mutex_lock(&srv.mu);
         n = srv.rec.first_blocks++;
         pthread_mutex_unlock(&srv.mu);
         if (n == 0)
             wait_released();
         snprintf(reply, sizeof(reply), "{\"copy\":%d}", n);
-        return kl_fakehttp_reply(c, 200, "application/json", reply);
+        kl_fakehttp_respond(c, 200, json, reply);
+    } else if (strcmp(url, "/stream") == 0) {
+        reply_stream(c, KL_FAKEHTTP_SIZE_UNKNOWN, read_stream);
+    } else if (strcmp(url, "/stall") == 0) {
+        reply_stream(c, KL_FAKEHTTP_SIZE_UNKNOWN, read_stall);
+    } else if (strcmp(url, "/big") == 0) {
+        reply_stream(c, BIG_BODY, read_big);
+    } else {
+        kl_fakehttp_respond(c, 500, "text/plain", "no such test route");
     }
-    if (strcmp(url, "/stream") == 0)
-        return reply_stream(c, MHD_SIZE_UNKNOWN, read_stream);
-    if (strcmp(url, "/stall") == 0)
-        return reply_stream(c, MHD_SIZE_UNKNOWN, read_stall);
-    if (strcmp(url, "/big") == 0)
-        return reply_stream(c, BIG_BODY, read_big);
-    return kl_fakehttp_reply(c, 500, "text/plain", "no such test route");
+}
+
+/* The server's protocol: HTTP/2 for the native transport (and libcurl
+ * over it, for what libcurl carries); HTTP/1.1 under
+ * K8SLEASE_TRANSPORT=libcurl, libcurl's other protocol. */
+static kl_fakehttp_proto server_proto(void)
+{
+    const char *t = getenv("K8SLEASE_TRANSPORT");
+
+    return t && strcmp(t, "libcurl") == 0 ? KL_FAKEHTTP_H1 : KL_FAKEHTTP_H2;
 }
 
 static void server_start(void)
 {
-    kl_fakehttp_start(&srv.http, handle, NULL, fx.server_key, fx.server_cert, fx.ca);
+    kl_fakehttp_serve(&srv.http, server_proto(), handle, NULL, fx.server_key, fx.server_cert,
+                      fx.ca);
 }
 
 static void server_release(void)
@@ -634,6 +621,29 @@ static int group_teardown(void **state)
 /* Requests                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static struct {
+    const char *transport;
+    uint64_t h2;
+} TF;
+
+static void read_transport(void *arg)
+{
+    (void)arg;
+    TF.transport = kl__loop_transport(T.loop);
+    TF.h2 = kl__loop_h2_connections(T.loop);
+}
+
+/* The transport this run is about: native over HTTP/2 (one connection of
+ * its own), or libcurl under K8SLEASE_TRANSPORT=libcurl. */
+static void expect_transport(void)
+{
+    int native = server_proto() == KL_FAKEHTTP_H2;
+
+    assert_int_equal(kl__loop_call(T.loop, read_transport, NULL), 0);
+    assert_string_equal(TF.transport, native ? "native" : "libcurl");
+    assert_int_equal(TF.h2, native ? 1 : 0);
+}
+
 static void test_get_json(void **state)
 {
     kl__restconfig cfg = cfg_default();
@@ -641,6 +651,7 @@ static void test_get_json(void **state)
     (void)state;
     loop_start(&cfg);
     run("GET", "/json", &T.r[0]);
+    expect_transport();
     assert_int_equal(T.r[0].err, 0);
     assert_int_equal(T.r[0].status, 200);
     assert_string_equal(T.r[0].body, "{\"kind\":\"Lease\",\"metadata\":{}}");
@@ -1302,7 +1313,7 @@ static void tls_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf
     gnutls_x509_privkey_deinit(ca_key);
     gnutls_x509_privkey_deinit(leaf_key);
 
-    kl_fakehttp_start(&expiry, handle, NULL, key_pem, leaf_pem, NULL);
+    kl_fakehttp_serve(&expiry, server_proto(), handle, NULL, key_pem, leaf_pem, NULL);
     free(leaf_pem);
     free(key_pem);
 
