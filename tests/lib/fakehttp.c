@@ -248,6 +248,8 @@ static void conn_unref(h2conn *c)
 /* Append to a stream's body; c->mu held. */
 static int out_append(h2stream *st, const char *data, size_t len)
 {
+    if (len == 0)
+        return 0;
     if (st->out_off > 0 && st->out_off == st->out_len)
         st->out_off = st->out_len = 0;
     if (st->out_len + len > st->out_cap) {
@@ -277,7 +279,8 @@ static ssize_t read_out(nghttp2_session *ng, int32_t id, uint8_t *buf, size_t le
     (void)id;
     pthread_mutex_lock(&c->mu);
     n = st->out_len - st->out_off < len ? st->out_len - st->out_off : len;
-    memcpy(buf, st->out + st->out_off, n);
+    if (n > 0)
+        memcpy(buf, st->out + st->out_off, n);
     st->out_off += n;
     if (st->out_off == st->out_len && st->out_end) {
         *flags |= NGHTTP2_DATA_FLAG_EOF;
