@@ -695,7 +695,6 @@ static void on_job_done(int fd, uint32_t events, void *arg);
 static int job_start(kl__creds *c, kl__loop *loop)
 {
     exec_job *j = kl__calloc(1, sizeof(*j));
-    sigset_t all, old;
     int rc, err;
 
     if (!j)
@@ -710,12 +709,7 @@ static int job_start(kl__creds *c, kl__loop *loop)
     }
     if ((err = kl__loop_watch(loop, j->done_fd, EPOLLIN, on_job_done, c)) < 0)
         goto fail;
-    /* The host process's signal handlers stay on its own threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&j->thread, NULL, job_main, j);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if ((rc = kl__thread_start(&j->thread, job_main, j)) != 0) {
         kl__loop_unwatch(loop, j->done_fd);
         err = kl__error_set(K8SLEASE_ENOMEM, "exec plugin \"%s\": cannot start a thread: error %d",
                             c->exec->command, rc);

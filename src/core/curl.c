@@ -697,21 +697,29 @@ static CURLcode xfer_setup(curl_tr *c, xfer *x, const kl__launch *l, const char 
     return curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
 }
 
-/* Out of the multi handle and the transport; the easy handle goes back. */
+/* Out of the multi handle and the transport's list (its easy handle keeps
+ * what the transfer got). */
+static void xfer_detach(curl_tr *c, xfer *x)
+{
+    if (!x->prev && c->xfers != x)
+        return;
+    if (x->prev)
+        x->prev->next = x->next;
+    else
+        c->xfers = x->next;
+    if (x->next)
+        x->next->prev = x->prev;
+    x->prev = x->next = NULL;
+    curl_multi_remove_handle(c->multi, x->easy);
+    c->streams -= x->stream;
+    c->hedging -= x->fresh;
+    set_limits(c);
+}
+
+/* Detached, freed; the easy handle goes back. */
 static void xfer_free(curl_tr *c, xfer *x)
 {
-    if (x->prev || c->xfers == x) {
-        if (x->prev)
-            x->prev->next = x->next;
-        else
-            c->xfers = x->next;
-        if (x->next)
-            x->next->prev = x->prev;
-        curl_multi_remove_handle(c->multi, x->easy);
-        c->streams -= x->stream;
-        c->hedging -= x->fresh;
-        set_limits(c);
-    }
+    xfer_detach(c, x);
     if (x->easy)
         easy_put(c, x->easy);
     free_secret_headers(x->headers);
@@ -800,17 +808,7 @@ static void run(kl__transport *t)
             }
         }
         /* Out of the multi handle first (its content type stays). */
-        if (x->prev)
-            x->prev->next = x->next;
-        else
-            c->xfers = x->next;
-        if (x->next)
-            x->next->prev = x->prev;
-        x->prev = x->next = NULL;
-        curl_multi_remove_handle(c->multi, x->easy);
-        c->streams -= x->stream;
-        c->hedging -= x->fresh;
-        set_limits(c);
+        xfer_detach(c, x);
         kl__req_end(x->req, &end);
         xfer_free(c, x);
     }

@@ -53,6 +53,12 @@
 #define DEFAULT_DEAD_MS 5000
 #define USER_AGENT      "k8slease/" K8SLEASE_VERSION_STRING
 
+/* A FIFO of requests. A request is on one at most (its queue), linked
+ * through its queue_next. */
+typedef struct reqq {
+    kl__http_req *head, *tail;
+} reqq;
+
 /* The HTTP side of a loop: kl__loop_data() of a loop made by kl__loop_new. */
 typedef struct http {
     kl__http_conf conf; /* shared with the transports */
@@ -74,11 +80,11 @@ typedef struct http {
     /* Loop thread only (and the freeing thread once the loop has stopped). */
     kl__transport *primary; /* the configured server's: native, or libcurl */
     kl__http_req *reqs;     /* every live request */
-    kl__http_req *ready;    /* streams with an opening or bytes waiting for on_open/on_data */
-    kl__http_req *wait_head, *wait_tail; /* requests waiting for a slot, FIFO */
-    kl__http_req *creds_wait;            /* requests waiting for credentials */
-    long active;                         /* requests (not streams) on a transport */
-    long hedging;                        /* hedges in flight */
+    reqq ready;             /* streams with an opening or bytes waiting for on_open/on_data */
+    reqq slot_wait;         /* requests waiting for a slot */
+    reqq creds_wait;        /* requests waiting for credentials */
+    long active;            /* requests (not streams) on a transport */
+    long hedging;           /* hedges in flight */
     int destroying;
     uint64_t abandoned;  /* connections abandoned */
     uint64_t hedges_won; /* answers that came on a hedge's new connection first */
@@ -87,15 +93,11 @@ typedef struct http {
 struct kl__http_req {
     http *http;
     kl__http_req *prev, *next; /* http->reqs */
-    kl__http_req *ready_next;  /* http->ready */
-    kl__http_req *wait_next;   /* http->wait_head */
-    kl__http_req *creds_next;  /* http->creds_wait */
-    int waiting;               /* in the wait queue */
-    int on_creds_wait;         /* in http->creds_wait */
+    reqq *queue;               /* the queue it is on, NULL: none */
+    kl__http_req *queue_next;  /* on it */
     int counted;               /* counts in http->active */
-    int on_ready;
-    kl__transport *t; /* the transport it goes on */
-    void *xfer;       /* its transfer there, NULL: none in flight */
+    kl__transport *t;          /* the transport it goes on */
+    void *xfer;                /* its transfer there, NULL: none in flight */
     char *method, *path, *content_type;
     char *server;        /* opts->base_url, NULL: the configured server */
     char *authorization; /* opts->authorization, NULL: the configured credentials */
@@ -177,24 +179,51 @@ static void clear_req_error(kl__http_req *req)
 /* A request's transfer                                                     */
 /* ------------------------------------------------------------------------ */
 
-static void make_ready(http *h, kl__http_req *req)
+static void reqq_push(reqq *q, kl__http_req *req)
 {
-    if (req->on_ready)
-        return;
-    req->on_ready = 1;
-    req->ready_next = h->ready;
-    h->ready = req;
+    req->queue = q;
+    req->queue_next = NULL;
+    if (q->tail)
+        q->tail->queue_next = req;
+    else
+        q->head = req;
+    q->tail = req;
 }
 
-static void ready_unlink(http *h, kl__http_req *req)
+static kl__http_req *reqq_pop(reqq *q)
 {
-    kl__http_req **p = &h->ready;
+    kl__http_req *req = q->head;
 
-    while (*p != req)
-        p = &(*p)->ready_next;
-    *p = req->ready_next;
-    req->ready_next = NULL;
-    req->on_ready = 0;
+    if (req) {
+        if (!(q->head = req->queue_next))
+            q->tail = NULL;
+        req->queue = NULL;
+        req->queue_next = NULL;
+    }
+    return req;
+}
+
+/* Off the queue it is on, if any. */
+static void reqq_remove(kl__http_req *req)
+{
+    reqq *q = req->queue;
+    kl__http_req **p, *prev = NULL;
+
+    if (!q)
+        return;
+    for (p = &q->head; *p != req; p = &(*p)->queue_next)
+        prev = *p;
+    *p = req->queue_next;
+    if (q->tail == req)
+        q->tail = prev;
+    req->queue = NULL;
+    req->queue_next = NULL;
+}
+
+static void make_ready(http *h, kl__http_req *req)
+{
+    if (req->queue != &h->ready)
+        reqq_push(&h->ready, req);
 }
 
 void kl__req_headers(kl__http_req *req, long status)
@@ -310,25 +339,12 @@ static void arm_req_timer(http *h, kl__http_req *req)
  * deadline still runs: on_req_timer). */
 static void creds_wait(http *h, kl__http_req *req)
 {
-    req->on_creds_wait = 1;
-    req->creds_next = h->creds_wait;
-    h->creds_wait = req;
+    reqq_push(&h->creds_wait, req);
     req->deadline_at = 0;
     if (req->timeout_ms > 0) {
         req->deadline_at = req->started_at + req->timeout_ms * KL_NS_PER_MS;
         kl__timer_arm(h->conf.loop, &req->timer, req->deadline_at);
     }
-}
-
-static void creds_unwait(http *h, kl__http_req *req)
-{
-    kl__http_req **p = &h->creds_wait;
-
-    while (*p != req)
-        p = &(*p)->creds_next;
-    *p = req->creds_next;
-    req->creds_next = NULL;
-    req->on_creds_wait = 0;
 }
 
 static int req_launch(http *h, kl__http_req *req);
@@ -338,13 +354,14 @@ static int req_launch(http *h, kl__http_req *req);
 static void creds_ready(void *arg)
 {
     http *h = arg;
-    kl__http_req *list = h->creds_wait, *req;
+    reqq list = h->creds_wait;
+    kl__http_req *req;
 
-    h->creds_wait = NULL;
-    while ((req = list)) {
-        list = req->creds_next;
-        req->creds_next = NULL;
-        req->on_creds_wait = 0;
+    /* Those that waited, not those that wait again. */
+    h->creds_wait.head = h->creds_wait.tail = NULL;
+    for (req = list.head; req; req = req->queue_next)
+        req->queue = &list;
+    while ((req = reqq_pop(&list))) {
         kl__timer_cancel(h->conf.loop, &req->timer);
         req->deadline_at = 0;
         if (req_launch(h, req) < 0)
@@ -431,16 +448,8 @@ static void dispatch(http *h, kl__http_req *req)
 /* Hand waiting requests to their transports as slots free up. */
 static void pump(http *h)
 {
-    while (!h->destroying && h->wait_head && h->active < KL__HTTP_MAX_ACTIVE) {
-        kl__http_req *req = h->wait_head;
-
-        h->wait_head = req->wait_next;
-        if (!h->wait_head)
-            h->wait_tail = NULL;
-        req->wait_next = NULL;
-        req->waiting = 0;
-        dispatch(h, req);
-    }
+    while (!h->destroying && h->slot_wait.head && h->active < KL__HTTP_MAX_ACTIVE)
+        dispatch(h, reqq_pop(&h->slot_wait));
 }
 
 /* ------------------------------------------------------------------------ */
@@ -480,21 +489,7 @@ static void hedges_drop(http *h, kl__http_req *req)
 
 static void req_free(http *h, kl__http_req *req)
 {
-    if (req->waiting) {
-        kl__http_req **p = &h->wait_head, *prev = NULL;
-
-        while (*p != req) {
-            prev = *p;
-            p = &(*p)->wait_next;
-        }
-        *p = req->wait_next;
-        if (h->wait_tail == req)
-            h->wait_tail = prev;
-    }
-    if (req->on_ready)
-        ready_unlink(h, req);
-    if (req->on_creds_wait)
-        creds_unwait(h, req);
+    reqq_remove(req);
     xfer_cancel(req);
     kl__timer_cancel(h->conf.loop, &req->timer);
     hedges_drop(h, req);
@@ -572,8 +567,8 @@ static void req_complete(http *h, kl__http_req *req, long status, const char *co
     xfer_cancel(req);
     kl__timer_cancel(h->conf.loop, &req->timer);
     hedges_drop(h, req);
-    if (req->on_ready) {
-        ready_unlink(h, req);
+    if (req->queue == &h->ready) {
+        reqq_remove(req);
         if (deliver(h, req))
             return;
     }
@@ -690,10 +685,10 @@ static void on_req_timer(kl__timer *t, void *arg)
     char msg[1024];
 
     (void)t;
-    if (req->on_creds_wait) {
+    if (req->queue == &h->creds_wait) {
         char why[512];
 
-        creds_unwait(h, req);
+        reqq_remove(req);
         kl__creds_waiting(h->creds, h->conf.loop, why, sizeof(why));
         set_req_error(req, K8SLEASE_ETIMEOUT, "%s%s: timeout: no credentials after %lld ms: %s",
                       req_server(req), req->path, (long long)req->timeout_ms, why);
@@ -798,13 +793,8 @@ static kl__http_req *req_start(http *h, const kl__http_opts *opts, kl__http_done
     }
     /* Streams start at once: they last and must never wait behind requests;
      * so do hedges, whose original waited already. */
-    if (!req->on_data && !original && (h->wait_head || h->active >= KL__HTTP_MAX_ACTIVE)) {
-        req->waiting = 1;
-        if (h->wait_tail)
-            h->wait_tail->wait_next = req;
-        else
-            h->wait_head = req;
-        h->wait_tail = req;
+    if (!req->on_data && !original && (h->slot_wait.head || h->active >= KL__HTTP_MAX_ACTIVE)) {
+        reqq_push(&h->slot_wait, req);
         return req;
     }
     dispatch(h, req);
@@ -933,17 +923,15 @@ static void run(void *data)
         h->native->ops->run(h->native);
     h->curl->ops->run(h->curl);
     /* Stream bytes to their readers, outside the transports' callbacks. */
-    while ((req = h->ready)) {
-        ready_unlink(h, req);
+    while ((req = reqq_pop(&h->ready)))
         (void)deliver(h, req);
-    }
 }
 
 static int busy(void *data)
 {
     http *h = data;
 
-    return h->ready || (h->native && h->native->ops->busy(h->native)) ||
+    return h->ready.head || (h->native && h->native->ops->busy(h->native)) ||
            h->curl->ops->busy(h->curl);
 }
 
@@ -954,7 +942,7 @@ static int flush(void *data)
 
     if (h->native)
         more |= h->native->ops->flush(h->native);
-    return more || h->ready;
+    return more || h->ready.head;
 }
 
 /* ------------------------------------------------------------------------ */

@@ -123,6 +123,17 @@ static kl__timer *heap_at(const kl__loop *loop, size_t n, int parent)
     return t;
 }
 
+/* Make n take t's place under t's parent (or as the root). */
+static void replace_child(kl__loop *loop, const kl__timer *t, kl__timer *n)
+{
+    if (!t->parent)
+        loop->root = n;
+    else if (t->parent->left == t)
+        t->parent->left = n;
+    else
+        t->parent->right = n;
+}
+
 /* Exchange a node and its child c. */
 static void heap_swap(kl__loop *loop, kl__timer *p, kl__timer *c)
 {
@@ -145,14 +156,9 @@ static void heap_swap(kl__loop *loop, kl__timer *p, kl__timer *c)
         cl->parent = p;
     if (cr)
         cr->parent = p;
+    replace_child(loop, p, c);
     c->parent = pp;
     p->parent = c;
-    if (!pp)
-        loop->root = c;
-    else if (pp->left == p)
-        pp->left = c;
-    else
-        pp->right = c;
 }
 
 static void sift_up(kl__loop *loop, kl__timer *t)
@@ -201,12 +207,7 @@ static void heap_remove(kl__loop *loop, kl__timer *t)
 
     loop->ntimers--;
     /* The last node leaves its place ... */
-    if (!last->parent)
-        loop->root = NULL;
-    else if (last->parent->left == last)
-        last->parent->left = NULL;
-    else
-        last->parent->right = NULL;
+    replace_child(loop, last, NULL);
     /* ... and takes t's, unless it is t. */
     if (last != t) {
         last->parent = t->parent;
@@ -216,12 +217,7 @@ static void heap_remove(kl__loop *loop, kl__timer *t)
             last->left->parent = last;
         if (last->right)
             last->right->parent = last;
-        if (!t->parent)
-            loop->root = last;
-        else if (t->parent->left == t)
-            t->parent->left = last;
-        else
-            t->parent->right = last;
+        replace_child(loop, t, last);
         sift_up(loop, last);
         sift_down(loop, last);
     }
@@ -542,10 +538,22 @@ static int open_fds(kl__loop *loop)
     return 0;
 }
 
+int kl__thread_start(pthread_t *t, void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+    int rc;
+
+    /* The host process's signal handlers stay on its own threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(t, NULL, fn, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 int kl__loop_start(kl__loop **out, const kl__loop_hooks *hooks, void *data, const kl__log *log)
 {
     kl__loop *loop = NULL;
-    sigset_t all, old;
     int rc, err;
 
     *out = NULL;
@@ -573,12 +581,7 @@ int kl__loop_start(kl__loop **out, const kl__loop_hooks *hooks, void *data, cons
     /* Set before the thread starts, which may read it through the hooks'
      * data (pthread_create orders this write before the thread). */
     *out = loop;
-    /* The host process's signal handlers stay on its own threads. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&loop->thread, NULL, loop_main, loop);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if ((rc = kl__thread_start(&loop->thread, loop_main, loop)) != 0) {
         *out = NULL;
         loop_destroy(loop);
         return kl__error_set(K8SLEASE_ENOMEM, "cannot start the loop thread: error %d", rc);

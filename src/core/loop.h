@@ -11,6 +11,7 @@
 #ifndef KL_LOOP_H
 #define KL_LOOP_H
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -70,6 +71,10 @@ void kl__loop_unwatch(kl__loop *loop, int fd);
  * reader should take what its descriptor has, not one read's worth, as the
  * loop looks again only after its next window. */
 int kl__loop_batching(const kl__loop *loop);
+
+/* A thread of the library (the loop's, an exec plugin's): it takes none of
+ * the host process's signals. pthread_create's result. Any thread. */
+int kl__thread_start(pthread_t *t, void *(*fn)(void *), void *arg);
 
 /* Run fn(arg) on the loop thread soon (FIFO). 0 or K8SLEASE_ENOMEM. */
 int kl__loop_post(kl__loop *loop, void (*fn)(void *arg), void *arg);

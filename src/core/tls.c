@@ -115,6 +115,11 @@ static int load_certs(kl__tls *tls, const char *pem, size_t len, int trust, char
     return 0;
 }
 
+static int load_trust(kl__tls *tls, const char *pem, size_t len, char *why, size_t why_len)
+{
+    return load_certs(tls, pem, len, 1, why, why_len);
+}
+
 static int load_key(kl__tls *tls, const char *pem, size_t len, char *why, size_t why_len)
 {
     BIO *bio = BIO_new_mem_buf(pem, (int)len);
@@ -130,79 +135,75 @@ static int load_key(kl__tls *tls, const char *pem, size_t len, char *why, size_t
     return 0;
 }
 
-/* One part of the config: PEM data, else a file (else nothing: 0). *pem
- * is set to what to parse; *owned to what to free. */
-static int part_pem(const char *data, size_t data_len, const char *file, const char **pem,
-                    size_t *len, char **owned, char *why, size_t why_len)
+static int load_chain(kl__tls *tls, const char *pem, size_t len, char *why, size_t why_len)
 {
+    return load_certs(tls, pem, len, 0, why, why_len);
+}
+
+/* A client certificate with its key in the same PEM (a combined file, as
+ * libcurl reads one). */
+static int load_chain_and_key(kl__tls *tls, const char *pem, size_t len, char *why, size_t why_len)
+{
+    int err = load_certs(tls, pem, len, 0, why, why_len);
+
+    return err < 0 ? err : load_key(tls, pem, len, why, why_len);
+}
+
+typedef int (*pem_loader)(kl__tls *tls, const char *pem, size_t len, char *why, size_t why_len);
+
+/* One part of the config, PEM data or else a file, handed to load. A copy
+ * read from a file is wiped (it may be a key). */
+static int load_part(kl__tls *tls, const char *data, size_t data_len, const char *file,
+                     pem_loader load, char *why, size_t why_len)
+{
+    char *owned = NULL;
+    size_t len = data_len;
     int err;
 
-    *owned = NULL;
-    *pem = data;
-    *len = data ? data_len : 0;
-    if (data || !file)
-        return 0;
-    if ((err = read_pem_file(file, owned, len, why, why_len)) < 0)
-        return err;
-    *pem = *owned;
-    return 0;
+    if (!data) {
+        if ((err = read_pem_file(file, &owned, &len, why, why_len)) < 0)
+            return err;
+        data = owned;
+    }
+    err = load(tls, data, len, why, why_len);
+    if (owned)
+        kl__wipe(owned, len);
+    kl__free(owned);
+    return err;
 }
 
 /* Load the parts; the first that cannot be used is named in tls->why. */
 static int load(kl__tls *tls, const kl__restconfig *cfg)
 {
     char why[256] = "";
-    const char *pem, *part = "the certificate authority";
-    char *owned = NULL;
-    size_t len;
-    int err;
+    const char *part = "the certificate authority";
+    int err = 0;
 
     if (!tls->insecure && (cfg->ca_pem || cfg->ca_file)) {
         if (!(tls->store = X509_STORE_new()))
             return K8SLEASE_ENOMEM;
-        if ((err = part_pem(cfg->ca_pem, cfg->ca_pem_len, cfg->ca_file, &pem, &len, &owned, why,
-                            sizeof(why))) == 0)
-            err = load_certs(tls, pem, len, 1, why, sizeof(why));
-        kl__free(owned);
-        if (err < 0)
+        if ((err = load_part(tls, cfg->ca_pem, cfg->ca_pem_len, cfg->ca_file, load_trust, why,
+                             sizeof(why))) < 0)
             goto out;
     }
     if (cfg->cert_pem || cfg->cert_file) {
-        part = "the client certificate";
+        int own_key = cfg->key_pem || cfg->key_file;
+
+        part = own_key ? "the client certificate" : "the client certificate and key";
         if (!(tls->chain = sk_X509_new_null()))
             return K8SLEASE_ENOMEM;
-        if ((err = part_pem(cfg->cert_pem, cfg->cert_pem_len, cfg->cert_file, &pem, &len, &owned,
-                            why, sizeof(why))) == 0)
-            err = load_certs(tls, pem, len, 0, why, sizeof(why));
-        /* Without a key of its own, a key in the same PEM (a combined
-         * file, as libcurl reads it). */
-        if (err == 0 && !cfg->key_pem && !cfg->key_file) {
-            part = "the client key";
-            err = load_key(tls, pem, len, why, sizeof(why));
-        }
-        if (owned)
-            kl__wipe(owned, len);
-        kl__free(owned);
-        if (err < 0)
+        if ((err = load_part(tls, cfg->cert_pem, cfg->cert_pem_len, cfg->cert_file,
+                             own_key ? load_chain : load_chain_and_key, why, sizeof(why))) < 0)
             goto out;
-        if (cfg->key_pem || cfg->key_file) {
-            part = "the client key";
-            if ((err = part_pem(cfg->key_pem, cfg->key_pem_len, cfg->key_file, &pem, &len, &owned,
-                                why, sizeof(why))) == 0)
-                err = load_key(tls, pem, len, why, sizeof(why));
-            if (owned)
-                kl__wipe(owned, len);
-            kl__free(owned);
-            if (err < 0)
-                goto out;
-        }
+        part = "the client key";
+        if (own_key && (err = load_part(tls, cfg->key_pem, cfg->key_pem_len, cfg->key_file,
+                                        load_key, why, sizeof(why))) < 0)
+            goto out;
         if (X509_check_private_key(tls->cert, tls->key) != 1) {
             ssl_why(why, sizeof(why), "it does not match the client certificate");
             err = K8SLEASE_ETLS;
-            goto out;
         }
     }
-    err = 0;
 out:
     if (err == K8SLEASE_ETLS && !(tls->why = kl__sprintf("%s: %s", part, why)))
         err = K8SLEASE_ENOMEM;

@@ -497,6 +497,15 @@ static kl__restconfig cfg_default(void)
     return c;
 }
 
+/* cfg with a client certificate and key (PEM). */
+static void with_client_cert(kl__restconfig *cfg, char *cert, char *key)
+{
+    cfg->cert_pem = cert;
+    cfg->cert_pem_len = strlen(cert);
+    cfg->key_pem = key;
+    cfg->key_pem_len = strlen(key);
+}
+
 static void loop_start(const kl__restconfig *cfg)
 {
     assert_int_equal(kl__loop_new(&T.loop, cfg, &T.log, "unit-test"), 0);
@@ -934,10 +943,7 @@ static void test_client_cert_accepted(void **state)
     kl__restconfig cfg = cfg_default();
 
     (void)state;
-    cfg.cert_pem = fx.client_cert;
-    cfg.cert_pem_len = strlen(fx.client_cert);
-    cfg.key_pem = fx.client_key;
-    cfg.key_pem_len = strlen(fx.client_key);
+    with_client_cert(&cfg, fx.client_cert, fx.client_key);
     loop_start(&cfg);
     run("GET", "/cert", &T.r[0]);
     assert_int_equal(T.r[0].err, 0);
@@ -1147,10 +1153,7 @@ static void test_unusable_tls_config(void **state)
 
     /* a key that is not the certificate's */
     cfg = cfg_default();
-    cfg.cert_pem = fx.client_cert;
-    cfg.cert_pem_len = strlen(fx.client_cert);
-    cfg.key_pem = fx.server_key;
-    cfg.key_pem_len = strlen(fx.server_key);
+    with_client_cert(&cfg, fx.client_cert, fx.server_key);
     loop_start(&cfg);
     run("GET", "/cert", &T.r[1]);
     assert_int_equal(T.r[1].err, K8SLEASE_ETLS);

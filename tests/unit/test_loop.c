@@ -219,6 +219,39 @@ static void no_wait_when_something_is_due(void **state)
     assert_true(runs >= 6);
 }
 
+/* A mutex and a condition variable on the monotonic clock. */
+static void sync_init(pthread_mutex_t *mu, pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+
+    pthread_mutex_init(mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+/* Wait (at most ms) until *v reaches target, under mu; its last value. */
+static int wait_count(pthread_mutex_t *mu, pthread_cond_t *cond, const int *v, int target, int ms)
+{
+    struct timespec until;
+    int got;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(mu);
+    while (*v < target && pthread_cond_timedwait(cond, mu, &until) == 0)
+        ;
+    got = *v;
+    pthread_mutex_unlock(mu);
+    return got;
+}
+
 /* ---- timers armed while allocations fail ---- */
 
 #define NARMED        300 /* more than any initial room a timer heap would have */
@@ -262,27 +295,15 @@ static void arm_without_memory(void *arg)
 static void timers_armed_without_memory(void **state)
 {
     fake_io io;
-    pthread_condattr_t attr;
-    struct timespec until;
     int fired;
 
     (void)state;
     fake_init(&io);
     memset(&AT, 0, sizeof(AT));
-    pthread_mutex_init(&AT.mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&AT.cond, &attr);
-    pthread_condattr_destroy(&attr);
+    sync_init(&AT.mu, &AT.cond);
     assert_int_equal(kl__loop_start(&AT.loop, &fake, &io, NULL), 0);
     assert_int_equal(kl__loop_call(AT.loop, arm_without_memory, NULL), 0);
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += ARMED_WAIT_MS / 1000;
-    pthread_mutex_lock(&AT.mu);
-    while (AT.fired < NARMED && pthread_cond_timedwait(&AT.cond, &AT.mu, &until) == 0)
-        ;
-    fired = AT.fired;
-    pthread_mutex_unlock(&AT.mu);
+    fired = wait_count(&AT.mu, &AT.cond, &AT.fired, NARMED, ARMED_WAIT_MS);
     kl__loop_free(AT.loop);
     pthread_cond_destroy(&AT.cond);
     pthread_mutex_destroy(&AT.mu);
@@ -419,31 +440,19 @@ static void watch_both(void *arg)
 static void descriptors_watched_and_unwatched(void **state)
 {
     fake_io io;
-    pthread_condattr_t attr;
-    struct timespec until;
     int called;
 
     (void)state;
     fake_init(&io);
     memset(&WT, 0, sizeof(WT));
-    pthread_mutex_init(&WT.mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&WT.cond, &attr);
-    pthread_condattr_destroy(&attr);
+    sync_init(&WT.mu, &WT.cond);
     assert_int_equal(pipe(WT.a), 0);
     assert_int_equal(pipe(WT.b), 0);
     assert_int_equal(write(WT.a[1], "x", 1), 1);
     assert_int_equal(write(WT.b[1], "x", 1), 1);
     assert_int_equal(kl__loop_start(&WT.loop, &fake, &io, NULL), 0);
     assert_int_equal(kl__loop_call(WT.loop, watch_both, NULL), 0);
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += 10;
-    pthread_mutex_lock(&WT.mu);
-    while (!WT.called && pthread_cond_timedwait(&WT.cond, &WT.mu, &until) == 0)
-        ;
-    called = WT.called;
-    pthread_mutex_unlock(&WT.mu);
+    called = wait_count(&WT.mu, &WT.cond, &WT.called, 1, 10000);
     /* an iteration more, in which nothing may run */
     assert_int_equal(kl__loop_call(WT.loop, nothing, NULL), 0);
     kl__loop_free(WT.loop);
