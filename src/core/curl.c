@@ -4,7 +4,9 @@
  * one libcurl multi handle driven by the loop: each socket libcurl asks for
  * is watched (CURLMOPT_SOCKETFUNCTION, kl__loop_watch) and handed to
  * curl_multi_socket_action when it is ready, and libcurl's timer
- * (CURLMOPT_TIMERFUNCTION) is a loop timer. Unlike curl_multi_perform,
+ * (CURLMOPT_TIMERFUNCTION) is a deadline of the loop's waits (timeout_ms)
+ * run by the loop's run hook: not a loop timer, which counts as an
+ * election's (kl__loop_counts). Unlike curl_multi_perform,
  * which runs every transfer at each call and polls each one's socket, this
  * runs only the transfers of a ready socket: an idle watch costs nothing
  * when a renewal goes out.
@@ -94,10 +96,10 @@ typedef struct curl_tr {
     xfer *xfers; /* every transfer in the multi handle */
     sock *socks; /* every socket libcurl has open */
     uint64_t next_id;
-    kl__timer timer; /* libcurl's */
-    long streams;    /* transfers of streams */
-    long hedging;    /* transfers of hedges (each on a new connection) */
-    long version;    /* CURL_HTTP_VERSION_* of the last answer, 0: none yet */
+    int64_t due;  /* monotonic ns when libcurl's timer is due, -1: none */
+    long streams; /* transfers of streams */
+    long hedging; /* transfers of hedges (each on a new connection) */
+    long version; /* CURL_HTTP_VERSION_* of the last answer, 0: none yet */
     int destroying;
 } curl_tr;
 
@@ -379,18 +381,6 @@ static int on_socket(CURL *e, curl_socket_t fd, int what, void *arg, void *sockp
     return 0;
 }
 
-static void run(kl__transport *t);
-
-static void on_due(kl__timer *timer, void *arg)
-{
-    curl_tr *c = arg;
-    int running;
-
-    (void)timer;
-    curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
-    run(&c->t);
-}
-
 /* libcurl's timer: due in timeout_ms (-1: none). libcurl rounds down to
  * the millisecond, and a call before its time does nothing but ask for
  * another wake-up: one millisecond more. */
@@ -399,11 +389,9 @@ static int on_timer(CURLM *multi, long timeout_ms, void *arg)
     curl_tr *c = arg;
 
     (void)multi;
-    if (timeout_ms < 0)
-        kl__timer_cancel(c->conf->loop, &c->timer);
-    else
-        kl__timer_arm(c->conf->loop, &c->timer,
-                      kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms + 1 : 0) * KL_NS_PER_MS);
+    c->due = timeout_ms < 0
+                 ? -1
+                 : kl__clock_mono_ns() + (timeout_ms > 0 ? timeout_ms + 1 : 0) * KL_NS_PER_MS;
     return 0;
 }
 
@@ -782,8 +770,13 @@ static void run(kl__transport *t)
 {
     curl_tr *c = (curl_tr *)t;
     CURLMsg *msg;
-    int left;
+    int left, running;
 
+    if (c->due >= 0 && kl__loop_now(c->conf->loop) >= c->due) {
+        /* libcurl tells the next one through on_timer */
+        c->due = -1;
+        curl_multi_socket_action(c->multi, CURL_SOCKET_TIMEOUT, 0, &running);
+    }
     while ((msg = curl_multi_info_read(c->multi, &left))) {
         kl__xfer_end end = {0};
         char *p = NULL, *type = NULL, detail[CURL_ERROR_SIZE + 64];
@@ -814,10 +807,16 @@ static void run(kl__transport *t)
     }
 }
 
-static int busy(kl__transport *t)
+/* Until libcurl's timer is due. */
+static long timeout_ms(kl__transport *t)
 {
-    (void)t;
-    return 0;
+    curl_tr *c = (curl_tr *)t;
+    int64_t left;
+
+    if (c->due < 0)
+        return -1;
+    left = c->due - kl__clock_mono_ns();
+    return left <= 0 ? 0 : (long)((left + KL_NS_PER_MS - 1) / KL_NS_PER_MS);
 }
 
 static int flush(kl__transport *t)
@@ -837,7 +836,6 @@ static void transport_free(kl__transport *t)
         curl_easy_cleanup(c->spare[--c->nspare]);
     if (c->multi)
         curl_multi_cleanup(c->multi);
-    kl__timer_cancel(c->conf->loop, &c->timer);
     while (c->socks) {
         sock *s = c->socks;
 
@@ -849,8 +847,8 @@ static void transport_free(kl__transport *t)
     kl__free(c);
 }
 
-static const kl__transport_ops curl_ops = {"libcurl", launch, cancel, abandon,
-                                           run,       busy,   flush,  transport_free};
+static const kl__transport_ops curl_ops = {"libcurl", launch,     cancel, abandon,
+                                           run,       timeout_ms, flush,  transport_free};
 
 static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
 static CURLcode curl_init_rc;
@@ -892,7 +890,7 @@ int kl__curl_new(kl__transport **out, const kl__http_conf *conf, const char *bas
     c->t.ops = &curl_ops;
     c->conf = conf;
     c->protocols = protocols;
-    kl__timer_init(&c->timer, on_due, c);
+    c->due = -1;
     if (!(c->base = kl__strdup(base)) ||
         (connect_to && !(c->connect_to = curl_slist_append(NULL, connect_to))) ||
         !(c->multi = multi_init_cloexec())) {

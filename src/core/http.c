@@ -927,12 +927,17 @@ static void run(void *data)
         (void)deliver(h, req);
 }
 
-static int busy(void *data)
+/* The nearer of the transports' deadlines; at once with streams to feed. */
+static long timeout_ms(void *data)
 {
     http *h = data;
+    long ms = h->curl->ops->timeout_ms(h->curl), n;
 
-    return h->ready.head || (h->native && h->native->ops->busy(h->native)) ||
-           h->curl->ops->busy(h->curl);
+    if (h->ready.head)
+        return 0;
+    if (h->native && (n = h->native->ops->timeout_ms(h->native)) >= 0 && (ms < 0 || n < ms))
+        ms = n;
+    return ms;
 }
 
 static int flush(void *data)
@@ -1106,7 +1111,7 @@ static void destroy(void *data)
     kl__free(h);
 }
 
-static const kl__loop_hooks hooks = {run, busy, flush, destroy};
+static const kl__loop_hooks hooks = {run, timeout_ms, flush, destroy};
 
 int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
                  const char *user_agent)

@@ -8,7 +8,8 @@
  * brought), the timers that are due and the posted closures; then the
  * hooks' flush (what the iteration queued goes out) and a sleep in
  * epoll_wait until the earliest of a descriptor's readiness, the first
- * timer and POLL_MAX_MS; a post wakes it (an eventfd). When something is
+ * timer, the hooks' own deadline and POLL_MAX_MS; a post wakes it (an
+ * eventfd). When something is
  * due at once, the next iteration starts without a wait (once in a row, so
  * that the descriptors are still looked at).
  *
@@ -443,11 +444,12 @@ static size_t run_posted(kl__loop *loop, int *stop)
  * another wake-up for nothing). */
 static int poll_timeout(kl__loop *loop)
 {
+    long hook_ms = loop->hooks.timeout_ms(loop->data);
     int64_t ms = POLL_MAX_MS;
 
-    if (loop->hooks.busy(loop->data))
-        return 0;
-    if (loop->root) {
+    if (hook_ms >= 0 && hook_ms < ms)
+        ms = hook_ms;
+    if (loop->root && ms > 0) {
         int64_t wait = loop->root->at - kl__clock_mono_ns();
 
         wait = wait <= 0 ? 0 : (wait + KL_NS_PER_MS - 1) / KL_NS_PER_MS;

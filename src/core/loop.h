@@ -25,9 +25,9 @@ typedef struct kl__loop_hooks {
      * descriptors' callbacks ran, before the timers and the posted
      * closures: finish what the I/O brought (run callbacks). */
     void (*run)(void *data);
-    /* Loop thread: nonzero when work waits already: the next wait must not
-     * sleep. */
-    int (*busy)(void *data);
+    /* Loop thread: the longest the next wait may last for what runs on the
+     * loop (ms): 0 when work waits already, -1 for no limit. */
+    long (*timeout_ms)(void *data);
     /* Loop thread, before a wait: send what the iteration queued. Nonzero:
      * that left work to run (a connection failed), the wait must not
      * sleep. */

@@ -389,16 +389,17 @@ static void run(kl__transport *t)
     reap(n);
 }
 
-static int busy(kl__transport *t)
+/* At once when transfers ended or a draining read left bytes. */
+static long timeout_ms(kl__transport *t)
 {
     native *n = (native *)t;
 
     if (n->done)
-        return 1;
+        return 0;
     for (conn *c = n->conns; c; c = c->next)
         if (kl__h2_more(c->h2))
-            return 1;
-    return 0;
+            return 0;
+    return -1;
 }
 
 /* What the loop's callbacks queued goes out now, as one write per
@@ -430,8 +431,8 @@ static void native_free(kl__transport *t)
     kl__free(n);
 }
 
-static const kl__transport_ops native_ops = {"native", launch, cancel, abandon,
-                                             run,      busy,   flush,  native_free};
+static const kl__transport_ops native_ops = {"native", launch,     cancel, abandon,
+                                             run,      timeout_ms, flush,  native_free};
 
 /* The TLS context of the connections: the loop's TLS setup, and what a
  * connection of our own wants of OpenSSL. NULL: out of memory. */

@@ -88,10 +88,11 @@ typedef struct kl__transport_ops {
      * more): nothing was done. */
     int (*abandon)(kl__transport *t, void *xfer, unsigned *port);
     /* The loop's hooks: report the transfers that ended (kl__req_end), and
-     * whatever else the iteration's I/O left to do; work waits; send what
-     * is queued (nonzero: that left work, as busy). */
+     * whatever else the iteration's I/O or the transport's own deadline
+     * left to do; how long the next wait may last (ms, 0: work waits, -1:
+     * no limit); send what is queued (nonzero: that left work). */
     void (*run)(kl__transport *t);
-    int (*busy)(kl__transport *t);
+    long (*timeout_ms)(kl__transport *t);
     int (*flush)(kl__transport *t);
     /* Free it and every transfer on it, without a call. */
     void (*free)(kl__transport *t);

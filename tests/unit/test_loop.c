@@ -1,5 +1,5 @@
 /* The event loop (core/loop.h) with hooks that count its iterations and
- * say "busy" when told to: a timer's wait is measured from the clock after
+ * say "at once" when told to: a timer's wait is measured from the clock after
  * the iteration's work, an iteration with something due at once does not
  * wait (no wake-up for nothing), arming a timer cannot fail, not even with
  * every allocation failing, and a watched descriptor's callback runs when
@@ -21,9 +21,9 @@
 #include "core/common.h"
 #include "core/loop.h"
 
-/* What runs on the loop: counts its runs, says "busy" when asked to. */
+/* What runs on the loop: counts its runs, says "at once" when asked to. */
 typedef struct fake_io {
-    int zeros_left; /* busy answers 1 this many more times (loop thread) */
+    int zeros_left; /* timeout_ms answers 0 this many more times (loop thread) */
     long runs;      /* run calls */
 } fake_io;
 
@@ -34,15 +34,15 @@ static void io_run(void *data)
     io->runs++;
 }
 
-static int io_busy(void *data)
+static long io_timeout_ms(void *data)
 {
     fake_io *io = data;
 
     if (io->zeros_left > 0) {
         io->zeros_left--;
-        return 1;
+        return 0;
     }
-    return 0;
+    return -1;
 }
 
 static int io_flush(void *data)
@@ -56,7 +56,7 @@ static void io_destroy(void *data)
     (void)data;
 }
 
-static const kl__loop_hooks fake = {io_run, io_busy, io_flush, io_destroy};
+static const kl__loop_hooks fake = {io_run, io_timeout_ms, io_flush, io_destroy};
 
 static void fake_init(fake_io *io)
 {
@@ -174,7 +174,7 @@ static void read_counts(void *arg)
     z->zeros_left = z->io->zeros_left;
 }
 
-/* The hooks say "busy" n times in a row; returns the waits of 0 ms. */
+/* The hooks say "at once" n times in a row; returns the waits of 0 ms. */
 static int zero_waits_after(int n, long *runs)
 {
     fake_io io;
