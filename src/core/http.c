@@ -117,7 +117,7 @@ struct kl__http_req {
     int lost;                 /* the original's own transfer failed; err kept for the end */
     kl__http_data_cb on_data;
     kl__http_open_cb on_open;
-    int answered;     /* the answer's headers arrived */
+    int answered;     /* (part of) the answer arrived */
     int opened;       /* the 200 headers of a stream arrived */
     int open_pending; /* on_open not called yet */
     kl__http_done_cb done;
@@ -240,6 +240,7 @@ void kl__req_headers(kl__http_req *req, long status)
 
 int kl__req_body(kl__http_req *req, const char *data, size_t len)
 {
+    req->answered = 1;
     req->last_byte = kl__loop_now(req->http->conf.loop);
     if (req->resp.len + len > BODY_MAX) {
         set_req_error(req, K8SLEASE_EPROTOCOL, "response body from %s%s larger than 16 MiB",
@@ -481,7 +482,8 @@ static void hedges_drop(http *h, kl__http_req *req)
     while (req->hedges) {
         kl__http_req *hg = req->hedges;
 
-        abandon(h, hg, "carried a copy of a request that another answered first");
+        if (!h->destroying)
+            abandon(h, hg, "carried a copy of a request that another answered first");
         hedge_unlink(h, hg);
         req_free(h, hg);
     }
