@@ -67,10 +67,10 @@ typedef struct kl__http_opts {
     /* The connect phase (name, TCP, TLS handshake) of a new connection this
      * request opens: 0 for the default (30 s, and at most timeout_ms).
      * While a connection is being set up, the other requests of the loop
-     * wait for it (HTTP/2: one connection; libcurl's timeouts do not run
-     * for waiting requests), so a stream, which has no timeout_ms, should
-     * bound its own: a handshake with a server that answers nothing (a
-     * hung replica behind a load balancer) would hold everybody. */
+     * that go on it wait for it (HTTP/2: one connection for them all), so
+     * a stream, which has no timeout_ms, should bound its own: a handshake
+     * with a server that answers nothing (a hung replica behind a load
+     * balancer) would hold everybody. */
     int64_t connect_timeout_ms;
     kl__http_open_cb on_open; /* streams only; may be NULL */
     /* "scheme://host:port" of another server of the same scheme (the etcd
@@ -97,22 +97,24 @@ typedef struct kl__http_opts {
 /* Start a request (loop thread). done is called exactly once on the loop
  * thread, unless the request is cancelled first. Bodies are capped at
  * 16 MiB (err K8SLEASE_EPROTOCOL, message says so). 401 responses make the
- * loop re-read the token file (or re-run the exec plugin) and retry once.
+ * loop re-read the token file (or re-run the exec plugin, and wait for it)
+ * and retry once.
  * Returns NULL on ENOMEM (error set). */
 kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http_done_cb done,
                              void *arg);
 /* A request that timed out has had its connection abandoned: shut down, so
  * that everything on it fails at once and the next requests open a new one
  * (through a load balancer, to a replica that answers). Connections
- * abandoned so far because a request on them timed out. */
+ * abandoned so far: a request or a stream on them timed out, or a hedge
+ * answered first (the original's, and the hedges' that came second). */
 uint64_t kl__loop_abandoned(const kl__loop *loop);
 /* Requests answered on a hedge's new connection first (kl__http_opts). */
 uint64_t kl__loop_hedges_won(const kl__loop *loop);
 
-/* The transport of the configured server's requests: "native" (an HTTP/2
- * connection of our own, core/h2.c) or "libcurl" (K8SLEASE_TRANSPORT, or
- * what the configuration allows; the native transport gives way to libcurl
- * for good once the server did not offer HTTP/2). Loop thread. */
+/* The transport of the configured server's requests: "native" (HTTP/2
+ * connections of our own, core/native.c) or "libcurl" (K8SLEASE_TRANSPORT,
+ * or what the configuration allows; the native transport gives way to
+ * libcurl for good once the server did not offer HTTP/2). Loop thread. */
 const char *kl__loop_transport(const kl__loop *loop);
 /* Native HTTP/2 connections opened so far. Loop thread. */
 uint64_t kl__loop_h2_connections(const kl__loop *loop);
