@@ -540,7 +540,8 @@ int kl__exec_credential_run(const kl__exec_config *exec, kl__exec_credential *ou
  * request never leaves with a token that dies on the way, and the new one
  * is there before the old one goes. */
 #define EXEC_EARLY_US INT64_C(30000000)
-/* After a failed run, while the current credentials hold: the next run. */
+/* After a failed run: the next run (meanwhile the current credentials
+ * hold, or the requests fail with its error). */
 #define EXEC_RETRY_NS (5 * KL_NS_PER_S)
 #define AUTH_PREFIX   "Authorization: "
 
@@ -769,17 +770,17 @@ static int exec_get(kl__creds *c, kl__loop *loop, const char **line)
     int due = !valid || c->stale || (expiry != 0 && wall >= expiry - EXEC_EARLY_US);
     int err;
 
-    /* While the current credentials hold, a failed run is tried again
-     * after a while; without them, at once (the request waits for it). */
-    if (due && !c->job &&
-        (!valid || c->stale || !c->failed_at || now - c->failed_at >= EXEC_RETRY_NS)) {
+    /* A run that failed is not tried again for a while: the current
+     * credentials hold meanwhile, or the requests fail with its error. */
+    if (due && !c->job && (!c->failed_at || now - c->failed_at >= EXEC_RETRY_NS)) {
         if ((err = job_start(c, loop)) < 0) {
-            if (!valid)
-                return err;
-            kl__log_printf(c->log, K8SLEASE_LOG_WARN,
-                           "%s; keeping the previous credentials until they expire",
-                           kl__error_get());
             c->failed_at = now;
+            kl__free(c->failure);
+            c->failure = kl__strdup(kl__error_get()); /* NULL: "out of memory" below */
+            if (valid)
+                kl__log_printf(c->log, K8SLEASE_LOG_WARN,
+                               "%s; keeping the previous credentials until they expire",
+                               kl__error_get());
         }
     }
     if (c->job && (!valid || c->stale))

@@ -1112,6 +1112,36 @@ static void test_exec_plugin_slow_first_run(void **state)
     assert_int_equal(tmp_count("done"), -1);
 }
 
+/* A plugin that fails: the request that waited for it fails with its
+ * error, naming the server and the plugin; a request right after does
+ * not run it again (it is tried again after a while). */
+static void test_exec_plugin_fails(void **state)
+{
+    char path[128];
+
+    (void)state;
+    tmp_path(path, sizeof(path), "plugin.sh");
+    write_file(path,
+               "#!/bin/sh\n"
+               "dir=$(dirname \"$0\")\n"
+               "n=$(cat \"$dir/count\" 2>/dev/null || echo 0)\n"
+               "echo $((n + 1)) >\"$dir/count\"\n"
+               "echo 'the identity provider said no' >&2\n"
+               "exit 3\n",
+               0700);
+    exec_loop_start();
+    for (int i = 0; i < 2; i++) {
+        run("GET", "/auth", &T.r[i]);
+        assert_int_equal(T.r[i].err, K8SLEASE_ECONFIG);
+        assert_true(strncmp(T.r[i].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
+        assert_non_null(strstr(T.r[i].errmsg, ": credentials: exec plugin \""));
+        assert_non_null(
+            strstr(T.r[i].errmsg, "exited with status 3: the identity provider said no"));
+    }
+    assert_int_equal(tmp_count("count"), 1);
+    assert_int_equal(S.requests, 0);
+}
+
 /* ------------------------------------------------------------------------ */
 /* TLS                                                                      */
 /* ------------------------------------------------------------------------ */
@@ -2123,6 +2153,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_exec_plugin_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec_plugin_near_expiry, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec_plugin_slow_first_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_plugin_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_ca, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ca_file, setup, teardown),
         cmocka_unit_test_setup_teardown(test_unusable_tls_config, setup, teardown),
