@@ -74,8 +74,10 @@ typedef struct http {
     int exec; /* the credentials come from an exec plugin */
     kl__tls *tls;
     kl__creds *creds;
-    kl__transport *curl;   /* libcurl: always there */
-    kl__transport *native; /* NULL when it cannot serve the configured server */
+    kl__transport *curl;          /* libcurl: always there */
+    kl__transport *native;        /* NULL when it cannot serve the configured server */
+    kl__transport *transports[2]; /* those there are, for the loop's hooks */
+    int ntransports;
 
     /* Loop thread only (and the freeing thread once the loop has stopped). */
     kl__transport *primary; /* the configured server's: native, or libcurl */
@@ -921,34 +923,34 @@ static void run(void *data)
     http *h = data;
     kl__http_req *req;
 
-    if (h->native)
-        h->native->ops->run(h->native);
-    h->curl->ops->run(h->curl);
+    for (int i = 0; i < h->ntransports; i++)
+        h->transports[i]->ops->run(h->transports[i]);
     /* Stream bytes to their readers, outside the transports' callbacks. */
     while ((req = reqq_pop(&h->ready)))
         (void)deliver(h, req);
 }
 
-/* The nearer of the transports' deadlines; at once with streams to feed. */
+/* The nearest of the transports' deadlines; at once with streams to feed. */
 static long timeout_ms(void *data)
 {
     http *h = data;
-    long ms = h->curl->ops->timeout_ms(h->curl), n;
+    long ms = -1, n;
 
     if (h->ready.head)
         return 0;
-    if (h->native && (n = h->native->ops->timeout_ms(h->native)) >= 0 && (ms < 0 || n < ms))
-        ms = n;
+    for (int i = 0; i < h->ntransports; i++)
+        if ((n = h->transports[i]->ops->timeout_ms(h->transports[i])) >= 0 && (ms < 0 || n < ms))
+            ms = n;
     return ms;
 }
 
 static int flush(void *data)
 {
     http *h = data;
-    int more = h->curl->ops->flush(h->curl);
+    int more = 0;
 
-    if (h->native)
-        more |= h->native->ops->flush(h->native);
+    for (int i = 0; i < h->ntransports; i++)
+        more |= h->transports[i]->ops->flush(h->transports[i]);
     return more || h->ready.head;
 }
 
@@ -1099,10 +1101,8 @@ static void destroy(void *data)
     h->destroying = 1;
     while (h->reqs)
         req_free(h, h->reqs);
-    if (h->native)
-        h->native->ops->free(h->native);
-    if (h->curl)
-        h->curl->ops->free(h->curl);
+    for (int i = 0; i < h->ntransports; i++)
+        h->transports[i]->ops->free(h->transports[i]);
     kl__creds_free(h->creds);
     kl__tls_free(h->tls);
     kl__free(h->server);
@@ -1146,9 +1146,13 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
         (err = kl__creds_new(&h->creds, cfg, log, creds_ready, h)) < 0)
         goto out;
     h->conf.tls = h->tls;
-    if ((err = kl__curl_new(&h->curl, &h->conf, h->base, h->connect_to, h->protocols)) < 0 ||
-        (err = native_setup(h)) < 0)
+    if ((err = kl__curl_new(&h->curl, &h->conf, h->base, h->connect_to, h->protocols)) < 0)
         goto out;
+    h->transports[h->ntransports++] = h->curl;
+    if ((err = native_setup(h)) < 0)
+        goto out;
+    if (h->native)
+        h->transports[h->ntransports++] = h->native;
     h->primary = h->native ? h->native : h->curl;
     if ((err = kl__loop_start(&h->conf.loop, &hooks, h, log)) < 0)
         goto out;
