@@ -32,12 +32,12 @@ demo-node: build
 asan-test: deps
 	cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=address,undefined >/dev/null
 	cmake --build build-asan -j$(JOBS) -- --no-print-directory
-	cd build-asan && ctest --output-on-failure -j$(TEST_JOBS) $(CTEST_ARGS)
+	cd build-asan && ctest --output-on-failure -j$(TEST_JOBS) -LE libcurl $(CTEST_ARGS)
 
 tsan-test: deps
 	cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DK8SLEASE_SANITIZE=thread >/dev/null
 	cmake --build build-tsan -j$(JOBS) -- --no-print-directory
-	cd build-tsan && ctest --output-on-failure -j$(TEST_JOBS) -L 'unit|integration|abi|cli|examples|cpp' $(CTEST_ARGS)
+	cd build-tsan && ctest --output-on-failure -j$(TEST_JOBS) -L 'unit|integration|abi|cli|examples|cpp' -LE libcurl $(CTEST_ARGS)
 
 format:
 	clang-format -i $$(git ls-files '*.c' '*.h' '*.cpp' '*.hpp')

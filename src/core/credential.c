@@ -1,6 +1,7 @@
-/* Exec credential plugins: run the command a rest config names, the way
- * client-go does (KUBERNETES_EXEC_INFO, stdin /dev/null, a time limit), and
- * parse the ExecCredential it prints. */
+/* Credentials: exec credential plugins (run the command a rest config
+ * names, the way client-go does: KUBERNETES_EXEC_INFO, stdin /dev/null, a
+ * time limit; parse the ExecCredential it prints), and the credentials of a
+ * loop's requests (kl__creds), whose plugin runs on a thread of its own. */
 #include "core/credential.h"
 
 #include <errno.h>
@@ -8,10 +9,13 @@
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
+#include <pthread.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,13 +199,21 @@ out:
     return err;
 }
 
+/* Free a string that may hold a credential, wiped first. Accepts NULL. */
+static void free_secret(char *s)
+{
+    if (s)
+        kl__wipe(s, strlen(s));
+    kl__free(s);
+}
+
 void kl__exec_credential_clear(kl__exec_credential *cred)
 {
     if (!cred)
         return;
-    kl__free(cred->token);
-    kl__free(cred->cert_pem);
-    kl__free(cred->key_pem);
+    free_secret(cred->token);
+    free_secret(cred->cert_pem);
+    free_secret(cred->key_pem);
     memset(cred, 0, sizeof(*cred));
 }
 
@@ -265,16 +277,17 @@ static void close_fd(int *fd)
 }
 
 /* Collects the plugin's stdout (capped) and the head of its stderr until
- * both close, then reaps it (*pid = -1), all before the deadline. */
-static int exec_collect(const char *cmd, pid_t *pid, int *out_fd, int *err_fd, kl__buf *sout,
-                        char *serr, size_t *serr_len, int *status)
+ * both close, then reaps it (*pid = -1), all before the deadline, unless
+ * cancel_fd (-1: none) becomes readable first. */
+static int exec_collect(const char *cmd, int cancel_fd, pid_t *pid, int *out_fd, int *err_fd,
+                        kl__buf *sout, char *serr, size_t *serr_len, int *status)
 {
     int *fds[2] = {out_fd, err_fd};
     int64_t deadline = kl__clock_mono_ns() + exec_timeout_ms * KL_NS_PER_MS;
     char chunk[4096], ebuf[128];
 
     for (;;) {
-        struct pollfd pfd[2];
+        struct pollfd pfd[3];
         int64_t left = deadline - kl__clock_mono_ns();
         int nfds = 0, i, rc, wait_ms;
 
@@ -305,10 +318,15 @@ static int exec_collect(const char *cmd, pid_t *pid, int *out_fd, int *err_fd, k
                 nfds++;
             }
         }
-        rc = poll(pfd, (nfds_t)nfds, wait_ms);
+        pfd[nfds].fd = cancel_fd; /* ignored when negative */
+        pfd[nfds].events = POLLIN;
+        pfd[nfds].revents = 0;
+        rc = poll(pfd, (nfds_t)nfds + 1, wait_ms);
         if (rc < 0 && errno != EINTR)
             return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": poll: %s", cmd,
                                  kl__strerror(errno, ebuf, sizeof(ebuf)));
+        if (rc > 0 && pfd[nfds].revents)
+            return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": cancelled", cmd);
         for (i = 0; rc > 0 && i < nfds; i++) {
             int *fd = pfd[i].fd == *out_fd ? out_fd : err_fd;
             ssize_t n;
@@ -432,7 +450,7 @@ out:
     return 0;
 }
 
-int kl__exec_credential_run(const kl__exec_config *exec, kl__exec_credential *out)
+static int exec_run(const kl__exec_config *exec, int cancel_fd, kl__exec_credential *out)
 {
     char **argv = NULL, **envp = NULL, *info = NULL, *file = NULL;
     char serr[EXEC_STDERR_MAX + 1], ebuf[128];
@@ -468,8 +486,8 @@ int kl__exec_credential_run(const kl__exec_config *exec, kl__exec_credential *ou
     /* Our copies of the write ends would keep EOF from ever arriving. */
     close_fd(&out_pipe[1]);
     close_fd(&err_pipe[1]);
-    if ((err = exec_collect(exec->command, &pid, &out_pipe[0], &err_pipe[0], &sout, serr, &serr_len,
-                            &status)) < 0)
+    if ((err = exec_collect(exec->command, cancel_fd, &pid, &out_pipe[0], &err_pipe[0], &sout, serr,
+                            &serr_len, &status)) < 0)
         goto out;
 
     serr[serr_len] = '\0';
@@ -497,10 +515,366 @@ out:
     close_fd(&out_pipe[1]);
     close_fd(&err_pipe[0]);
     close_fd(&err_pipe[1]);
+    kl__wipe(sout.data, sout.len);
     kl__buf_free(&sout);
     kl__free(argv);
     kl__free(envp);
     kl__free(info);
     kl__free(file);
     return err;
+}
+
+int kl__exec_credential_run(const kl__exec_config *exec, kl__exec_credential *out)
+{
+    return exec_run(exec, -1, out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The credentials of a loop                                                */
+/* ------------------------------------------------------------------------ */
+
+#define TOKEN_FILE_MAX (64 * 1024)
+/* Bound service-account tokens rotate; client-go re-reads them every minute. */
+#define TOKEN_REREAD_NS (60 * KL_NS_PER_S)
+/* Run the exec plugin this long before its credentials expire, so that a
+ * request never leaves with a token that dies on the way, and the new one
+ * is there before the old one goes. */
+#define EXEC_EARLY_US INT64_C(30000000)
+/* After a failed run: the next run (meanwhile the current credentials
+ * hold, or the requests fail with its error). */
+#define EXEC_RETRY_NS (5 * KL_NS_PER_S)
+#define AUTH_PREFIX   "Authorization: "
+
+/* One run of the exec plugin, on a thread of its own. The thread writes
+ * done_fd when it has finished; the loop thread then joins it. */
+typedef struct exec_job {
+    pthread_t thread;
+    const kl__exec_config *exec; /* the kl__creds' own: it outlives the thread */
+    int done_fd;                 /* eventfd the loop watches */
+    int cancel_fd;               /* eventfd: kl__creds_free ends the run */
+    int64_t started_at;          /* monotonic ns */
+    /* The thread's, until it writes done_fd. */
+    int err;
+    char errmsg[1024];
+    kl__exec_credential cred;
+} exec_job;
+
+struct kl__creds {
+    const kl__log *log;
+    kl__creds_cb ready;
+    void *arg;
+    char *token; /* the static token, or the token file's */
+    char *token_file;
+    int64_t token_read_at; /* monotonic ns */
+    kl__exec_config *exec;
+    kl__exec_credential cred; /* the plugin's current credentials */
+    int have_cred;
+    unsigned gen;
+    int stale;  /* refused: refresh before the next request */
+    char *line; /* the Authorization line of line_gen, NULL: none built */
+    unsigned line_gen;
+    kl__loop *loop;    /* of the plugin's runs */
+    exec_job *job;     /* the run under way, NULL: none */
+    int64_t failed_at; /* monotonic ns of the last failed run, 0: none since a good one */
+    char *failure;     /* its message */
+};
+
+static int read_token_file(const char *path, char **out)
+{
+    kl__buf b = {0};
+    char chunk[4096], why[128];
+    FILE *f = fopen(path, "re"); /* close-on-exec */
+    size_t n, start = 0, end;
+    int err = 0;
+
+    *out = NULL;
+    if (!f)
+        return kl__error_set(K8SLEASE_ECONFIG, "token file %s: %s", path,
+                             kl__strerror(errno, why, sizeof(why)));
+    while ((n = fread(chunk, 1, sizeof(chunk), f)) > 0) {
+        if (b.len + n > TOKEN_FILE_MAX) {
+            err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: larger than %d bytes", path,
+                                TOKEN_FILE_MAX);
+            goto out;
+        }
+        if ((err = kl__buf_append(&b, chunk, n)) < 0) {
+            kl__error_set(err, "out of memory");
+            goto out;
+        }
+    }
+    if (ferror(f)) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: read error", path);
+        goto out;
+    }
+    end = b.len;
+    while (start < end && strchr(" \t\r\n", b.data[start]))
+        start++;
+    while (end > start && strchr(" \t\r\n", b.data[end - 1]))
+        end--;
+    if (start == end) {
+        err = kl__error_set(K8SLEASE_ECONFIG, "token file %s: empty", path);
+        goto out;
+    }
+    if (!(*out = kl__strndup(b.data + start, end - start)))
+        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+out:
+    fclose(f);
+    kl__wipe(chunk, sizeof(chunk));
+    kl__wipe(b.data, b.len);
+    kl__buf_free(&b);
+    return err;
+}
+
+static int refresh_token_file(kl__creds *c, int64_t now)
+{
+    char *token = NULL;
+    int err;
+
+    if (c->token && !c->stale && now - c->token_read_at < TOKEN_REREAD_NS)
+        return 0;
+    c->stale = 0;
+    c->token_read_at = now;
+    if ((err = read_token_file(c->token_file, &token)) < 0) {
+        if (!c->token)
+            return err;
+        kl__log_printf(c->log, K8SLEASE_LOG_WARN, "%s; keeping the previous token",
+                       kl__error_get());
+        return 0;
+    }
+    if (c->token && strcmp(c->token, token) == 0) {
+        free_secret(token);
+        return 0;
+    }
+    free_secret(c->token);
+    c->token = token;
+    c->gen++;
+    return 0;
+}
+
+/* The Authorization line for token, built once per generation. */
+static int line_of(kl__creds *c, const char *token, const char **line)
+{
+    *line = NULL;
+    if (!token)
+        return 0;
+    if (!c->line || c->line_gen != c->gen) {
+        free_secret(c->line);
+        if (!(c->line = kl__sprintf(AUTH_PREFIX "Bearer %s", token)))
+            return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+        c->line_gen = c->gen;
+    }
+    *line = c->line;
+    return 0;
+}
+
+static void *job_main(void *arg)
+{
+    exec_job *j = arg;
+
+    if ((j->err = exec_run(j->exec, j->cancel_fd, &j->cred)) < 0)
+        snprintf(j->errmsg, sizeof(j->errmsg), "%s", kl__error_get());
+    /* The loop joins the thread when it sees this. */
+    (void)!eventfd_write(j->done_fd, 1);
+    return NULL;
+}
+
+static void job_free(exec_job *j)
+{
+    if (!j)
+        return;
+    if (j->done_fd >= 0)
+        close(j->done_fd);
+    if (j->cancel_fd >= 0)
+        close(j->cancel_fd);
+    kl__exec_credential_clear(&j->cred);
+    kl__free(j);
+}
+
+static void on_job_done(int fd, uint32_t events, void *arg);
+
+/* Start a run of the plugin. Error set when it cannot start. */
+static int job_start(kl__creds *c, kl__loop *loop)
+{
+    exec_job *j = kl__calloc(1, sizeof(*j));
+    int rc, err;
+
+    if (!j)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    j->exec = c->exec;
+    j->started_at = kl__loop_now(loop);
+    j->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if ((j->done_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0 || j->cancel_fd < 0) {
+        err = kl__error_set(K8SLEASE_ENOMEM, "exec plugin \"%s\": eventfd: error %d",
+                            c->exec->command, errno);
+        goto fail;
+    }
+    if ((err = kl__loop_watch(loop, j->done_fd, EPOLLIN, on_job_done, c)) < 0)
+        goto fail;
+    if ((rc = kl__thread_start(&j->thread, job_main, j)) != 0) {
+        kl__loop_unwatch(loop, j->done_fd);
+        err = kl__error_set(K8SLEASE_ENOMEM, "exec plugin \"%s\": cannot start a thread: error %d",
+                            c->exec->command, rc);
+        goto fail;
+    }
+    c->loop = loop;
+    c->job = j;
+    kl__log_printf(c->log, K8SLEASE_LOG_DEBUG, "exec plugin \"%s\": running", c->exec->command);
+    return 0;
+fail:
+    job_free(j);
+    return err;
+}
+
+/* The plugin's run ended: its credentials replace the current ones; a
+ * failure keeps them (until they expire). */
+static void on_job_done(int fd, uint32_t events, void *arg)
+{
+    kl__creds *c = arg;
+    exec_job *j = c->job;
+    int64_t wall = kl__clock_wall_us();
+
+    (void)events;
+    kl__loop_unwatch(c->loop, fd);
+    pthread_join(j->thread, NULL);
+    c->job = NULL;
+    c->stale = 0;
+    if (j->err == 0) {
+        kl__exec_credential_clear(&c->cred);
+        c->cred = j->cred;
+        memset(&j->cred, 0, sizeof(j->cred));
+        c->have_cred = 1;
+        c->gen++;
+        c->failed_at = 0;
+        kl__free(c->failure);
+        c->failure = NULL;
+        kl__log_printf(c->log, K8SLEASE_LOG_DEBUG,
+                       "exec plugin \"%s\": new credentials after %lld ms", c->exec->command,
+                       (long long)((kl__loop_now(c->loop) - j->started_at) / KL_NS_PER_MS));
+    } else {
+        c->failed_at = kl__loop_now(c->loop);
+        kl__free(c->failure);
+        c->failure = kl__strdup(j->errmsg); /* NULL: kl__creds_get says "out of memory" */
+        if (c->have_cred && (c->cred.expiry_us == 0 || wall < c->cred.expiry_us))
+            kl__log_printf(c->log, K8SLEASE_LOG_WARN,
+                           "%s; keeping the previous credentials until they expire", j->errmsg);
+    }
+    job_free(j);
+    c->ready(c->arg);
+}
+
+static int exec_get(kl__creds *c, kl__loop *loop, const char **line)
+{
+    int64_t wall = kl__clock_wall_us(), now = kl__loop_now(loop);
+    int64_t expiry = c->cred.expiry_us;
+    int valid = c->have_cred && (expiry == 0 || wall < expiry);
+    int due = !valid || c->stale || (expiry != 0 && wall >= expiry - EXEC_EARLY_US);
+    int err;
+
+    /* A run that failed is not tried again for a while: the current
+     * credentials hold meanwhile, or the requests fail with its error. */
+    if (due && !c->job && (!c->failed_at || now - c->failed_at >= EXEC_RETRY_NS)) {
+        if ((err = job_start(c, loop)) < 0) {
+            c->failed_at = now;
+            kl__free(c->failure);
+            c->failure = kl__strdup(kl__error_get()); /* NULL: "out of memory" below */
+            if (valid)
+                kl__log_printf(c->log, K8SLEASE_LOG_WARN,
+                               "%s; keeping the previous credentials until they expire",
+                               kl__error_get());
+        }
+    }
+    if (c->job && (!valid || c->stale))
+        return KL__CREDS_WAIT;
+    if (!valid) {
+        if (c->have_cred && !c->failure)
+            return kl__error_set(K8SLEASE_ECONFIG, "exec plugin \"%s\": its credentials expired",
+                                 c->exec->command);
+        return kl__error_set(K8SLEASE_ECONFIG, "%s", c->failure ? c->failure : "out of memory");
+    }
+    return line_of(c, c->cred.token, line);
+}
+
+int kl__creds_get(kl__creds *c, kl__loop *loop, const char **line)
+{
+    int err;
+
+    *line = NULL;
+    if (c->exec)
+        return exec_get(c, loop, line);
+    if (c->token_file && (err = refresh_token_file(c, kl__loop_now(loop))) < 0)
+        return err;
+    return line_of(c, c->token, line);
+}
+
+unsigned kl__creds_gen(const kl__creds *c)
+{
+    return c->gen;
+}
+
+int kl__creds_refused(kl__creds *c, unsigned gen)
+{
+    if (!c->exec && !c->token_file)
+        return 0;
+    /* Requests that left with older credentials must not refresh again. */
+    if (gen == c->gen)
+        c->stale = 1;
+    return 1;
+}
+
+void kl__creds_identity(const kl__creds *c, const char **cert_pem, const char **key_pem)
+{
+    int have = c->have_cred && c->cred.cert_pem && c->cred.key_pem;
+
+    *cert_pem = have ? c->cred.cert_pem : NULL;
+    *key_pem = have ? c->cred.key_pem : NULL;
+}
+
+void kl__creds_waiting(const kl__creds *c, const kl__loop *loop, char *buf, size_t len)
+{
+    if (c->job)
+        snprintf(buf, len, "the exec plugin \"%s\" has run for %lld ms and not answered yet",
+                 c->exec->command,
+                 (long long)((kl__loop_now(loop) - c->job->started_at) / KL_NS_PER_MS));
+    else
+        snprintf(buf, len, "no credentials");
+}
+
+int kl__creds_new(kl__creds **out, const kl__restconfig *cfg, const kl__log *log,
+                  kl__creds_cb ready, void *arg)
+{
+    kl__creds *c = kl__calloc(1, sizeof(*c));
+
+    *out = NULL;
+    if (!c)
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    c->log = log;
+    c->ready = ready;
+    c->arg = arg;
+    if ((cfg->token && !(c->token = kl__strdup(cfg->token))) ||
+        (cfg->token_file && !(c->token_file = kl__strdup(cfg->token_file))) ||
+        (cfg->exec && !(c->exec = kl__exec_config_dup(cfg->exec)))) {
+        kl__creds_free(c);
+        return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
+    }
+    *out = c;
+    return 0;
+}
+
+void kl__creds_free(kl__creds *c)
+{
+    if (!c)
+        return;
+    if (c->job) {
+        (void)!eventfd_write(c->job->cancel_fd, 1);
+        pthread_join(c->job->thread, NULL);
+        kl__loop_unwatch(c->loop, c->job->done_fd);
+        job_free(c->job);
+    }
+    free_secret(c->token);
+    free_secret(c->line);
+    kl__free(c->token_file);
+    kl__exec_config_free(c->exec);
+    kl__exec_credential_clear(&c->cred);
+    kl__free(c->failure);
+    kl__free(c);
 }

@@ -58,8 +58,8 @@ typedef struct h2_stream {
 struct kl__h2 {
     kl__loop *loop;
     const kl__h2_ops *ops;
-    int epfd, fd;
-    uint32_t events; /* registered with epoll */
+    int fd;
+    uint32_t events; /* watched for (kl__loop_watch) */
     int state;
     int tcp_up; /* the TCP connection was made */
     unsigned port;
@@ -114,16 +114,20 @@ static void stream_free(kl__h2 *c, h2_stream *s)
     kl__free(s);
 }
 
-static void set_events(kl__h2 *c, uint32_t events)
+static void on_ready(int fd, uint32_t events, void *arg);
+
+/* Watch the socket for events. A failure (no room in the loop's table) is
+ * returned; the caller ends the connection. */
+static int set_events(kl__h2 *c, uint32_t events)
 {
-    struct epoll_event ev = {0};
+    int err;
 
     if (c->fd < 0 || events == c->events)
-        return;
-    ev.events = events;
-    ev.data.u64 = KL__H2_EPOLL_TAG | (uint64_t)c->fd;
-    if (epoll_ctl(c->epfd, c->events ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->fd, &ev) == 0)
-        c->events = events;
+        return 0;
+    if ((err = kl__loop_watch(c->loop, c->fd, events, on_ready, c)) < 0)
+        return err;
+    c->events = events;
+    return 0;
 }
 
 /* End every stream with end, shut the socket: DEAD. */
@@ -136,7 +140,7 @@ static void fail(kl__h2 *c, const kl__h2_end *end)
     c->state = DEAD;
     kl__timer_cancel(c->loop, &c->connect_timer);
     if (c->fd >= 0) {
-        (void)epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+        kl__loop_unwatch(c->loop, c->fd);
         c->events = 0;
         (void)shutdown(c->fd, SHUT_RDWR);
     }
@@ -340,7 +344,8 @@ static void update_events(kl__h2 *c)
         return;
     if (c->state == CONNECTING || c->want_write)
         ev = c->state == CONNECTING ? EPOLLOUT : EPOLLIN | EPOLLOUT;
-    set_events(c, ev);
+    if (set_events(c, ev) < 0)
+        fail_with(c, K8SLEASE_ENOMEM, "receive", kl__error_get(), 0);
 }
 
 /* Serialise what nghttp2 has queued into c->out, up to about a record. */
@@ -552,6 +557,14 @@ void kl__h2_io(kl__h2 *c, uint32_t events, int drain)
         kl__h2_flush(c);
 }
 
+static void on_ready(int fd, uint32_t events, void *arg)
+{
+    kl__h2 *c = arg;
+
+    (void)fd;
+    kl__h2_io(c, events, kl__loop_batching(c->loop));
+}
+
 static void on_connect_timer(kl__timer *t, void *arg)
 {
     kl__h2 *c = arg;
@@ -666,7 +679,6 @@ int kl__h2_open(kl__h2 **out, const kl__h2_config *cfg)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");
     c->loop = cfg->loop;
     c->ops = cfg->ops;
-    c->epfd = cfg->epfd;
     c->state = CONNECTING;
     c->connect_ms = cfg->connect_timeout_ms;
     c->connect_at = kl__loop_now(cfg->loop);
@@ -690,7 +702,10 @@ int kl__h2_open(kl__h2 **out, const kl__h2_config *cfg)
      * socket reports EPOLLHUP): they are not submitted yet. */
     if (connect(c->fd, cfg->addr, cfg->addrlen) != 0 && errno != EINPROGRESS)
         c->connect_err = errno;
-    set_events(c, EPOLLOUT);
+    if ((err = set_events(c, EPOLLOUT)) < 0) {
+        kl__h2_free(c);
+        return err;
+    }
     *out = c;
     return 0;
 }
@@ -708,7 +723,7 @@ void kl__h2_free(kl__h2 *c)
         SSL_free(c->ssl);
     if (c->fd >= 0) {
         if (c->events)
-            (void)epoll_ctl(c->epfd, EPOLL_CTL_DEL, c->fd, NULL);
+            kl__loop_unwatch(c->loop, c->fd);
         close(c->fd);
     }
     kl__buf_free(&c->out);
@@ -794,9 +809,4 @@ int kl__h2_more(const kl__h2 *c)
 int kl__h2_idle(const kl__h2 *c)
 {
     return c->streams == NULL;
-}
-
-int kl__h2_fd(const kl__h2 *c)
-{
-    return c->fd;
 }

@@ -1,8 +1,8 @@
-/* One HTTP/2 connection over TLS, on nghttp2 and OpenSSL, driven by the
- * loop's epoll: the native transport of core/http.c for the configured API
- * server (unless K8SLEASE_TRANSPORT=libcurl; see http.c's native_setup for
- * when libcurl serves it instead). It knows streams, not requests: http.c
- * keeps the requests, their timeouts, credentials and retries.
+/* One HTTP/2 connection over TLS, on nghttp2 and OpenSSL, its socket
+ * watched by the loop: the connections of the native transport
+ * (core/native.c). It knows streams, not requests: the request layer
+ * (core/http.c) keeps the requests, their deadlines, credentials and
+ * retries.
  *
  * What it does for the cost of a request: the frames queued during a loop
  * iteration go out as one TLS write (kl__h2_flush, before the loop sleeps);
@@ -11,7 +11,7 @@
  *
  * Threads: the loop thread only. Callbacks (kl__h2_ops) run inside
  * kl__h2_io, kl__h2_flush and kl__h2_fail: they may only record what
- * happened (http.c queues the request and finishes it later); they must not
+ * happened (native.c queues the transfer and reports it later); they must not
  * submit, cancel or free. */
 #ifndef KL_H2_H
 #define KL_H2_H
@@ -27,10 +27,6 @@
 #include "core/loop.h"
 
 typedef struct kl__h2 kl__h2;
-
-/* epoll_event.data.u64 of the connection's socket: this bit and the fd
- * (libcurl's sockets and the loop's eventfd carry the bare fd). */
-#define KL__H2_EPOLL_TAG ((uint64_t)1 << 40)
 
 /* How a stream ended. */
 typedef struct kl__h2_end {
@@ -55,7 +51,6 @@ typedef struct kl__h2_ops {
 
 typedef struct kl__h2_config {
     kl__loop *loop;
-    int epfd;
     const struct sockaddr *addr; /* where to connect (copied) */
     socklen_t addrlen;
     SSL_CTX *ctx;            /* borrowed; must outlive the connection */
@@ -67,7 +62,7 @@ typedef struct kl__h2_config {
 } kl__h2_config;
 
 /* TCP_NODELAY, keepalive probes after half of dead_ms and TCP_USER_TIMEOUT
- * dead_ms on a connection's socket (libcurl's too: http.c). */
+ * dead_ms on a connection's socket (libcurl's too: core/curl.c). */
 void kl__tcp_dead_timeout(int fd, int64_t dead_ms);
 
 /* Start connecting. K8SLEASE_ENOMEM, or K8SLEASE_ETRANSPORT when no socket
@@ -81,8 +76,6 @@ int kl__h2_usable(const kl__h2 *c);
 int kl__h2_dead(const kl__h2 *c);
 /* No stream on it. */
 int kl__h2_idle(const kl__h2 *c);
-/* Its socket (epoll events name it with KL__H2_EPOLL_TAG). */
-int kl__h2_fd(const kl__h2 *c);
 /* The local port of its socket (0 until connected), for messages. */
 unsigned kl__h2_port(const kl__h2 *c);
 /* Lower the connect deadline (a new request asks for less). */

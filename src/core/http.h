@@ -1,5 +1,7 @@
-/* HTTPS requests to the API server with the rest config's TLS and auth, on
- * an event loop (core/loop.h) whose I/O is libcurl multi.
+/* HTTPS requests to the API server (or etcd's gateway) with the rest
+ * config's TLS and credentials, on an event loop (core/loop.h): the request
+ * layer (core/http.c) over two transports (core/transport.h: the native
+ * HTTP/2 one and libcurl).
  *
  * Threads: kl__loop_new may be called from any thread. Everything else here
  * only on the loop thread (from a posted closure, a timer or an HTTP
@@ -16,7 +18,7 @@
 
 typedef struct kl__http_req kl__http_req;
 
-/* Start a loop thread whose I/O is HTTP (kl__loop_free stops it). cfg is
+/* Start a loop thread for requests to cfg's server (kl__loop_free stops it). cfg is
  * copied (what is needed of it). log may be NULL; it is borrowed and must
  * outlive the loop. user_agent (may be NULL) is appended to
  * "k8slease/VERSION" in the User-Agent header. */
@@ -26,7 +28,7 @@ int kl__loop_new(kl__loop **out, const kl__restconfig *cfg, const kl__log *log,
  * acknowledging data or keepalive probes is dropped by the kernel
  * (TCP_USER_TIMEOUT; keepalive probes after half of it). Applies to
  * connections opened from then on; requests on older ones are still bounded
- * by their own timeouts, after which libcurl closes the connection. Default
+ * by their own timeouts, after which their connection is abandoned. Default
  * 5000 ms, floor 100 ms. Loop thread. A loop made by kl__loop_new only. */
 void kl__loop_set_dead_timeout(kl__loop *loop, int64_t ms);
 
@@ -65,10 +67,10 @@ typedef struct kl__http_opts {
     /* The connect phase (name, TCP, TLS handshake) of a new connection this
      * request opens: 0 for the default (30 s, and at most timeout_ms).
      * While a connection is being set up, the other requests of the loop
-     * wait for it (HTTP/2: one connection; libcurl's timeouts do not run
-     * for waiting requests), so a stream, which has no timeout_ms, should
-     * bound its own: a handshake with a server that answers nothing (a
-     * hung replica behind a load balancer) would hold everybody. */
+     * that go on it wait for it (HTTP/2: one connection for them all), so
+     * a stream, which has no timeout_ms, should bound its own: a handshake
+     * with a server that answers nothing (a hung replica behind a load
+     * balancer) would hold everybody. */
     int64_t connect_timeout_ms;
     kl__http_open_cb on_open; /* streams only; may be NULL */
     /* "scheme://host:port" of another server of the same scheme (the etcd
@@ -95,22 +97,24 @@ typedef struct kl__http_opts {
 /* Start a request (loop thread). done is called exactly once on the loop
  * thread, unless the request is cancelled first. Bodies are capped at
  * 16 MiB (err K8SLEASE_EPROTOCOL, message says so). 401 responses make the
- * loop re-read the token file (or re-run the exec plugin) and retry once.
+ * loop re-read the token file (or re-run the exec plugin, and wait for it)
+ * and retry once.
  * Returns NULL on ENOMEM (error set). */
 kl__http_req *kl__http_start(kl__loop *loop, const kl__http_opts *opts, kl__http_done_cb done,
                              void *arg);
 /* A request that timed out has had its connection abandoned: shut down, so
  * that everything on it fails at once and the next requests open a new one
  * (through a load balancer, to a replica that answers). Connections
- * abandoned so far because a request on them timed out. */
+ * abandoned so far: a request or a stream on them timed out, or a hedge
+ * answered first (the original's, and the hedges' that came second). */
 uint64_t kl__loop_abandoned(const kl__loop *loop);
 /* Requests answered on a hedge's new connection first (kl__http_opts). */
 uint64_t kl__loop_hedges_won(const kl__loop *loop);
 
-/* The transport of the configured server's requests: "native" (an HTTP/2
- * connection of our own, core/h2.c) or "libcurl" (K8SLEASE_TRANSPORT, or
- * what the configuration allows; the native transport gives way to libcurl
- * for good once the server did not offer HTTP/2). Loop thread. */
+/* The transport of the configured server's requests: "native" (HTTP/2
+ * connections of our own, core/native.c) or "libcurl" (K8SLEASE_TRANSPORT,
+ * or what the configuration allows; the native transport gives way to
+ * libcurl for good once the server did not offer HTTP/2). Loop thread. */
 const char *kl__loop_transport(const kl__loop *loop);
 /* Native HTTP/2 connections opened so far. Loop thread. */
 uint64_t kl__loop_h2_connections(const kl__loop *loop);

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 #include <cmocka.h>
@@ -383,6 +384,122 @@ static void token_rotation_is_followed(void **state)
     assert_int_equal(ts_control(e2e_server(), "POST", "/testserver/v1/token", kc, &status, NULL),
                      0);
     assert_int_equal(status, 200);
+}
+
+/* An exec credential plugin that answers at once the first time and takes
+ * EXEC_SLOW_S at each refresh (an identity provider that is slow today),
+ * with credentials that expire EXEC_EXPIRY_S after each run: the refresh
+ * starts 30 s before they expire, while the current ones still hold, and
+ * the leader renews with them until the new ones arrive. The plugin takes
+ * longer than the renew deadline (RD_MS): run where the renewals run, it
+ * would end the term. */
+#define EXEC_SLOW_S   6
+#define EXEC_EXPIRY_S 33
+
+static void write_text(const char *path, const char *text, int mode)
+{
+    FILE *f = fopen(path, "w");
+
+    assert_non_null(f);
+    assert_true(fputs(text, f) >= 0);
+    assert_int_equal(fclose(f), 0);
+    assert_int_equal(chmod(path, (mode_t)mode), 0);
+}
+
+static int read_count(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    int n = 0;
+
+    if (f) {
+        if (fscanf(f, "%d", &n) != 1)
+            n = 0;
+        fclose(f);
+    }
+    return n;
+}
+
+static void slow_exec_plugin_costs_no_term(void **state)
+{
+    k8slease_client_options o = K8SLEASE_CLIENT_OPTIONS_INIT;
+    k8slease_client *ec = NULL;
+    k8slease_elector *a;
+    const char *dir;
+    char plugin[4096], kc[4096], done[4096], text[16384];
+    uint64_t renewals_before;
+    int stopped;
+    cand c;
+
+    (void)state;
+    e2e_need_testserver("the plugin prints the test server's token");
+    dir = ts_dir(e2e_server());
+    snprintf(plugin, sizeof(plugin), "%s/slow-exec-plugin.sh", dir);
+    snprintf(done, sizeof(done), "%s/slow-exec-plugin.done", dir);
+    snprintf(kc, sizeof(kc), "%s/kubeconfig-slow-exec", dir);
+    unlink(done);
+    snprintf(text, sizeof(text),
+             "#!/bin/sh\n"
+             "n=$(cat '%s' 2>/dev/null || echo 0)\n"
+             "[ \"$n\" -gt 0 ] && sleep %d\n"
+             "expiry=$(date -u -d \"@$(($(date +%%s) + %d))\" +%%Y-%%m-%%dT%%H:%%M:%%SZ)\n"
+             "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\",'\n"
+             "printf '\"kind\":\"ExecCredential\",\"status\":{\"token\":\"%%s\",' "
+             "\"$(cat '%s/token')\"\n"
+             "printf '\"expirationTimestamp\":\"%%s\"}}\\n' \"$expiry\"\n"
+             "echo $((n + 1)) >'%s'\n",
+             done, EXEC_SLOW_S, EXEC_EXPIRY_S, dir, done);
+    write_text(plugin, text, 0700);
+    snprintf(text, sizeof(text),
+             "apiVersion: v1\n"
+             "kind: Config\n"
+             "clusters:\n"
+             "- name: testserver\n"
+             "  cluster:\n"
+             "    server: %s\n"
+             "    certificate-authority: %s\n"
+             "contexts:\n"
+             "- name: testserver\n"
+             "  context:\n"
+             "    cluster: testserver\n"
+             "    user: slow-exec\n"
+             "current-context: testserver\n"
+             "users:\n"
+             "- name: slow-exec\n"
+             "  user:\n"
+             "    exec:\n"
+             "      apiVersion: client.authentication.k8s.io/v1\n"
+             "      command: %s\n"
+             "      interactiveMode: Never\n",
+             ts_url(e2e_server()), ts_ca_file(e2e_server()), plugin);
+    write_text(kc, text, 0600);
+    o.kubeconfig = kc;
+    if (k8slease_client_new(&ec, &o) != 0)
+        fail_msg("client: %s", k8slease_error_last());
+    a = start(ec, "faults-slow-exec", "a:1", &c);
+    elected(a, "a");
+    assert_int_equal(read_count(done), 1);
+    renewals_before = stats(a).renewals;
+    /* The refresh starts EXEC_EXPIRY_S - 30 s after the first run and ends
+     * EXEC_SLOW_S later (bounded: four times that). */
+    for (int64_t deadline = e2e_mono_ms() + 4 * (EXEC_EXPIRY_S - 30 + EXEC_SLOW_S) * 1000;
+         read_count(done) < 2; e2e_pause_ms(50))
+        if (e2e_mono_ms() > deadline)
+            fail_msg("the plugin's refresh did not end within %d s",
+                     4 * (EXEC_EXPIRY_S - 30 + EXEC_SLOW_S));
+    pthread_mutex_lock(&c.mu);
+    stopped = c.stopped_at != 0;
+    pthread_mutex_unlock(&c.mu);
+    if (stopped || !k8slease_elector_is_leader(a))
+        fail_msg("the leader lost its term while the exec plugin ran (%d s, renew deadline %d ms)",
+                 EXEC_SLOW_S, RD_MS);
+    /* It renewed all along, at its retry period. */
+    assert_true(stats(a).renewals >= renewals_before + EXEC_SLOW_S * 1000 / RP_MS / 2);
+    assert_int_equal(stats(a).terms, 1);
+    k8slease_elector_free(a);
+    k8slease_client_free(ec);
+    unlink(kc);
+    unlink(plugin);
+    unlink(done);
 }
 
 /* Waits (bounded) until b has seen a as leader. */
@@ -854,6 +971,7 @@ int main(void)
         cmocka_unit_test(stalled_connection_costs_no_term),
         cmocka_unit_test(stalled_watch_connection_is_probed),
         cmocka_unit_test(token_rotation_is_followed),
+        cmocka_unit_test(slow_exec_plugin_costs_no_term),
         cmocka_unit_test(hang_longer_than_renew_deadline),
         cmocka_unit_test(lost_term_says_why),
         cmocka_unit_test(restart_keeping_state),

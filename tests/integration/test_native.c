@@ -1,14 +1,14 @@
-/* The native HTTP/2 transport (core/h2.c and the native section of
- * core/http.c, K8SLEASE_TRANSPORT=native) driven through kl__http_* against
+/* The native HTTP/2 transport (core/native.c over core/h2.c,
+ * K8SLEASE_TRANSPORT=native) driven through kl__http_* against
  * k8slease-testserver, which speaks TLS + HTTP/2 (nghttp2) as a real
  * kube-apiserver does. tests/unit/test_http.c covers the same API against
- * libmicrohttpd, HTTP/1.1 only, where the native transport never runs.
+ * its fake server, over HTTP/2 and HTTP/1.1.
  *
  * Cases: the transport in use and one connection for 50 requests at once;
  * answers (status, body, content type) of GET/POST/PUT/DELETE, 400, 404,
  * 409; watch streams (on_open, on_data, non-200 collected, aborted by the
  * reader, idle timeout, a clean end); faults (hang -> timeout and a new
- * connection, stall -> a hedge on libcurl answers, reset, a huge body,
+ * connection, stall -> a hedge on a new native connection answers, reset, a huge body,
  * GOAWAY, a restart); a 401 after a token rotation, retried; connection
  * refused, a wrong CA, a handshake never answered; the fallback to libcurl
  * when the server offers no h2; cancel (also mid-upload) and free with
@@ -787,7 +787,8 @@ static void test_timeout(void **state)
 }
 
 /* The connection stalls (a hung replica): the request's copy, sent on a
- * new libcurl connection after hedge_ms, answers for it. */
+ * new native connection after hedge_ms, answers for it; that connection
+ * carries the next request. */
 static void test_hedge(void **state)
 {
     kl__http_opts o = {0};
@@ -1417,13 +1418,9 @@ static void test_hedge_outlives_failed_original(void **state)
 
 /* As many watches as the server allows streams on a connection
  * (SETTINGS_MAX_CONCURRENT_STREAMS 100, kube-apiserver v1.36.3's): a
- * request still gets an answer; it must not wait behind the watches (the
- * libcurl transport opens another connection: set_limits in http.c).
- *
- * BUG (open, native transport): FAILS. The native transport has one
- * connection; nghttp2 queues the GET until a stream closes, its 3 s
- * deadline passes, and the abandoned connection takes the 100 watches
- * with it. Passes with K8SLEASE_TRANSPORT=libcurl. */
+ * request still gets an answer; it must not wait behind the watches. The
+ * native transport puts 32 watches on a connection and opens others for
+ * the rest (core/native.c), all of them HTTP/2 connections of its own. */
 static void test_requests_beside_many_watches(void **state)
 {
     enum { NWATCH = 100 };
@@ -1458,6 +1455,9 @@ static void test_requests_beside_many_watches(void **state)
     expect_status(&T.r[NWATCH], 200);
     for (int i = 0; i < NWATCH; i++)
         assert_int_equal(count_of(&rs[i]->done_calls), 0);
+    /* 100 watches, 32 a connection: four native connections, no other */
+    assert_string_equal(facts().transport, "native");
+    assert_int_equal(facts().h2, (NWATCH + 31) / 32);
 }
 
 int main(void)

@@ -1,6 +1,9 @@
 /* The event loop and the HTTP layer against a local HTTPS server
- * (libmicrohttpd, certificates from tests/data/tls): requests, TLS, auth,
- * streaming, timeouts, timers, closures, teardown.
+ * (tests/lib/fakehttp, certificates from tests/data/tls): requests, TLS,
+ * auth, streaming, timeouts, timers, closures, teardown. The server speaks
+ * HTTP/2 and the native transport carries the requests; under
+ * K8SLEASE_TRANSPORT=libcurl (unit_http_libcurl) it speaks HTTP/1.1 and
+ * libcurl does.
  *
  * Every wait is bounded (WAIT_MS) and fails with a message; no test sleeps
  * to synchronise. The server handlers that block wait on a condition
@@ -10,6 +13,8 @@
 #include <arpa/inet.h>
 #include <dirent.h>
 #include <errno.h>
+#include <malloc.h>
+#include <stdatomic.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -28,6 +33,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <curl/curl.h>
 #include <gnutls/gnutls.h>
 #include <gnutls/x509.h>
 #include <microhttpd.h>
@@ -161,26 +167,11 @@ static void set_accept_token(const char *token)
     pthread_mutex_unlock(&srv.mu);
 }
 
-static void copy_header(struct MHD_Connection *c, const char *name, char *dst, size_t len)
+static void copy_header(kl_fakehttp_req *r, const char *name, char *dst, size_t len)
 {
-    const char *v = MHD_lookup_connection_value(c, MHD_HEADER_KIND, name);
+    const char *v = kl_fakehttp_header(r, name);
 
     snprintf(dst, len, "%s", v ? v : "");
-}
-
-static int client_cert_ok(struct MHD_Connection *c)
-{
-    const union MHD_ConnectionInfo *ci =
-        MHD_get_connection_info(c, MHD_CONNECTION_INFO_GNUTLS_SESSION);
-    gnutls_session_t tls;
-    unsigned int n = 0, status = 1;
-
-    if (!ci)
-        return 0;
-    tls = (gnutls_session_t)ci->tls_session;
-    if (!gnutls_certificate_get_peers(tls, &n) || n == 0)
-        return 0;
-    return gnutls_certificate_verify_peers2(tls, &status) == 0 && status == 0;
 }
 
 /* Block until the test releases the server (bounded). */
@@ -206,7 +197,7 @@ static ssize_t read_stream(void *cls, uint64_t pos, char *buf, size_t max)
         memcpy(buf, "line 2\n", 7);
         return 7;
     }
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return KL_FAKEHTTP_END;
 }
 
 static ssize_t read_stall(void *cls, uint64_t pos, char *buf, size_t max)
@@ -218,7 +209,7 @@ static ssize_t read_stall(void *cls, uint64_t pos, char *buf, size_t max)
         return 7;
     }
     wait_released();
-    return MHD_CONTENT_READER_END_OF_STREAM;
+    return KL_FAKEHTTP_END;
 }
 
 static ssize_t read_big(void *cls, uint64_t pos, char *buf, size_t max)
@@ -230,23 +221,17 @@ static ssize_t read_big(void *cls, uint64_t pos, char *buf, size_t max)
     return (ssize_t)n;
 }
 
-static enum MHD_Result reply_stream(struct MHD_Connection *c, uint64_t size,
-                                    MHD_ContentReaderCallback reader)
+static void reply_stream(kl_fakehttp_req *c, uint64_t size, kl_fakehttp_reader reader)
 {
-    struct MHD_Response *r = MHD_create_response_from_callback(size, 64 * 1024, reader, NULL, NULL);
-    enum MHD_Result ret;
-
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    ret = MHD_queue_response(c, MHD_HTTP_OK, r);
-    MHD_destroy_response(r);
-    return ret;
+    kl_fakehttp_respond_stream(c, 200, "application/json", size, reader, NULL);
 }
 
-static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *method,
-                              const char *url, const char *body, size_t body_len)
+static void handle(void *arg, kl_fakehttp_req *c, const char *method, const char *url,
+                   const char *body, size_t body_len)
 {
-    char auth[256];
-    int ok;
+    static const char json[] = "application/json";
+    char auth[256], reply[64];
+    int ok, n;
 
     (void)arg;
     copy_header(c, "Authorization", auth, sizeof(auth));
@@ -266,55 +251,60 @@ static enum MHD_Result handle(void *arg, struct MHD_Connection *c, const char *m
     ok = strncmp(auth, "Bearer ", 7) == 0 && strcmp(auth + 7, srv.accept_token) == 0;
     pthread_mutex_unlock(&srv.mu);
 
-    if (strcmp(url, "/json") == 0)
-        return kl_fakehttp_reply(c, 200, "application/json",
-                                 "{\"kind\":\"Lease\",\"metadata\":{}}");
-    if (strcmp(url, "/echo") == 0)
-        return kl_fakehttp_reply(c, 201, "application/json", "{}");
-    if (strcmp(url, "/notfound") == 0)
-        return kl_fakehttp_reply(
-            c, 404, "application/json",
-            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
-            "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
-            "\"reason\":\"NotFound\",\"code\":404}");
-    if (strcmp(url, "/auth") == 0)
-        return ok ? kl_fakehttp_reply(c, 200, "application/json", "{}")
-                  : kl_fakehttp_reply(c, 401, "application/json",
-                                      "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
-                                      "\"reason\":\"Unauthorized\",\"code\":401}");
-    if (strcmp(url, "/cert") == 0)
-        return client_cert_ok(c) ? kl_fakehttp_reply(c, 200, "application/json", "{}")
-                                 : kl_fakehttp_reply(c, 401, "application/json", "{}");
-    if (strcmp(url, "/block") == 0) {
+    if (strcmp(url, "/json") == 0) {
+        kl_fakehttp_respond(c, 200, json, "{\"kind\":\"Lease\",\"metadata\":{}}");
+    } else if (strcmp(url, "/echo") == 0) {
+        kl_fakehttp_respond(c, 201, json, "{}");
+    } else if (strcmp(url, "/notfound") == 0) {
+        kl_fakehttp_respond(c, 404, json,
+                            "{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"status\":\"Failure\","
+                            "\"message\":\"leases.coordination.k8s.io \\\"x\\\" not found\","
+                            "\"reason\":\"NotFound\",\"code\":404}");
+    } else if (strcmp(url, "/auth") == 0) {
+        kl_fakehttp_respond(c, ok ? 200 : 401, json,
+                            ok ? "{}"
+                               : "{\"kind\":\"Status\",\"message\":\"Unauthorized\","
+                                 "\"reason\":\"Unauthorized\",\"code\":401}");
+    } else if (strcmp(url, "/cert") == 0) {
+        kl_fakehttp_respond(c, kl_fakehttp_client_cert_ok(c) ? 200 : 401, json, "{}");
+    } else if (strcmp(url, "/block") == 0) {
         wait_released();
-        return kl_fakehttp_reply(c, 200, "application/json", "{}");
-    }
-    if (strcmp(url, "/first-blocks") == 0) {
+        kl_fakehttp_respond(c, 200, json, "{}");
+    } else if (strcmp(url, "/first-blocks") == 0) {
         /* A hung replica behind a balancer: the first request hangs, the
          * next ones (on new connections) are answered. */
-        char reply[64];
-        int n;
-
         pthread_mutex_lock(&srv.mu);
         n = srv.rec.first_blocks++;
         pthread_mutex_unlock(&srv.mu);
         if (n == 0)
             wait_released();
         snprintf(reply, sizeof(reply), "{\"copy\":%d}", n);
-        return kl_fakehttp_reply(c, 200, "application/json", reply);
+        kl_fakehttp_respond(c, 200, json, reply);
+    } else if (strcmp(url, "/stream") == 0) {
+        reply_stream(c, KL_FAKEHTTP_SIZE_UNKNOWN, read_stream);
+    } else if (strcmp(url, "/stall") == 0) {
+        reply_stream(c, KL_FAKEHTTP_SIZE_UNKNOWN, read_stall);
+    } else if (strcmp(url, "/big") == 0) {
+        reply_stream(c, BIG_BODY, read_big);
+    } else {
+        kl_fakehttp_respond(c, 500, "text/plain", "no such test route");
     }
-    if (strcmp(url, "/stream") == 0)
-        return reply_stream(c, MHD_SIZE_UNKNOWN, read_stream);
-    if (strcmp(url, "/stall") == 0)
-        return reply_stream(c, MHD_SIZE_UNKNOWN, read_stall);
-    if (strcmp(url, "/big") == 0)
-        return reply_stream(c, BIG_BODY, read_big);
-    return kl_fakehttp_reply(c, 500, "text/plain", "no such test route");
+}
+
+/* The server's protocol: HTTP/2 for the native transport (and libcurl
+ * over it, for what libcurl carries); HTTP/1.1 under
+ * K8SLEASE_TRANSPORT=libcurl, libcurl's other protocol. */
+static kl_fakehttp_proto server_proto(void)
+{
+    const char *t = getenv("K8SLEASE_TRANSPORT");
+
+    return t && strcmp(t, "libcurl") == 0 ? KL_FAKEHTTP_H1 : KL_FAKEHTTP_H2;
 }
 
 static void server_start(void)
 {
-    kl_fakehttp_start(&srv.http, handle, NULL, fx.server_key, fx.server_cert, fx.ca);
+    kl_fakehttp_serve(&srv.http, server_proto(), handle, NULL, fx.server_key, fx.server_cert,
+                      fx.ca);
 }
 
 static void server_release(void)
@@ -507,6 +497,15 @@ static kl__restconfig cfg_default(void)
     return c;
 }
 
+/* cfg with a client certificate and key (PEM). */
+static void with_client_cert(kl__restconfig *cfg, char *cert, char *key)
+{
+    cfg->cert_pem = cert;
+    cfg->cert_pem_len = strlen(cert);
+    cfg->key_pem = key;
+    cfg->key_pem_len = strlen(key);
+}
+
 static void loop_start(const kl__restconfig *cfg)
 {
     assert_int_equal(kl__loop_new(&T.loop, cfg, &T.log, "unit-test"), 0);
@@ -543,7 +542,7 @@ static void tmp_path(char *buf, size_t len, const char *name)
 
 static void rm_tmpdir(void)
 {
-    static const char *const names[] = {"token", "plugin.sh", "count"};
+    static const char *const names[] = {"token", "plugin.sh", "count", "done"};
     char path[128];
     size_t i;
 
@@ -631,6 +630,29 @@ static int group_teardown(void **state)
 /* Requests                                                                 */
 /* ------------------------------------------------------------------------ */
 
+static struct {
+    const char *transport;
+    uint64_t h2;
+} TF;
+
+static void read_transport(void *arg)
+{
+    (void)arg;
+    TF.transport = kl__loop_transport(T.loop);
+    TF.h2 = kl__loop_h2_connections(T.loop);
+}
+
+/* The transport this run is about: native over HTTP/2 (one connection of
+ * its own), or libcurl under K8SLEASE_TRANSPORT=libcurl. */
+static void expect_transport(void)
+{
+    int native = server_proto() == KL_FAKEHTTP_H2;
+
+    assert_int_equal(kl__loop_call(T.loop, read_transport, NULL), 0);
+    assert_string_equal(TF.transport, native ? "native" : "libcurl");
+    assert_int_equal(TF.h2, native ? 1 : 0);
+}
+
 static void test_get_json(void **state)
 {
     kl__restconfig cfg = cfg_default();
@@ -638,6 +660,7 @@ static void test_get_json(void **state)
     (void)state;
     loop_start(&cfg);
     run("GET", "/json", &T.r[0]);
+    expect_transport();
     assert_int_equal(T.r[0].err, 0);
     assert_int_equal(T.r[0].status, 200);
     assert_string_equal(T.r[0].body, "{\"kind\":\"Lease\",\"metadata\":{}}");
@@ -786,6 +809,88 @@ static void test_bearer_token(void **state)
     assert_null(strstr(T.logs, token));
 }
 
+/* libcurl's allocations go through these (curl_global_init_mem in main):
+ * a block it frees that still holds the Authorization line of the secret
+ * below was not wiped. */
+static struct {
+    char line[128];     /* "Authorization: Bearer <secret>", "" when off */
+    _Atomic size_t len; /* of line; 0: not watching */
+    atomic_int copies;  /* strdup'ed copies of the line made */
+    atomic_int unwiped; /* freed with the line in them */
+} CW;
+
+static int holds_line(const void *p)
+{
+    size_t n = atomic_load(&CW.len);
+
+    return p && n && malloc_usable_size((void *)p) >= n && memcmp(p, CW.line, n) == 0;
+}
+
+static void *cw_malloc(size_t n)
+{
+    return malloc(n);
+}
+
+static void cw_free(void *p)
+{
+    if (holds_line(p))
+        atomic_fetch_add(&CW.unwiped, 1);
+    free(p);
+}
+
+static void *cw_realloc(void *p, size_t n)
+{
+    return realloc(p, n);
+}
+
+static char *cw_strdup(const char *s)
+{
+    char *d = strdup(s);
+
+    if (holds_line(d))
+        atomic_fetch_add(&CW.copies, 1);
+    return d;
+}
+
+static void *cw_calloc(size_t n, size_t size)
+{
+    return calloc(n, size);
+}
+
+/* The Authorization line handed to libcurl (its header list) is wiped
+ * before it goes back to the allocator, as every other copy of a
+ * credential. */
+static void test_bearer_line_wiped(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char token[] = "wipe-me-bearer-token";
+    kl__http_opts o = {0};
+
+    (void)state;
+    set_accept_token(token);
+    cfg.token = token;
+    snprintf(CW.line, sizeof(CW.line), "Authorization: Bearer %s", token);
+    atomic_store(&CW.copies, 0);
+    atomic_store(&CW.unwiped, 0);
+    atomic_store(&CW.len, strlen(CW.line));
+    loop_start(&cfg);
+    /* base_url: a request libcurl carries, whatever the transport of the
+     * configured server */
+    o.method = "GET";
+    o.path = "/auth";
+    o.base_url = srv.http.url;
+    o.timeout_ms = WAIT_MS;
+    start_req(&o, &T.r[0], 0);
+    wait_done(&T.r[0]);
+    assert_int_equal(T.r[0].status, 200);
+    assert_string_equal(S.auth, "Bearer wipe-me-bearer-token");
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    atomic_store(&CW.len, 0);
+    assert_true(atomic_load(&CW.copies) >= 1); /* the hook saw the line */
+    assert_int_equal(atomic_load(&CW.unwiped), 0);
+}
+
 static void test_token_file_rotation(void **state)
 {
     kl__restconfig cfg = cfg_default();
@@ -838,10 +943,7 @@ static void test_client_cert_accepted(void **state)
     kl__restconfig cfg = cfg_default();
 
     (void)state;
-    cfg.cert_pem = fx.client_cert;
-    cfg.cert_pem_len = strlen(fx.client_cert);
-    cfg.key_pem = fx.client_key;
-    cfg.key_pem_len = strlen(fx.client_key);
+    with_client_cert(&cfg, fx.client_cert, fx.client_key);
     loop_start(&cfg);
     run("GET", "/cert", &T.r[0]);
     assert_int_equal(T.r[0].err, 0);
@@ -875,7 +977,9 @@ static void test_client_cert_missing(void **state)
     assert_int_equal(T.r[0].status, 401);
 }
 
-static void write_plugin(const char *expiry_expr)
+/* The plugin counts its runs (count, when it starts; done, when it ends)
+ * and sleeps slow_s seconds in its runs from the first_slow'th on. */
+static void write_plugin(const char *expiry_expr, int first_slow, int slow_s)
 {
     char path[128], script[1024];
 
@@ -885,25 +989,27 @@ static void write_plugin(const char *expiry_expr)
              "dir=$(dirname \"$0\")\n"
              "n=$(cat \"$dir/count\" 2>/dev/null || echo 0)\n"
              "echo $((n + 1)) >\"$dir/count\"\n"
+             "[ $((n + 1)) -ge %d ] && sleep %d\n"
              "expiry=%s\n"
              "printf '{\"apiVersion\":\"client.authentication.k8s.io/v1\","
              "\"kind\":\"ExecCredential\",\"status\":{\"token\":\"exec-token\","
-             "\"expirationTimestamp\":\"%%s\"}}\\n' \"$expiry\"\n",
-             expiry_expr);
+             "\"expirationTimestamp\":\"%%s\"}}\\n' \"$expiry\"\n"
+             "d=$(cat \"$dir/done\" 2>/dev/null || echo 0)\n"
+             "echo $((d + 1)) >\"$dir/done\"\n",
+             first_slow, slow_s, expiry_expr);
     write_file(path, script, 0700);
 }
 
-static void exec_requests(const char *expiry_expr, int expected_runs)
+/* A loop whose credentials come from the plugin. */
+static void exec_loop_start(void)
 {
+    static char *empty[] = {NULL};
+    static kl__exec_config exec;
+    static char path[128];
     kl__restconfig cfg = cfg_default();
-    kl__exec_config exec = {0};
-    char *empty[] = {NULL};
-    char path[128], count[128];
-    int i;
 
-    write_plugin(expiry_expr);
     tmp_path(path, sizeof(path), "plugin.sh");
-    tmp_path(count, sizeof(count), "count");
+    memset(&exec, 0, sizeof(exec));
     exec.api_version = "client.authentication.k8s.io/v1";
     exec.command = path;
     exec.args = empty;
@@ -912,28 +1018,128 @@ static void exec_requests(const char *expiry_expr, int expected_runs)
     cfg.exec = &exec;
     set_accept_token("exec-token");
     loop_start(&cfg);
-    for (i = 0; i < 3; i++) {
+}
+
+static int tmp_count(const char *name)
+{
+    char path[128];
+
+    tmp_path(path, sizeof(path), name);
+    return count_in_file(path);
+}
+
+/* Three requests, each answered with the plugin's token. */
+static void exec_requests(void)
+{
+    for (int i = 0; i < 3; i++) {
         memset(&T.r[0], 0, sizeof(T.r[0]));
         run("GET", "/auth", &T.r[0]);
         assert_int_equal(T.r[0].err, 0);
         assert_int_equal(T.r[0].status, 200);
         assert_string_equal(S.auth, "Bearer exec-token");
     }
-    assert_int_equal(count_in_file(count), expected_runs);
+    pthread_mutex_lock(&T.mu);
     assert_null(strstr(T.logs, "exec-token"));
+    pthread_mutex_unlock(&T.mu);
 }
 
 static void test_exec_plugin_cached(void **state)
 {
     (void)state;
-    exec_requests("2099-01-01T00:00:00Z", 1);
+    write_plugin("2099-01-01T00:00:00Z", 99, 0);
+    exec_loop_start();
+    exec_requests();
+    assert_int_equal(tmp_count("count"), 1);
+}
+
+/* Credentials that expire in 10 s, inside the 30 s margin: the plugin runs
+ * again, on a thread of its own (it sleeps 3 s from its second run on);
+ * the requests go on with the current credentials meanwhile, and do not
+ * wait for it. */
+static void wait_count(const char *name, int n)
+{
+    for (int64_t deadline = kl__clock_mono_ns() + WAIT_MS * KL_NS_PER_MS; tmp_count(name) < n;
+         poll(NULL, 0, 20))
+        if (kl__clock_mono_ns() > deadline)
+            fail_msg("the plugin's %s count is %d, not %d, after %d ms", name, tmp_count(name), n,
+                     WAIT_MS);
 }
 
 static void test_exec_plugin_near_expiry(void **state)
 {
+    int64_t t0;
+
     (void)state;
-    /* Expires in 10 s, inside the 30 s refresh margin: every request re-runs it. */
-    exec_requests("$(date -u -d \"@$(($(date +%s) + 10))\" +%Y-%m-%dT%H:%M:%SZ)", 3);
+    write_plugin("$(date -u -d \"@$(($(date +%s) + 10))\" +%Y-%m-%dT%H:%M:%SZ)", 2, 3);
+    exec_loop_start();
+    t0 = kl__clock_mono_ns();
+    exec_requests();
+    /* less than the second run's sleep: no request waited for it */
+    assert_true(kl__clock_mono_ns() - t0 < 3 * KL_NS_PER_S);
+    wait_count("count", 2); /* one more run, started by the second request */
+    assert_int_equal(tmp_count("count"), 2);
+    wait_count("done", 2);
+}
+
+/* A request with no credentials to go with waits for the plugin, and says
+ * so when its deadline passes; freeing the loop ends the plugin at once. */
+static void test_exec_plugin_slow_first_run(void **state)
+{
+    int64_t t0;
+
+    (void)state;
+    write_plugin("2099-01-01T00:00:00Z", 1, 30);
+    exec_loop_start();
+    {
+        kl__http_opts o = {0};
+
+        o.method = "GET";
+        o.path = "/auth";
+        o.timeout_ms = 300;
+        start_req(&o, &T.r[0], 0);
+        wait_done(&T.r[0]);
+    }
+    assert_int_equal(T.r[0].err, K8SLEASE_ETIMEOUT);
+    assert_non_null(strstr(T.r[0].errmsg, "/auth: timeout: no credentials after 300 ms: the exec "
+                                          "plugin \""));
+    assert_non_null(strstr(T.r[0].errmsg, "has run for "));
+    assert_int_equal(S.requests, 0);
+    t0 = kl__clock_mono_ns();
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+    /* not the plugin's 30 s (bound: a tenth of them) */
+    assert_true(kl__clock_mono_ns() - t0 < 3 * KL_NS_PER_S);
+    assert_int_equal(tmp_count("done"), -1);
+}
+
+/* A plugin that fails: the request that waited for it fails with its
+ * error, naming the server and the plugin; a request right after does
+ * not run it again (it is tried again after a while). */
+static void test_exec_plugin_fails(void **state)
+{
+    char path[128];
+
+    (void)state;
+    tmp_path(path, sizeof(path), "plugin.sh");
+    write_file(path,
+               "#!/bin/sh\n"
+               "dir=$(dirname \"$0\")\n"
+               "n=$(cat \"$dir/count\" 2>/dev/null || echo 0)\n"
+               "echo $((n + 1)) >\"$dir/count\"\n"
+               "echo 'the identity provider said no' >&2\n"
+               "exit 3\n",
+               0700);
+    exec_loop_start();
+    for (int i = 0; i < 2; i++) {
+        run("GET", "/auth", &T.r[i]);
+        assert_int_equal(T.r[i].err, K8SLEASE_ECONFIG);
+        assert_true(strncmp(T.r[i].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
+        assert_non_null(strstr(T.r[i].errmsg, ": credentials: exec plugin \""));
+        assert_non_null(
+            strstr(T.r[i].errmsg, "exited with status 3: the identity provider said no"));
+    }
+    assert_int_equal(tmp_count("count"), 1);
+    assert_int_equal(S.requests, 0);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -953,6 +1159,36 @@ static void test_wrong_ca(void **state)
     assert_int_equal(T.r[0].status, 0);
     assert_true(strncmp(T.r[0].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
     assert_non_null(strstr(T.r[0].errmsg, ": TLS: "));
+    assert_int_equal(S.requests, 0);
+}
+
+/* A part of the TLS configuration OpenSSL cannot use fails every request
+ * to the server, naming the part and why, before anything is sent. */
+static void test_unusable_tls_config(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+
+    (void)state;
+    cfg.ca_pem = NULL;
+    cfg.ca_pem_len = 0;
+    cfg.ca_file = "/nonexistent/k8slease-ca.crt";
+    loop_start(&cfg);
+    run("GET", "/json", &T.r[0]);
+    assert_int_equal(T.r[0].err, K8SLEASE_ETLS);
+    assert_true(strncmp(T.r[0].errmsg, srv.http.url, strlen(srv.http.url)) == 0);
+    assert_non_null(strstr(T.r[0].errmsg, ": TLS: the certificate authority: cannot read "
+                                          "/nonexistent/k8slease-ca.crt"));
+    kl__loop_free(T.loop);
+    T.loop = NULL;
+
+    /* a key that is not the certificate's */
+    cfg = cfg_default();
+    with_client_cert(&cfg, fx.client_cert, fx.server_key);
+    loop_start(&cfg);
+    run("GET", "/cert", &T.r[1]);
+    assert_int_equal(T.r[1].err, K8SLEASE_ETLS);
+    assert_non_null(strstr(T.r[1].errmsg, ": TLS: the client key: "));
+    snap();
     assert_int_equal(S.requests, 0);
 }
 
@@ -1110,7 +1346,7 @@ static void tls_case(time_t ca_from, time_t ca_to, time_t leaf_from, time_t leaf
     gnutls_x509_privkey_deinit(ca_key);
     gnutls_x509_privkey_deinit(leaf_key);
 
-    kl_fakehttp_start(&expiry, handle, NULL, key_pem, leaf_pem, NULL);
+    kl_fakehttp_serve(&expiry, server_proto(), handle, NULL, key_pem, leaf_pem, NULL);
     free(leaf_pem);
     free(key_pem);
 
@@ -1908,6 +2144,7 @@ int main(void)
         cmocka_unit_test(test_url_escape),
         cmocka_unit_test_setup_teardown(test_bad_server_url, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bearer_token, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bearer_line_wiped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_file_rotation, setup, teardown),
         cmocka_unit_test_setup_teardown(test_token_file_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_client_cert_accepted, setup, teardown),
@@ -1915,8 +2152,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_client_cert_missing, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec_plugin_cached, setup, teardown),
         cmocka_unit_test_setup_teardown(test_exec_plugin_near_expiry, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_plugin_slow_first_run, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_exec_plugin_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_wrong_ca, setup, teardown),
         cmocka_unit_test_setup_teardown(test_ca_file, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_unusable_tls_config, setup, teardown),
         cmocka_unit_test_setup_teardown(test_insecure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_tls_server_name, setup, teardown),
         cmocka_unit_test_setup_teardown(test_expired_ca, setup, teardown),
@@ -1942,5 +2182,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_alloc_failures, setup, teardown),
     };
 
+    /* before the library's own curl_global_init, which then keeps these */
+    if (curl_global_init_mem(CURL_GLOBAL_ALL, cw_malloc, cw_free, cw_realloc, cw_strdup,
+                             cw_calloc) != CURLE_OK)
+        return 1;
     return cmocka_run_group_tests(tests, group_setup, group_teardown);
 }

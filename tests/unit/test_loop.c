@@ -1,7 +1,10 @@
-/* The event loop (core/loop.h) over a fake io that records its waits: a
- * timer's wait is measured from the clock after the iteration's work, and
- * an iteration with something due at once does not wait (issue 24: no
- * wake-up for nothing). Bounds are ten times what is expected or more. */
+/* The event loop (core/loop.h) with hooks that count its iterations and
+ * say "at once" when told to: a timer's wait is measured from the clock after
+ * the iteration's work, an iteration with something due at once does not
+ * wait (no wake-up for nothing), arming a timer cannot fail, not even with
+ * every allocation failing, and a watched descriptor's callback runs when
+ * it is ready and never after it was unwatched. Bounds are ten times what
+ * is expected or more. */
 #define _DEFAULT_SOURCE 1
 #include <stdarg.h>
 #include <stddef.h>
@@ -9,22 +12,19 @@
 #include <setjmp.h>
 #include <pthread.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <time.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "core/clock.h"
+#include "core/common.h"
 #include "core/loop.h"
 
+/* What runs on the loop: counts its runs, says "at once" when asked to. */
 typedef struct fake_io {
-    pthread_mutex_t mu;
-    pthread_cond_t cond;
-    int woken; /* under mu */
-    /* loop thread only */
-    int zeros_left;   /* timeout_ms answers 0 this many more times */
-    long runs;        /* io.run calls */
-    long waits;       /* io.wait calls */
-    int zero_waits;   /* io.wait calls with a timeout of 0 */
-    int last_timeout; /* of the last io.wait */
+    int zeros_left; /* timeout_ms answers 0 this many more times (loop thread) */
+    long runs;      /* run calls */
 } fake_io;
 
 static void io_run(void *data)
@@ -45,32 +45,10 @@ static long io_timeout_ms(void *data)
     return -1;
 }
 
-/* Sleeps as a real io would: until woken or timeout_ms passed. */
-static void io_wait(void *data, int timeout_ms)
+static int io_flush(void *data)
 {
-    fake_io *io = data;
-    int64_t deadline = kl__clock_mono_ns() + (int64_t)timeout_ms * KL_NS_PER_MS;
-    struct timespec ts = {(time_t)(deadline / KL_NS_PER_S), (long)(deadline % KL_NS_PER_S)};
-
-    io->waits++;
-    io->last_timeout = timeout_ms;
-    if (timeout_ms == 0)
-        io->zero_waits++;
-    pthread_mutex_lock(&io->mu);
-    while (!io->woken && kl__clock_mono_ns() < deadline)
-        pthread_cond_timedwait(&io->cond, &io->mu, &ts);
-    io->woken = 0;
-    pthread_mutex_unlock(&io->mu);
-}
-
-static void io_wakeup(void *data)
-{
-    fake_io *io = data;
-
-    pthread_mutex_lock(&io->mu);
-    io->woken = 1;
-    pthread_cond_signal(&io->cond);
-    pthread_mutex_unlock(&io->mu);
+    (void)data;
+    return 0;
 }
 
 static void io_destroy(void *data)
@@ -78,24 +56,16 @@ static void io_destroy(void *data)
     (void)data;
 }
 
-static const kl__loop_io fake = {io_run, io_timeout_ms, io_wait, io_wakeup, io_destroy};
+static const kl__loop_hooks fake = {io_run, io_timeout_ms, io_flush, io_destroy};
 
 static void fake_init(fake_io *io)
 {
-    pthread_condattr_t attr;
-
     memset(io, 0, sizeof(*io));
-    pthread_mutex_init(&io->mu, NULL);
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
-    pthread_cond_init(&io->cond, &attr);
-    pthread_condattr_destroy(&attr);
 }
 
 static void fake_fini(fake_io *io)
 {
-    pthread_cond_destroy(&io->cond);
-    pthread_mutex_destroy(&io->mu);
+    (void)io;
 }
 
 /* ---- a timer armed by slow work ---- */
@@ -107,18 +77,28 @@ typedef struct slow {
     kl__loop *loop;
     fake_io *io;
     kl__timer timer;
-    long waits_at_arm, waits_at_fire;
+    uint64_t waits_at_arm, waits_at_fire;
     int timeout_seen; /* the wait that ended with the timer due */
     int fired;
 } slow;
 
+static uint64_t waits_of(const kl__loop *loop)
+{
+    kl__loop_counts c;
+
+    kl__loop_counts_get(loop, &c);
+    return c.waits + c.polls;
+}
+
 static void on_slow_timer(kl__timer *t, void *arg)
 {
     slow *s = arg;
+    kl__loop_counts c;
 
     (void)t;
-    s->waits_at_fire = s->io->waits;
-    s->timeout_seen = s->io->last_timeout;
+    kl__loop_counts_get(s->loop, &c);
+    s->waits_at_fire = c.waits + c.polls;
+    s->timeout_seen = c.last_timeout_ms;
     kl__loop_set_flag(s->loop, &s->fired);
 }
 
@@ -129,7 +109,7 @@ static void arm_then_work(void *arg)
     int64_t end;
 
     kl__timer_arm(s->loop, &s->timer, kl__loop_now(s->loop) + TIMER_MS * KL_NS_PER_MS);
-    s->waits_at_arm = s->io->waits;
+    s->waits_at_arm = waits_of(s->loop);
     end = kl__clock_mono_ns() + WORK_MS * KL_NS_PER_MS;
     while (kl__clock_mono_ns() < end)
         ;
@@ -155,8 +135,8 @@ static void timer_wait_counts_from_the_clock(void **state)
     assert_int_equal(kl__loop_call(s.loop, nothing, NULL), 0);
     assert_int_equal(kl__loop_call(s.loop, arm_then_work, &s), 0);
     kl__loop_wait_flag(s.loop, &s.fired);
-    print_message("timer after %ld wait(s), the last of %d ms\n", s.waits_at_fire - s.waits_at_arm,
-                  s.timeout_seen);
+    print_message("timer after %ld wait(s), the last of %d ms\n",
+                  (long)(s.waits_at_fire - s.waits_at_arm), s.timeout_seen);
     /* One wait, which ended with the timer due, and which did not count
      * the work done before it (TIMER_MS from the stale "now"). */
     assert_int_equal(s.waits_at_fire - s.waits_at_arm, 1);
@@ -171,8 +151,7 @@ typedef struct zeros {
     kl__loop *loop;
     fake_io *io;
     long runs_before;
-    kl__loop_counts counts;
-    long io_waits;
+    kl__loop_counts before, counts;
     int zeros_left;
 } zeros;
 
@@ -184,6 +163,7 @@ static void ask_zeros(void *arg)
 
     z->io->zeros_left = zeros_asked;
     z->runs_before = z->io->runs;
+    kl__loop_counts_get(z->loop, &z->before);
 }
 
 static void read_counts(void *arg)
@@ -191,11 +171,10 @@ static void read_counts(void *arg)
     zeros *z = arg;
 
     kl__loop_counts_get(z->loop, &z->counts);
-    z->io_waits = z->io->waits;
     z->zeros_left = z->io->zeros_left;
 }
 
-/* The io says "at once" n times in a row; returns its waits of 0 ms. */
+/* The hooks say "at once" n times in a row; returns the waits of 0 ms. */
 static int zero_waits_after(int n, long *runs)
 {
     fake_io io;
@@ -218,12 +197,10 @@ static int zero_waits_after(int n, long *runs)
             break;
     }
     assert_int_equal(z.zeros_left, 0);
-    /* the counter is the io's waits that could sleep */
-    assert_int_equal(z.counts.waits, (uint64_t)(z.io_waits - io.zero_waits));
     kl__loop_free(loop);
     /* after the loop stopped, its fields are ours */
     *runs = io.runs - z.runs_before;
-    zero_waits = io.zero_waits;
+    zero_waits = (int)(z.counts.polls - z.before.polls);
     fake_fini(&io);
     return zero_waits;
 }
@@ -242,11 +219,267 @@ static void no_wait_when_something_is_due(void **state)
     assert_true(runs >= 6);
 }
 
+/* A mutex and a condition variable on the monotonic clock. */
+static void sync_init(pthread_mutex_t *mu, pthread_cond_t *cond)
+{
+    pthread_condattr_t attr;
+
+    pthread_mutex_init(mu, NULL);
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
+    pthread_cond_init(cond, &attr);
+    pthread_condattr_destroy(&attr);
+}
+
+/* Wait (at most ms) until *v reaches target, under mu; its last value. */
+static int wait_count(pthread_mutex_t *mu, pthread_cond_t *cond, const int *v, int target, int ms)
+{
+    struct timespec until;
+    int got;
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(mu);
+    while (*v < target && pthread_cond_timedwait(cond, mu, &until) == 0)
+        ;
+    got = *v;
+    pthread_mutex_unlock(mu);
+    return got;
+}
+
+/* ---- timers armed while allocations fail ---- */
+
+#define NARMED        300 /* more than any initial room a timer heap would have */
+#define ARMED_WAIT_MS 10000
+
+static struct {
+    kl__loop *loop;
+    kl__timer t[NARMED];
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int fired; /* under mu */
+} AT;
+
+static void on_armed_timer(kl__timer *t, void *arg)
+{
+    (void)t;
+    (void)arg;
+    pthread_mutex_lock(&AT.mu);
+    AT.fired++;
+    pthread_cond_broadcast(&AT.cond);
+    pthread_mutex_unlock(&AT.mu);
+}
+
+/* On the loop thread: every allocation fails while the timers are armed
+ * (the budget counts this thread's allocations as well as any other's). */
+static void arm_without_memory(void *arg)
+{
+    int64_t now = kl__loop_now(AT.loop);
+
+    (void)arg;
+    kl__alloc_fail_after(0);
+    for (int i = 0; i < NARMED; i++) {
+        kl__timer_init(&AT.t[i], on_armed_timer, NULL);
+        kl__timer_arm(AT.loop, &AT.t[i], now + (int64_t)(i % 7 + 1) * KL_NS_PER_MS);
+    }
+    kl__alloc_fail_after(-1);
+}
+
+/* A timer that could not be armed would never fire: a release deadline
+ * lost that way would leave k8slease_elector_stop waiting for ever. */
+static void timers_armed_without_memory(void **state)
+{
+    fake_io io;
+    int fired;
+
+    (void)state;
+    fake_init(&io);
+    memset(&AT, 0, sizeof(AT));
+    sync_init(&AT.mu, &AT.cond);
+    assert_int_equal(kl__loop_start(&AT.loop, &fake, &io, NULL), 0);
+    assert_int_equal(kl__loop_call(AT.loop, arm_without_memory, NULL), 0);
+    fired = wait_count(&AT.mu, &AT.cond, &AT.fired, NARMED, ARMED_WAIT_MS);
+    kl__loop_free(AT.loop);
+    pthread_cond_destroy(&AT.cond);
+    pthread_mutex_destroy(&AT.mu);
+    fake_fini(&io);
+    if (fired != NARMED)
+        fail_msg("%d of the %d timers armed while allocations failed fired within %d ms", fired,
+                 NARMED, ARMED_WAIT_MS);
+}
+
+/* ---- the heap's order under random arming, re-arming and cancelling ---- */
+
+#define NRANDOM 2000
+
+static struct {
+    kl__loop *loop;
+    kl__timer t[NRANDOM];
+    int64_t at[NRANDOM];
+    size_t order[NRANDOM]; /* the arming order of each armed timer */
+    int armed[NRANDOM];
+    int fired[NRANDOM];
+    int nfired, out_of_order, expected;
+    int64_t last_at;
+    size_t last_order;
+    int done;
+} RT;
+
+static void on_random_timer(kl__timer *t, void *arg)
+{
+    size_t i = (size_t)(t - RT.t);
+
+    (void)arg;
+    if (RT.nfired > 0 &&
+        (RT.at[i] < RT.last_at || (RT.at[i] == RT.last_at && RT.order[i] < RT.last_order)))
+        RT.out_of_order++;
+    RT.last_at = RT.at[i];
+    RT.last_order = RT.order[i];
+    RT.fired[i]++;
+    if (++RT.nfired == RT.expected)
+        kl__loop_set_flag(RT.loop, &RT.done);
+}
+
+/* Deadlines in the past, from a few values so that many are equal: all
+ * are due at the next iteration, which runs them in order. */
+static void arm_random(void *arg)
+{
+    int64_t now = kl__loop_now(RT.loop);
+    uint32_t seed = 2024;
+    size_t seq = 0;
+
+    (void)arg;
+    for (int round = 0; round < 4 * NRANDOM; round++) {
+        int i;
+
+        seed = seed * 1103515245u + 12345u;
+        i = (int)((seed >> 8) % NRANDOM);
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 8) % 5 == 0) {
+            kl__timer_cancel(RT.loop, &RT.t[i]);
+            RT.armed[i] = 0;
+            continue;
+        }
+        RT.at[i] = now - (int64_t)((seed >> 12) % 50 + 1) * KL_NS_PER_MS;
+        RT.order[i] = ++seq;
+        kl__timer_arm(RT.loop, &RT.t[i], RT.at[i]);
+        RT.armed[i] = 1;
+    }
+    for (int i = 0; i < NRANDOM; i++)
+        RT.expected += RT.armed[i];
+}
+
+static void timers_fire_in_order(void **state)
+{
+    fake_io io;
+
+    (void)state;
+    fake_init(&io);
+    memset(&RT, 0, sizeof(RT));
+    assert_int_equal(kl__loop_start(&RT.loop, &fake, &io, NULL), 0);
+    for (int i = 0; i < NRANDOM; i++)
+        kl__timer_init(&RT.t[i], on_random_timer, NULL);
+    assert_int_equal(kl__loop_call(RT.loop, arm_random, NULL), 0);
+    assert_true(RT.expected > NRANDOM / 2);
+    /* the timers are due already: the next iteration runs them */
+    kl__loop_wait_flag(RT.loop, &RT.done);
+    kl__loop_free(RT.loop);
+    fake_fini(&io);
+    assert_int_equal(RT.nfired, RT.expected);
+    assert_int_equal(RT.out_of_order, 0);
+    for (int i = 0; i < NRANDOM; i++)
+        assert_int_equal(RT.fired[i], RT.armed[i]);
+}
+
+/* ---- descriptors ---- */
+
+static struct {
+    kl__loop *loop;
+    int a[2], b[2]; /* pipes */
+    int calls_a, calls_b;
+    int watch_rc[3], read_rc, events; /* what the loop thread saw */
+    pthread_mutex_t mu;
+    pthread_cond_t cond;
+    int called; /* under mu */
+} WT;
+
+/* A pipe is readable: read it, stop watching both. */
+static void on_pipe(int fd, uint32_t events, void *arg)
+{
+    int *calls = arg;
+    char c;
+
+    (*calls)++;
+    WT.events = (int)events;
+    WT.read_rc = (int)read(fd, &c, 1);
+    kl__loop_unwatch(WT.loop, WT.a[0]);
+    kl__loop_unwatch(WT.loop, WT.b[0]);
+    pthread_mutex_lock(&WT.mu);
+    WT.called = 1;
+    pthread_cond_broadcast(&WT.cond);
+    pthread_mutex_unlock(&WT.mu);
+}
+
+static void watch_both(void *arg)
+{
+    (void)arg;
+    WT.watch_rc[0] = kl__loop_watch(WT.loop, WT.a[0], EPOLLIN, on_pipe, &WT.calls_a);
+    /* twice: the same events again change nothing */
+    WT.watch_rc[1] = kl__loop_watch(WT.loop, WT.b[0], EPOLLIN, on_pipe, &WT.calls_b);
+    WT.watch_rc[2] = kl__loop_watch(WT.loop, WT.b[0], EPOLLIN, on_pipe, &WT.calls_b);
+}
+
+/* Both pipes are readable before they are watched, so one wait finds both
+ * ready; the first callback unwatches the other, whose readiness must not
+ * reach it. */
+static void descriptors_watched_and_unwatched(void **state)
+{
+    fake_io io;
+    int called;
+
+    (void)state;
+    fake_init(&io);
+    memset(&WT, 0, sizeof(WT));
+    sync_init(&WT.mu, &WT.cond);
+    assert_int_equal(pipe(WT.a), 0);
+    assert_int_equal(pipe(WT.b), 0);
+    assert_int_equal(write(WT.a[1], "x", 1), 1);
+    assert_int_equal(write(WT.b[1], "x", 1), 1);
+    assert_int_equal(kl__loop_start(&WT.loop, &fake, &io, NULL), 0);
+    assert_int_equal(kl__loop_call(WT.loop, watch_both, NULL), 0);
+    called = wait_count(&WT.mu, &WT.cond, &WT.called, 1, 10000);
+    /* an iteration more, in which nothing may run */
+    assert_int_equal(kl__loop_call(WT.loop, nothing, NULL), 0);
+    kl__loop_free(WT.loop);
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(WT.watch_rc[i], 0);
+    if (!called)
+        fail_msg("no callback of a readable pipe within 10 s");
+    assert_int_equal(WT.calls_a + WT.calls_b, 1);
+    assert_true(WT.events & EPOLLIN);
+    assert_int_equal(WT.read_rc, 1);
+    for (int i = 0; i < 2; i++) {
+        close(WT.a[i]);
+        close(WT.b[i]);
+    }
+    pthread_cond_destroy(&WT.cond);
+    pthread_mutex_destroy(&WT.mu);
+    fake_fini(&io);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(timer_wait_counts_from_the_clock),
         cmocka_unit_test(no_wait_when_something_is_due),
+        cmocka_unit_test(timers_armed_without_memory),
+        cmocka_unit_test(timers_fire_in_order),
+        cmocka_unit_test(descriptors_watched_and_unwatched),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
