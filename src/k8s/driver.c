@@ -652,7 +652,7 @@ static void handoff_to(k8s_elector *e, const char *to)
     if (e->sm.state == KL_KE_LEADING)
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_INFO, &e->pub.about,
                    to ? "handing the lease over to \"%s\"" : "%s",
-                   to ? to : "no successor known: releasing the lease");
+                   to ? to : "releasing the lease (no successor)");
     stop_candidate(e);
     run(e, &ev);
 }
@@ -667,6 +667,11 @@ static void on_candidates(const kl__handoff_cand *cands, size_t n, int err, void
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
                    "%s; handing over to nobody in particular", kl__error_get());
     best = kl__handoff_choose(cands, n, e->identity, kl__clock_wall_us());
+    if (best < 0 && err == 0)
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
+                   "no candidate to hand the lease over to (%zu listed, none eligible: "
+                   "terminating, expired or this one): releasing it",
+                   n);
     handoff_to(e, best >= 0 ? cands[best].identity : NULL);
 }
 
