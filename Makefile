@@ -82,7 +82,7 @@ node-test: build
 # kube-apiserver, DIR/etcd) also on that real kube-apiserver, in the same
 # run (about 12 minutes; bench-quick about 3). BENCH_ARGS: e.g. --only 1,3,
 # or --kubeconfig FILE for a shared cluster (light benchmarks only).
-.PHONY: bench bench-quick bench-node
+.PHONY: bench bench-quick bench-node bench-rollout
 APISERVER ?=
 BENCH_ARGS ?=
 
@@ -97,6 +97,12 @@ bench-quick: deps
 # NODE_ASSETS as for node-test.
 bench-node: build
 	./bench/node-crash.sh $(BUILD) $(NODE_ASSETS) $(BENCH_ARGS)
+
+# Benchmark 9 on a real node (as root; about 10 minutes): rolling updates of
+# deploy/ with planned handoff, plain release and polling followers, and
+# k8slease handoff (bench/node-rollout.sh). NODE_ASSETS as for node-test.
+bench-rollout: build
+	./bench/node-rollout.sh $(BUILD) $(NODE_ASSETS) $(BENCH_ARGS)
 
 # Chaos suite (docs/chaos.md): faults against 3-5 candidates, invariants
 # checked (0 overlaps, recovery, epochs, no stuck candidate). chaos-quick
