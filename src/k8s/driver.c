@@ -82,6 +82,7 @@ typedef struct k8s_elector {
     kl__http_req *handoff_req;
     int64_t handoff_bound_s;
     int handoff_started; /* a handoff (asked, or requested on the Lease) is under way */
+    char *handoff_why;   /* a handoff that ends as a release: why (in its write) */
 } k8s_elector;
 
 #define LEASE_WHAT "lease "
@@ -333,7 +334,8 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
      * answered by this write whatever it is (the leader acted on it when it
      * saw it): left on the Lease it would make the next leader hand over
      * too. */
-    handoff = spec->holder && spec->holder[0] && strcmp(spec->holder, e->identity) != 0;
+    handoff = (spec->holder && spec->holder[0] && strcmp(spec->holder, e->identity) != 0) ||
+              (e->handoff_why && spec->holder && !spec->holder[0]);
     drop_request = strstr(e->base, "\"" KL_HANDOFF_REQUEST "\"") != NULL;
     /* Almost always: the text around a new spec, without a parse. */
     switch (annotate || handoff || drop_request
@@ -352,8 +354,8 @@ static char *update_body(const k8s_elector *e, const kl__lease_spec *spec)
         goto fail;
     if (annotate && kl__crash_annotate(base->root, want) < 0)
         goto fail;
-    if (handoff &&
-        kl__handoff_annotate(base->root, e->identity, spec->holder, spec->transitions) < 0)
+    if (handoff && kl__handoff_annotate(base->root, e->identity, spec->holder, spec->transitions,
+                                        spec->holder[0] ? NULL : e->handoff_why) < 0)
         goto fail;
     if (drop_request && !handoff)
         json_object_del(json_object_get(json_object_get(base->root, "metadata"), "annotations"),
@@ -672,6 +674,11 @@ static void on_candidates(const kl__handoff_cand *cands, size_t n, int err, void
                    "no candidate to hand the lease over to (%zu listed, none eligible: "
                    "terminating, expired or this one): releasing it",
                    n);
+    if (best < 0) {
+        kl__free(e->handoff_why);
+        e->handoff_why = err < 0 ? kl__sprintf("listing the candidates failed: %s", kl__error_get())
+                                 : kl__sprintf("%zu candidates listed, none eligible", n);
+    }
     handoff_to(e, best >= 0 ? cands[best].identity : NULL);
 }
 
@@ -724,6 +731,7 @@ static void destroy(k8slease_elector *pub)
     kl__candidate_free(e->cand);
     kl__crash_free(e->crash);
     kl__handoff_announce_free(e->announce);
+    kl__free(e->handoff_why);
     kl__free(e->base);
     kl__free(e->ns);
     kl__free(e->name);

@@ -210,19 +210,21 @@ int kl__handoff_choose(const kl__handoff_cand *c, size_t n, const char *leader, 
     return best;
 }
 
-char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch)
+char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch, const char *why)
 {
-    json_t *v = json_pack("{s:s, s:s, s:I}", "from", from, "to", to, "epoch", (json_int_t)epoch);
+    json_t *v = json_pack("{s:s, s:s, s:I, s:s*}", "from", from, "to", to, "epoch",
+                          (json_int_t)epoch, "why", why);
     char *text = v ? kl__json_dump(v) : NULL;
 
     json_decref(v);
     return text;
 }
 
-int kl__handoff_annotate(json_t *root, const char *from, const char *to, int64_t epoch)
+int kl__handoff_annotate(json_t *root, const char *from, const char *to, int64_t epoch,
+                         const char *why)
 {
     json_t *meta = json_object_get(root, "metadata"), *ann;
-    char *done = kl__handoff_done_value(from, to, epoch);
+    char *done = kl__handoff_done_value(from, to, epoch, why);
 
     if (!done)
         return kl__error_set(K8SLEASE_ENOMEM, "out of memory");

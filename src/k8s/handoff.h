@@ -93,8 +93,9 @@ int kl__handoff_cand_from_json(kl__handoff_cand *out, json_t *lease);
 int kl__handoff_choose(const kl__handoff_cand *c, size_t n, const char *leader, int64_t now_us);
 
 /* The value of KL_HANDOFF_DONE for a handoff from `from` to `to` in term
- * epoch (the successor's Lease's leaseTransitions); kl__free. */
-char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch);
+ * epoch (the successor's Lease's leaseTransitions), with why (NULL: none)
+ * when it ended as a release (to ""); kl__free. */
+char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch, const char *why);
 
 /* ---- a candidate's own object (loop thread, but new and free) ---------- */
 
@@ -136,9 +137,11 @@ typedef void (*kl__handoff_list_cb)(const kl__handoff_cand *cands, size_t n, int
 kl__http_req *kl__handoff_list(k8slease_client *client, const char *ns, const char *lease,
                                int64_t timeout_ms, kl__handoff_list_cb cb, void *arg);
 
-/* Annotations of the handoff write on a Lease object: KL_HANDOFF_DONE set,
- * KL_HANDOFF_REQUEST removed. 0 or K8SLEASE_ENOMEM. */
-int kl__handoff_annotate(json_t *lease_root, const char *from, const char *to, int64_t epoch);
+/* Annotations of the handoff write on a Lease object: KL_HANDOFF_DONE set
+ * (with why, for a handoff that releases), KL_HANDOFF_REQUEST removed. 0 or
+ * K8SLEASE_ENOMEM. */
+int kl__handoff_annotate(json_t *lease_root, const char *from, const char *to, int64_t epoch,
+                         const char *why);
 /* The successor a Lease's text asks for with KL_HANDOFF_REQUEST: 1 with
  * *to set (kl__free; NULL for the best: "" or "*"), 0 when it asks none,
  * K8SLEASE_ENOMEM. */

@@ -8,7 +8,8 @@ with the time it was read (µs of the wall clock):
     STAMP_US RV TYPE|PAYLOAD
 
 KIND says what PAYLOAD holds:
-    lease   spec=HOLDER,TRANSITIONS record=ANNOTATION   (the crash failover record)
+    lease   spec=HOLDER,TRANSITIONS record=ANNOTATION handoff=ANNOTATION
+            (the crash failover record, the last handoff's note, spaces as _)
     slice   eps=NAME:READY,NAME:READY,                  (ready: conditions.ready)
     pod     pod=NAME role=ROLE state=STATE              (STATE: the first container's, JSON)
 
@@ -25,9 +26,10 @@ def payload(kind, obj):
     if kind == "lease":
         spec = obj.get("spec") or {}
         ann = meta.get("annotations") or {}
-        return "spec=%s,%s record=%s" % (spec.get("holderIdentity") or "",
-                                        spec.get("leaseTransitions", 0),
-                                        ann.get("k8slease.io/holder-container", ""))
+        return "spec=%s,%s record=%s handoff=%s" % (
+            spec.get("holderIdentity") or "", spec.get("leaseTransitions", 0),
+            ann.get("k8slease.io/holder-container", ""),
+            ann.get("k8slease.io/handoff", "").replace(" ", "_"))
     if kind == "slice":
         eps = ""
         for ep in obj.get("endpoints") or []:
