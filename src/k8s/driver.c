@@ -678,10 +678,12 @@ static void handoff(k8slease_elector *pub, const char *to, int64_t bound_ms)
     if (e->handoff_started)
         return;
     e->handoff_started = 1;
-    /* Whole seconds (leaseDurationSeconds), at least 1: by default two
-     * retry periods, so that a polling successor (client-go's) meets it. */
+    /* Whole seconds (leaseDurationSeconds), at least 1: by default three
+     * retry periods, so that a polling successor (client-go's, or
+     * poll_only) meets it: it polls every retry period plus up to 1.2 of
+     * it (2.2 in all), then needs a GET and an UPDATE. */
     if (bound_ms <= 0)
-        bound_ms = 2 * rp_ms;
+        bound_ms = 3 * rp_ms;
     e->handoff_bound_s = (bound_ms + 999) / 1000;
     kl__handoff_announce_terminating(e->announce);
     if (to || e->sm.state != KL_KE_LEADING) {
