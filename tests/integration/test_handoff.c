@@ -44,6 +44,7 @@
 #include "e2e.h"
 #include "testlib.h"
 #include "k8slease.h"
+#include "libk8s_lease_wrapper.h"
 
 /* Short timings keep the suite fast; generous waits keep it robust. */
 #define LD_MS    3000
@@ -1095,6 +1096,108 @@ static void request_annotation(void **state)
     follow_end(f);
 }
 
+/* For ms, every read of the Lease shows holder with epoch: nothing was
+ * written. */
+static void unchanged(const char *lease, const char *holder, int64_t epoch, int ms, const char *why)
+{
+    int64_t until = e2e_mono_ms() + ms;
+    lease_view v;
+
+    do {
+        view(lease, &v);
+        if (strcmp(v.holder, holder) != 0 || v.transitions != epoch)
+            fail_msg("lease %s: holder \"%s\" epoch %" PRId64 " (expected \"%s\" %" PRId64 "): %s",
+                     lease, v.holder, v.transitions, holder, epoch, why);
+        e2e_pause_ms(20);
+    } while (e2e_mono_ms() < until);
+}
+
+typedef struct seed_waiter {
+    const char *lease;
+    int rc;
+    pthread_t th;
+} seed_waiter;
+
+static void *seed_wait_lost_thread(void *arg)
+{
+    seed_waiter *w = arg;
+    char *err = NULL;
+
+    w->rc = K8sLeaseWaitLost((char *)ns, (char *)w->lease, &err);
+    free(err);
+    return NULL;
+}
+
+/* A program whose term an operator's request ends may campaign again at
+ * once under the same identity (the seed ABI allows a new election as soon
+ * as the term is over; a C++ program may construct its next elector before
+ * the old one is destroyed). The Lease still names it, in the term being
+ * handed over: the new election must wait for that handoff, not take the
+ * Lease back before the write (the successor would never lead). Made
+ * deterministic by holding the program's thread in wait_lost, which holds
+ * the handoff write back (the library writes only once it has returned). */
+static void same_identity_waits_for_its_handoff(void **state)
+{
+    const char *lease = "ho-same", *seed_lease = "ho-same-seed";
+    cand *a = cand_new("a"), *a2 = cand_new("a"), *b = cand_new("b"), *sb = cand_new("b");
+    lost_waiter w = {0};
+    seed_waiter sw = {.lease = seed_lease};
+    int64_t ea, eb;
+    long long epoch = -1;
+    char *err = NULL;
+
+    (void)state;
+    /* The native API. */
+    cand_start(a, lease, NULL);
+    ea = cand_elected(a);
+    cand_start(b, lease, NULL);
+    cand_follows(b);
+    w.e = a->e;
+    assert_int_equal(pthread_create(&w.th, NULL, wait_lost_thread, &w), 0);
+    e2e_lost_await_waiting();
+    assert_int_equal(k8slease_lease_handoff(client, ns, lease, "b"), 0);
+    e2e_lost_await_held();
+    cand_start(a2, lease, NULL); /* the next elector, the old one not freed */
+    unchanged(lease, "a", ea, 1000,
+              "a new elector of a took the Lease its own handoff to b was about to write");
+    e2e_lost_let_go();
+    assert_int_equal(pthread_join(w.th, NULL), 0);
+    eb = cand_elected(b);
+    assert_int_equal(eb, ea + 2);
+    assert_record(lease, "a", "b", ea + 1);
+    no_overlap(b);
+    cand_follows(a2);
+    cand_free(a2);
+    cand_free(b);
+    cand_free(a);
+
+    /* The seed ABI (Mooncake's loop): K8sLeaseRunElection again as soon
+     * as K8sLeaseWaitLost has returned (here: while it is held). */
+    if (K8sLeaseRunElection((char *)ns, (char *)seed_lease, "a", 3, 2, 1, &err) != 0 ||
+        K8sLeaseWaitElected((char *)ns, (char *)seed_lease, WAIT_MS / 1000, &epoch, &err) != 0)
+        fail_msg("seed ABI: %s", err);
+    cand_start(sb, seed_lease, NULL);
+    cand_follows(sb);
+    assert_int_equal(pthread_create(&sw.th, NULL, seed_wait_lost_thread, &sw), 0);
+    e2e_lost_await_waiting();
+    assert_int_equal(k8slease_lease_handoff(client, ns, seed_lease, "b"), 0);
+    e2e_lost_await_held();
+    if (K8sLeaseRunElection((char *)ns, (char *)seed_lease, "a", 3, 2, 1, &err) != 0)
+        fail_msg("seed ABI: a new election once the term is over: %s", err);
+    unchanged(seed_lease, "a", epoch, 1000,
+              "the seed ABI's new election took the Lease its handoff to b was about to write");
+    e2e_lost_let_go();
+    assert_int_equal(pthread_join(sw.th, NULL), 0);
+    assert_int_equal(sw.rc, 0);
+    eb = cand_elected(sb);
+    assert_int_equal(eb, epoch + 2);
+    assert_record(seed_lease, "a", "b", epoch + 1);
+    no_overlap(sb);
+    if (K8sLeaseCancelElection((char *)ns, (char *)seed_lease, &err) != 0)
+        fail_msg("K8sLeaseCancelElection: %s", err);
+    cand_free(sb);
+}
+
 /* A candidate's object exists while its election runs and is gone when
  * k8slease_elector_free (or a stop) returns; an elector without the option,
  * or with options of version 3 (before it), has none. With a Pod: owned by
@@ -1366,6 +1469,7 @@ int main(void)
         T(no_candidate_releases),
         T(successor_never_takes),
         T(request_annotation),
+        T(same_identity_waits_for_its_handoff),
         T(candidate_objects),
         T(follower_only_stops),
         T(mixed_fleet),
