@@ -221,6 +221,7 @@ typedef struct drv {
     k8slease_client *ho_client;   /* the operator's requests */
     int ho_named, ho_best;        /* handoffs dealt, to a named candidate or the best */
     int ho_request;               /* of which by the operator's request (else the call) */
+    int ho_native_turn;           /* handoffs of a native leader so far */
     int ho_named_won;             /* named: the successor led next */
     int ho_best_known;            /* best: a known candidate led next */
     int ho_calls, ho_call_max_ms; /* HANDOFF lines: the calls, the longest */
@@ -1373,7 +1374,8 @@ static void f_handoff(drv *d, int l)
 {
     proc *p = &d->p[l];
     int term = obs_open_term(d->o, l), before = obs_terms(d->o), target = -1, next, rc = 0;
-    int request = p->seed || rnd(d, 0, 1), named = (int)rnd(d, 0, 1);
+    /* A native leader: the call and the request in turn. */
+    int request = p->seed || (d->ho_native_turn++ % 2 == 1), named = (int)rnd(d, 0, 1);
     int64_t t, t0 = chaos_now_ns();
 
     if (named) {
@@ -1991,7 +1993,8 @@ static void inject(drv *d, chaos_fault_kind k)
 }
 
 /* The next round of faults: every kind of the backend once (and, in
- * --long, extra releases and handoffs: quick transitions), shuffled. */
+ * --long, extra releases and handoffs: quick transitions; in --quick a
+ * second handoff with Kubernetes), shuffled. */
 static int deck(drv *d, chaos_fault_kind *out)
 {
     static const chaos_fault_kind k8s[] = {CF_KILL,   CF_STOP,    CF_RELEASE, CF_HANDOFF,
@@ -2023,6 +2026,8 @@ static int deck(drv *d, chaos_fault_kind *out)
     if (d->long_mode)
         for (int i = 0; i < 8; i++)
             out[n++] = i % 2 && !d->etcd ? CF_HANDOFF : CF_RELEASE;
+    else if (!d->etcd) /* two a round: both surfaces get seen, on both kinds of leader */
+        out[n++] = CF_HANDOFF;
     for (int i = n - 1; i > 0; i--) {
         int j = (int)rnd(d, 0, i);
         chaos_fault_kind x = out[i];
