@@ -445,13 +445,17 @@ K8SLEASE_API int k8slease_elector_stop(k8slease_elector *elector, int release);
  *  wait_lost woken; the write waits until they have returned), but the
  *  write names the successor `to` (NULL: the best known candidate: not
  *  terminating, the newest revision, the highest priority, the
- *  longest-lived; none known: a plain release) holder of a new term of
- *  bound_ms (rounded up to whole seconds, at least 1 s; <= 0: 2 retry
- *  periods): the successor, watching, leads within a round trip; the
- *  others wait that bound, then anyone may take it. Epochs stay strictly
- *  increasing. An elector that does not lead only stops. An operator can
- *  ask a leader for the same with the Lease's annotation
- *  k8slease.io/handoff-request (k8slease_lease_handoff()).
+ *  longest-lived, read with one LIST during which the term goes on; none
+ *  known: a plain release) holder of a new term of bound_ms (rounded up to
+ *  whole seconds, at least 1 s; <= 0: 3 retry periods, which a polling
+ *  successor's longest wait, 2.2 retry periods, and its requests fit in):
+ *  the successor, watching, leads within a round trip; the others wait
+ *  that bound, then anyone may take it. Epochs stay strictly increasing.
+ *  Another elector of the same client and identity (the program's next
+ *  one) waits for the write rather than take the term back. An elector
+ *  that does not lead only stops. An operator can ask a leader for the
+ *  same with the Lease's annotation k8slease.io/handoff-request
+ *  (k8slease_lease_handoff()).
  *  Returns 0, K8SLEASE_EINVAL (a NULL elector, the etcd backend, a `to`
  *  that is not a valid identity), K8SLEASE_ESTATE (from a callback),
  *  K8SLEASE_ENOMEM. Any thread but the loop thread. */

@@ -206,15 +206,30 @@ struct elector_options {
      *  recorded instance terminated, instead of at its expiry. Needs
      *  pod_name. */
     bool crash_failover = false;
-    /** Crash failover: namespace of this process's Pod (the Downward API's
-     *  metadata.namespace); nullopt: the Lease's namespace. */
+    /** Crash failover and handoff candidates: namespace of this process's
+     *  Pod (the Downward API's metadata.namespace); nullopt: the Lease's
+     *  namespace. */
     std::optional<std::string> pod_namespace;
-    /** Crash failover: name of this process's Pod (the Downward API's
-     *  metadata.name); required. */
+    /** Crash failover (required) and handoff candidates (optional): name
+     *  of this process's Pod (the Downward API's metadata.name). */
     std::optional<std::string> pod_name;
     /** Crash failover: the container this process runs in; nullopt: the
      *  Pod's only container (required when it has several). */
     std::optional<std::string> container;
+    /** Kubernetes: make this candidate known to the leader as a successor
+     *  for elector::handoff() (docs/semantics.md, "Planned handoff"): a
+     *  Lease object of its own, owned by its Pod when pod_name is set,
+     *  deleted when the election ends. Needs create, update and delete on
+     *  leases. false: unknown to the choice, still a candidate that can
+     *  win. */
+    bool handoff_candidate = false;
+    /** Handoff: this candidate's revision (the newest is preferred);
+     *  nullopt: its Pod's label pod-template-hash, else
+     *  controller-revision-hash (read with pod_name), else "". */
+    std::optional<std::string> revision;
+    /** Handoff: among the candidates of the newest revision, the highest
+     *  priority is preferred. */
+    int priority = 0;
 };
 
 /** An elector's counters: the C struct k8slease_elector_stats (all its
@@ -486,6 +501,21 @@ class client
                       "k8slease_lease_release");
     }
 
+    /** Asks the leader of Lease ns/name to hand it over
+     *  (k8slease_lease_handoff: the annotation k8slease.io/handoff-request,
+     *  which a k8slease leader acts on as elector::handoff() does; `to`:
+     *  the successor, nullopt for the best candidate). Returns once the
+     *  request is written, not once it is acted on: follow the holder with
+     *  a watch. Throws error: errc::invalid_argument (names, the etcd
+     *  backend), errc::not_found, errc::auth, ... Not from a callback. */
+    void lease_handoff(const std::optional<std::string> &ns, const std::string &name,
+                       const std::optional<std::string> &to = std::nullopt)
+    {
+        detail::check(k8slease_lease_handoff(detail::require(c_, "k8slease::client"),
+                                             detail::c_str(ns), name.c_str(), detail::c_str(to)),
+                      "k8slease_lease_handoff");
+    }
+
     /** Sets (value) or removes (nullopt) label key of Pod ns/pod (blocking,
      *  10 s). Throws error: errc::invalid_argument, errc::not_found,
      *  errc::state with etcd, ... Not from a callback. */
@@ -558,6 +588,9 @@ class elector
         o.pod_namespace = detail::c_str(opts.pod_namespace);
         o.pod_name = detail::c_str(opts.pod_name);
         o.container = detail::c_str(opts.container);
+        o.handoff_candidate = opts.handoff_candidate ? 1 : 0;
+        o.revision = detail::c_str(opts.revision);
+        o.priority = opts.priority;
         if (opts.on_started_leading)
             o.on_started_leading = &impl::started;
         if (opts.on_stopped_leading)
@@ -687,6 +720,26 @@ class elector
     {
         detail::check(k8slease_elector_stop(detail::require(e_, "k8slease::elector"), -1),
                       "k8slease_elector_stop");
+    }
+
+    /** Hands the term over and waits until that is done
+     *  (k8slease_elector_handoff; docs/semantics.md, "Planned handoff"): the
+     *  term ends at once as with stop(true), but the write names the
+     *  successor `to` (nullopt: the best known candidate, see
+     *  elector_options::handoff_candidate; none known: a plain release)
+     *  holder of a new term of `bound` (rounded up to whole seconds; zero
+     *  or negative: 3 retry periods). The successor leads within a round
+     *  trip; if it does not take the Lease within the bound, anyone may.
+     *  An elector that does not lead only stops. Throws error:
+     *  errc::invalid_argument (the etcd backend, a `to` that is not a valid
+     *  identity: what() names it), errc::state (from a callback, after a
+     *  move), errc::no_memory. Not from a callback. */
+    void handoff(std::optional<std::string> to = std::nullopt,
+                 std::chrono::milliseconds bound = std::chrono::milliseconds(0))
+    {
+        detail::check(k8slease_elector_handoff(detail::require(e_, "k8slease::elector"),
+                                               detail::c_str(to), detail::c_ms(bound)),
+                      "k8slease_elector_handoff");
     }
 
     /** The elector's counters (k8slease_elector_stats_get), plus the

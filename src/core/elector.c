@@ -543,7 +543,7 @@ K8SLEASE_API int k8slease_elector_handoff(k8slease_elector *e, const char *to, i
                              "k8slease_elector_handoff: %s: handoff is for the Kubernetes backend",
                              e->what);
     if (to && kl__identity_check(to) < 0)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_elector_handoff: to: %s", kl__error_get());
+        return kl__error_wrap(K8SLEASE_EINVAL, "k8slease_elector_handoff: to");
     if (kl__loop_on_thread(e->client->loop))
         return kl__error_set(K8SLEASE_ESTATE, "k8slease_elector_handoff: called from a callback");
     pthread_mutex_lock(&e->mu);

@@ -379,7 +379,7 @@ K8SLEASE_API int k8slease_lease_handoff(k8slease_client *client, const char *ns,
     if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("lease name", name)) < 0)
         return err;
     if (to && kl__identity_check(to) < 0)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_lease_handoff: to: %s", kl__error_get());
+        return kl__error_wrap(K8SLEASE_EINVAL, "k8slease_lease_handoff: to");
     snprintf(what, sizeof(what), "request a handoff of lease %s/%s", ns, name);
     /* A merge patch: only the annotation, whatever the leader writes. */
     patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", KL_HANDOFF_REQUEST, to ? to : "");

@@ -21,6 +21,10 @@ typedef struct kl__k8s_client {
     kl__informer *pod_informer; /* shared Pod watches (crash failover) */
     kl__holders *holders;       /* holder reads answered from the watches */
     int crash_failover;         /* holder reads follow crash failover records */
+    /* Electors writing the handoff of their term (k8s/driver.c's list,
+     * through its handoff_next): the next elector of the same identity
+     * leaves that term alone until the write is done. */
+    void *handoffs;
 } kl__k8s_client;
 
 /* The state of c, a client of the Kubernetes backend. */

@@ -83,11 +83,73 @@ typedef struct k8s_elector {
     int64_t handoff_bound_s;
     int handoff_started; /* a handoff (asked, or requested on the Lease) is under way */
     char *handoff_why;   /* a handoff that ends as a release: why (in its write) */
+    /* On the client's list of handoffs being written (kl__k8s_client's
+     * handoffs) with the epoch of the term handed over. */
+    int handoff_listed;
+    int64_t handoff_epoch;
+    struct k8s_elector *handoff_next;
 } k8s_elector;
 
 #define LEASE_WHAT "lease "
 
 static void run(k8s_elector *e, const kl__k8s_election_event *ev);
+
+/* ---- handoffs of this client's electors ----------------------------------
+ *
+ * A program whose term ended by a handoff may start its next elector under
+ * the same identity at once (the seed ABI allows it as soon as the term is
+ * over, a C++ program may construct the next before destroying the last),
+ * while the last one has yet to write the handoff. That elector would see
+ * the Lease still naming its identity, in the term being handed over, and
+ * take it back at once as its own (a restarted process would): the
+ * successor would never lead. So such a record is another holder's for it
+ * (the machine's predecessor mark, k8s/election.h) while the handoff is
+ * being written: it waits for the write, or for the record to expire if
+ * the write never comes. */
+
+static void handoff_list(k8s_elector *e, int on)
+{
+    kl__k8s_client *k = kl__k8s_of(e->pub.client);
+    k8s_elector **p;
+
+    if (on && !e->handoff_listed) {
+        e->handoff_epoch = e->sm.epoch;
+        e->handoff_next = k->handoffs;
+        k->handoffs = e;
+        e->handoff_listed = 1;
+        return;
+    }
+    if (on || !e->handoff_listed)
+        return;
+    for (p = (k8s_elector **)&k->handoffs; *p; p = &(*p)->handoff_next)
+        if (*p == e) {
+            *p = e->handoff_next;
+            break;
+        }
+    e->handoff_listed = 0;
+}
+
+/* lease names our identity in the term another elector of this client is
+ * handing over. */
+static int handed_over_by_another(const k8s_elector *e, const kl__lease *lease)
+{
+    const char *h = lease->spec.holder;
+
+    if (!h || strcmp(h, e->identity) != 0)
+        return 0;
+    for (const k8s_elector *x = kl__k8s_of(e->pub.client)->handoffs; x; x = x->handoff_next)
+        if (x != e && lease->spec.transitions == x->handoff_epoch &&
+            strcmp(x->identity, e->identity) == 0 && strcmp(x->name, e->name) == 0 &&
+            strcmp(x->ns, e->ns) == 0)
+            return 1;
+    return 0;
+}
+
+/* The machine's predecessor mark of an observation of lease. */
+static int predecessor(const k8s_elector *e, const kl__lease *lease)
+{
+    return (e->crash && kl__crash_predecessor(e->crash, lease)) || handed_over_by_another(e, lease);
+}
 static void check_request(k8s_elector *e, const char *lease_json);
 
 static void on_timer(kl__timer *t, void *arg)
@@ -149,7 +211,7 @@ static int newer_than_get(k8s_elector *e, const kl__log_about *req, kl__lease *g
     } else {
         ev->spec = &(*newer)->spec;
         ev->preferred_holder = (*newer)->preferred_holder;
-        ev->predecessor = e->crash && kl__crash_predecessor(e->crash, *newer);
+        ev->predecessor = predecessor(e, *newer);
     }
     kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, req,
                "rv %s is older than the watch's: using that", got->rv);
@@ -215,7 +277,7 @@ static void on_result(const kl__http_result *res, void *arg)
         }
         ev.spec = &lease->spec;
         ev.preferred_holder = lease->preferred_holder;
-        ev.predecessor = e->crash && kl__crash_predecessor(e->crash, lease);
+        ev.predecessor = predecessor(e, lease);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &req, "ok, holder \"%s\" rv %s",
                    lease->spec.holder ? lease->spec.holder : "", lease->rv);
     } else if (ev.status == K8SLEASE_ENOTFOUND && e->req_kind == KL_KE_REQ_GET) {
@@ -265,7 +327,7 @@ static void on_watch(const kl__sub_event *sev, void *arg)
             set_absent(e);
         ev.spec = &sev->lease->spec;
         ev.preferred_holder = sev->lease->preferred_holder;
-        ev.predecessor = e->crash && kl__crash_predecessor(e->crash, sev->lease);
+        ev.predecessor = predecessor(e, sev->lease);
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_DEBUG, &e->pub.about,
                    "watch: holder \"%s\" rv %s",
                    sev->lease->spec.holder ? sev->lease->spec.holder : "", sev->rv);
@@ -456,6 +518,7 @@ static void detach_lease(k8s_elector *e)
     e->sub = NULL;
     kl__http_cancel(e->pub.client->loop, e->handoff_req);
     e->handoff_req = NULL;
+    handoff_list(e, 0);
     kl__crash_stop(e->crash);
 }
 
@@ -655,6 +718,8 @@ static void handoff_to(k8s_elector *e, const char *to)
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_INFO, &e->pub.about,
                    to ? "handing the lease over to \"%s\"" : "%s",
                    to ? to : "releasing the lease (no successor)");
+    if (e->sm.state == KL_KE_LEADING && to && strcmp(to, e->identity) != 0)
+        handoff_list(e, 1); /* off again when the election is over (detach_lease) */
     stop_candidate(e);
     run(e, &ev);
 }
@@ -690,10 +755,12 @@ static void handoff(k8slease_elector *pub, const char *to, int64_t bound_ms)
     if (e->handoff_started)
         return;
     e->handoff_started = 1;
-    /* Whole seconds (leaseDurationSeconds), at least 1: by default two
-     * retry periods, so that a polling successor (client-go's) meets it. */
+    /* Whole seconds (leaseDurationSeconds), at least 1: by default three
+     * retry periods, so that a polling successor (client-go's, or
+     * poll_only) meets it: it polls every retry period plus up to 1.2 of
+     * it (2.2 in all), then needs a GET and an UPDATE. */
     if (bound_ms <= 0)
-        bound_ms = 2 * rp_ms;
+        bound_ms = 3 * rp_ms;
     e->handoff_bound_s = (bound_ms + 999) / 1000;
     kl__handoff_announce_terminating(e->announce);
     if (to || e->sm.state != KL_KE_LEADING) {

@@ -60,6 +60,10 @@
  *    it (a new term, transitions+2), everyone else sees a holder until the
  *    bound passes, and a client-go successor keeping transitions still has
  *    an epoch greater than ours. A 409 reads again, as for a release.
+ *    While the write is under way, the driver marks a record of our
+ *    identity in the term handed over as a predecessor's for the other
+ *    electors of the same client (a program's next election under the same
+ *    identity): they wait for the handoff instead of taking that term back.
  *  - Losing leadership because the deadline passed releases too when
  *    release_on_cancel is set (as client-go), then DONE.
  *  - Also ending a term (STOPPED, nothing to release, DONE): a GET while

@@ -160,11 +160,14 @@ fail:
     return err;
 }
 
-/* A candidate that may lead next. */
+/* A candidate that may lead next. One on a Pod writes its object once and
+ * never renews it (the Pod's garbage collection deletes it): it does not
+ * expire. One without a Pod renews it every half duration: expired, its
+ * process is gone. */
 static int eligible(const kl__handoff_cand *c, const char *leader, int64_t now_us)
 {
     return c->identity && c->identity[0] && strcmp(c->identity, leader) != 0 && !c->terminating &&
-           c->renew_us + c->duration_s * 1000000 > now_us;
+           ((c->pod_uid && c->pod_uid[0]) || c->renew_us + c->duration_s * 1000000 > now_us);
 }
 
 /* The rank of a revision: the earliest birth among the eligible candidates

@@ -16,14 +16,15 @@
  * else the process's start. With a Pod the object is owned by it (an
  * ownerReference: the garbage collector deletes it with the Pod) and is
  * written only at start, when the candidate starts terminating and at the
- * end (deleted); without one it lasts leaseDurationSeconds 3600 and is
- * renewed every 30 minutes. An expired one counts for nothing.
+ * end (deleted), and never expires; without one it lasts
+ * leaseDurationSeconds 3600 and is renewed every 30 minutes, and an expired
+ * one counts for nothing.
  *
  * The choice (kl__handoff_choose): not the leader, not terminating, not
- * expired; then the newest revision (revisions ranked by the earliest
- * bornAt among their candidates: a rollout's new revision was born last);
- * then the highest priority; then the longest-lived (earliest bornAt); then
- * the identity, for a deterministic order.
+ * expired (without a Pod); then the newest revision (revisions ranked by
+ * the earliest bornAt among their candidates: a rollout's new revision was
+ * born last); then the highest priority; then the longest-lived (earliest
+ * bornAt); then the identity, for a deterministic order.
  *
  * The handoff itself is a write of the leader's Lease once its term is
  * over for its own program (the machine, k8s/election.h): holderIdentity =

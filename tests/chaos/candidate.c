@@ -4,6 +4,8 @@
  *   k8slease-chaos-candidate --name cand-a --lease chaos --timing LD/RD/RP
  *       (--kubeconfig FILE | --etcd-endpoints URLS) [--sample-ms 1]
  *       [--seed-abi 1] [--naive 1] [--pod NAME --pod-namespace NS]
+ *       [--handoff-candidate 1 [--revision REV] [--priority N]] [--poll-only 1]
+ *       [--peers NAME,NAME,...]
  *
  * (--seed-abi: the candidate is a program on the seed ABI; see "Seed-ABI
  * mode" at the end of this comment.)
@@ -15,6 +17,13 @@
  * pod_namespace, pod_name; seed ABI: K8SLEASE_CRASH_FAILOVER=1, POD_NAME
  * and POD_NAMESPACE in the environment, as the Downward API gives them.
  *
+ * --handoff-candidate: the elector option handoff_candidate (planned
+ * handoff, docs/semantics.md): the candidate makes itself known to the
+ * leader's choice of a successor, with --revision and --priority.
+ * --poll-only: the elector option poll_only (client-go's rules: no watch, a
+ * poll every retry period plus up to 1.2 of it). --peers: the candidates'
+ * names, for SIGRTMIN below.
+ *
  * It campaigns for one Lease (or etcd election) in a loop: an elector runs
  * one term, so after every term (and after every election that ended
  * without one) it starts a new elector. It reports on stdout, one line per
@@ -25,6 +34,9 @@
  *   SIGUSR2  the same, but sit out for lease_duration before campaigning
  *            again, so that a follower has to take over (heartbeats go on
  *            with state P)
+ *   SIGRTMIN (sigqueue, value V) if leading: k8slease_elector_handoff(e,
+ *            TO, 0): V 0 the best known candidate, else the V-th name of
+ *            --peers; reports HANDOFF, then campaigns again at once
  *   SIGCONT  report is_leader at once (CONT): a process frozen by SIGSTOP
  *            for longer than lease_duration must wake up as not leader
  *   SIGTERM  stop (releasing), report, exit 0
@@ -175,8 +187,15 @@ typedef struct seed {
     int ld_s, rd_s, rp_s;
 } seed;
 
+#define MAX_PEERS 8
+
 typedef struct cand {
     const char *name, *lease, *kubeconfig, *etcd_endpoints;
+    int handoff_candidate, poll_only, priority; /* the elector options of the same names */
+    const char *revision;
+    char peers_buf[256];
+    const char *peers[MAX_PEERS]; /* --peers: SIGRTMIN's value V names peers[V - 1] */
+    int npeers;
     const char *pod, *pod_ns; /* --pod, --pod-namespace: crash failover on */
     chaos_timing t;
     int64_t sample_ms;
@@ -207,6 +226,8 @@ typedef struct term {
 
 static const char *self = "?";
 static volatile sig_atomic_t quit_flag, release_flag, cont_flag, cont_leader;
+/* SIGRTMIN: 0 none, else 1 + its value (0: the best, V: peers[V - 1]). */
+static volatile sig_atomic_t handoff_flag;
 /* Seed-ABI mode: the program believes it leads (for the SIGCONT handler). */
 static atomic_int seed_leading;
 /* The elector of the current campaign, for the SIGCONT handler; set to NULL
@@ -256,6 +277,13 @@ static void on_signal(int sig)
     } else {
         quit_flag = 1;
     }
+}
+
+static void on_handoff_signal(int sig, siginfo_t *info, void *uc)
+{
+    (void)sig;
+    (void)uc;
+    handoff_flag = 1 + (info->si_code == SI_QUEUE ? info->si_value.sival_int : 0);
 }
 
 static void on_started(int64_t epoch, void *ud)
@@ -361,6 +389,23 @@ static void report_term(cand *c, term *t, k8slease_elector *e, int64_t lead_lo,
     while (!over) {
         int64_t t0, d, t1;
 
+        if (handoff_flag && !quit_flag && !stop_sent) {
+            int v = handoff_flag - 1;
+            const char *to = v > 0 && v <= c->npeers ? c->peers[v - 1] : NULL;
+            int64_t t_call = chaos_now_ns();
+            int rc;
+
+            handoff_flag = 0;
+            release_flag = 0;
+            stop_sent = 1;
+            /* Like the release below (on_stopped_leading first), but the
+             * write names the successor; waits until it is written. */
+            rc = k8slease_elector_handoff(e, to, 0);
+            if (rc < 0)
+                emit(chaos_now_ns(), "ERR", "k8slease_elector_handoff: %s", k8slease_error_last());
+            emit(t_call, "HANDOFF", "%s %" PRId64, to ? to : "-",
+                 (chaos_now_ns() - t_call) / CHAOS_NS_PER_MS);
+        }
         if ((quit_flag || release_flag) && !stop_sent) {
             if (release_flag == 2)
                 c->pause_until = chaos_now_ns() + c->t.lease_duration_ms * CHAOS_NS_PER_MS;
@@ -430,6 +475,10 @@ static int campaign(cand *c)
     o.on_started_leading = on_started;
     o.on_stopped_leading = on_stopped;
     o.user_data = &t;
+    o.handoff_candidate = c->handoff_candidate;
+    o.revision = c->revision;
+    o.priority = c->priority;
+    o.poll_only = c->poll_only;
     if (c->pod) {
         o.crash_failover = 1;
         o.pod_namespace = c->pod_ns;
@@ -455,6 +504,7 @@ static int campaign(cand *c)
         int64_t t0, d;
 
         release_flag = 0; /* not leading: nothing to hand over */
+        handoff_flag = 0;
         if (quit_flag) {
             k8slease_elector_stop(e, 1);
             over = 1;
@@ -726,7 +776,9 @@ static int usage(void)
                     "         [--naive 1] [--seed-abi 1 (with --kubeconfig; timings in whole "
                     "seconds)]\n"
                     "         [--pod NAME --pod-namespace NS (crash failover; with "
-                    "--kubeconfig)]\n");
+                    "--kubeconfig)]\n"
+                    "         [--handoff-candidate 1 [--revision REV] [--priority N]] "
+                    "[--poll-only 1] [--peers NAME,...]\n");
     return 2;
 }
 
@@ -760,14 +812,30 @@ int main(int argc, char **argv)
             c.pod = v;
         else if (!strcmp(k, "--pod-namespace"))
             c.pod_ns = v;
-        else if (!strcmp(k, "--timing") && parse_timing(v, &c.t) == 0)
+        else if (!strcmp(k, "--handoff-candidate"))
+            c.handoff_candidate = atoi(v);
+        else if (!strcmp(k, "--revision"))
+            c.revision = v;
+        else if (!strcmp(k, "--priority"))
+            c.priority = atoi(v);
+        else if (!strcmp(k, "--poll-only"))
+            c.poll_only = atoi(v);
+        else if (!strcmp(k, "--peers") && strlen(v) < sizeof(c.peers_buf)) {
+            char *save = NULL, *tok;
+
+            snprintf(c.peers_buf, sizeof(c.peers_buf), "%s", v);
+            for (tok = strtok_r(c.peers_buf, ",", &save); tok && c.npeers < MAX_PEERS;
+                 tok = strtok_r(NULL, ",", &save))
+                c.peers[c.npeers++] = tok;
+        } else if (!strcmp(k, "--timing") && parse_timing(v, &c.t) == 0)
             continue;
         else
             return usage();
     }
     if (!c.name || !c.lease || !c.t.lease_duration_ms || c.sample_ms <= 0 ||
         !c.kubeconfig == !c.etcd_endpoints || (c.seed_abi && !c.kubeconfig) ||
-        !c.pod != !c.pod_ns || (c.pod && !c.kubeconfig))
+        !c.pod != !c.pod_ns || (c.pod && !c.kubeconfig) ||
+        ((c.handoff_candidate || c.poll_only) && (!c.kubeconfig || c.seed_abi)))
         return usage();
     self = c.name;
     c.etcd = c.etcd_endpoints != NULL;
@@ -790,6 +858,7 @@ int main(int argc, char **argv)
     sigaddset(&set, SIGUSR1);
     sigaddset(&set, SIGUSR2);
     sigaddset(&set, SIGCONT);
+    sigaddset(&set, SIGRTMIN);
     pthread_sigmask(SIG_BLOCK, &set, &old);
     memset(&sa, 0, sizeof(sa));
     sa.sa_handler = on_signal;
@@ -800,6 +869,10 @@ int main(int argc, char **argv)
     sigaction(SIGUSR1, &sa, NULL);
     sigaction(SIGUSR2, &sa, NULL);
     sigaction(SIGCONT, &sa, NULL);
+    sa.sa_handler = NULL;
+    sa.sa_sigaction = on_handoff_signal;
+    sa.sa_flags = SA_RESTART | SA_SIGINFO;
+    sigaction(SIGRTMIN, &sa, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     if (c.seed_abi) {

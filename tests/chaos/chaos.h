@@ -21,6 +21,9 @@
  *   NAME NS HB STATE N REQUESTS HEALTHY heartbeat, every second: STATE C campaigning,
  *                                       L leading, E leadership gone and elector ending,
  *                                       P pausing after a release asked with SIGUSR2
+ *   NAME NS HANDOFF TO MS               the leader called k8slease_elector_handoff at NS
+ *                                       (SIGRTMIN), to TO ("-": the best known candidate);
+ *                                       the call took MS ms (its term ended first: LOSE)
  *   NAME NS CONT LEADER                 after SIGCONT: is_leader of the current elector
  *                                       (0/1), read in the signal handler at once
  *   NAME NS ERR TEXT                    something the candidate could not do

@@ -49,6 +49,18 @@
  * down: the Pod is replaced by a new one). The observer measures the
  * failover after each (obs_crash).
  *
+ * With the Kubernetes backends the fleet is mixed for planned handoff
+ * (docs/semantics.md, "Planned handoff"; roles()): among the native
+ * candidates some are handoff candidates (known to the leader's choice,
+ * with revisions and priorities), one polls as client-go does (poll_only),
+ * one is unknown to the choice; the seed-ABI ones are unknown too. The
+ * handoff fault has the leader hand over, to a named candidate or to the
+ * best known one, by the program's call (SIGRTMIN: the candidate calls
+ * k8slease_elector_handoff) or by the operator's request (the Lease's
+ * annotation, k8slease_lease_handoff; the only way for a seed-ABI leader):
+ * the invariants hold as ever, and the report says who led next and how
+ * soon.
+ *
  * Everything is bounded: each wait has a deadline, the run a time cap, and
  * every child is killed on exit (atexit, signals; the candidates also have
  * PR_SET_PDEATHSIG). Exit status: 0 all invariants held, 1 a violation,
@@ -117,7 +129,7 @@ typedef struct proc {
     int log_lines[4];   /* seed ABI: its log lines by level (error, warn, info, debug) */
     int64_t last_hb;    /* candidate time of its last line */
     int64_t restart_at; /* > 0: start it again then */
-    int64_t sits_out;   /* after SIGUSR2 (f_release): no campaign before this */
+    int64_t sits_out;   /* after SIGUSR2 (release, freeze, handover): no campaign before this */
     int killed;         /* we sent SIGKILL */
     int quitting;       /* we sent SIGTERM (end of the run) */
     int bye;
@@ -142,6 +154,11 @@ typedef struct proc {
     char prev_cid[96]; /* the last terminated instance of this Pod ("" none) */
     int64_t prev_start_s, prev_end_s;
     int in_place; /* its next start: the kubelet restarts the container in place */
+    /* Planned handoff (roles()): the elector options it runs with. */
+    int known;            /* handoff_candidate: known to the leader's choice */
+    int poll;             /* poll_only: client-go's rules, no watch */
+    const char *revision; /* with known */
+    int priority;
 } proc;
 
 typedef struct drv {
@@ -199,6 +216,17 @@ typedef struct drv {
     CURL *curl;           /* envtest: the kubelet's connection */
     int records[3];       /* killed leaders: record of their instance read, none, unreadable */
     int kubelet_errors;   /* failed writes of the kubelet */
+    /* Planned handoff (f_handoff): */
+    char peers[256];              /* --peers of every candidate: the names, in order */
+    k8slease_client *ho_client;   /* the operator's requests */
+    int ho_named, ho_best;        /* handoffs dealt, to a named candidate or the best */
+    int ho_request;               /* of which by the operator's request (else the call) */
+    int ho_native_turn;           /* handoffs of a native leader so far */
+    int ho_named_won;             /* named: the successor led next */
+    int ho_best_known;            /* best: a known candidate led next */
+    int ho_calls, ho_call_max_ms; /* HANDOFF lines: the calls, the longest */
+    int ho_next;                  /* handoffs followed by a term within STEADY_LIMIT_NS */
+    int64_t ho_next_ns[512];      /* handoff to the next term's start (its LEAD lower bound) */
 } drv;
 
 static drv *the_drv;
@@ -617,7 +645,7 @@ static int spawn(drv *d, int i)
 {
     proc *p = &d->p[i];
     char timing[96];
-    const char *argv[20];
+    const char *argv[40];
     int fds[2], efds[2] = {-1, -1}, n = 0;
     pid_t pid;
 
@@ -639,6 +667,25 @@ static int spawn(drv *d, int i)
     if (p->seed ? d->naive_seed : d->naive) {
         argv[n++] = "--naive";
         argv[n++] = "1";
+    }
+    if (p->known) {
+        static char prio[MAX_CAND][16];
+
+        snprintf(prio[i], sizeof(prio[i]), "%d", p->priority);
+        argv[n++] = "--handoff-candidate";
+        argv[n++] = "1";
+        argv[n++] = "--revision";
+        argv[n++] = p->revision;
+        argv[n++] = "--priority";
+        argv[n++] = prio[i];
+    }
+    if (p->poll) {
+        argv[n++] = "--poll-only";
+        argv[n++] = "1";
+    }
+    if (!d->etcd && !p->seed) {
+        argv[n++] = "--peers";
+        argv[n++] = d->peers;
     }
     if (d->crash) {
         /* As its kubelet: its Pod and container instance first. */
@@ -792,6 +839,11 @@ static void on_line(drv *d, int i, char *line)
                               "%s: woke up from a freeze of %.3f s believing it is leader", p->name,
                               (double)(p->t_cont - p->t_stopped) / CHAOS_NS_PER_S);
         }
+    } else if (!p->seed && !strcmp(ev, "HANDOFF") &&
+               sscanf(line + off, "%31s %" SCNd64, word, &a) == 2) {
+        d->ho_calls++;
+        if (a > d->ho_call_max_ms)
+            d->ho_call_max_ms = (int)a;
     } else if (!strcmp(ev, "BYE")) {
         p->bye = 1;
     } else if (!strcmp(ev, "ERR")) {
@@ -1305,6 +1357,89 @@ static void f_release(drv *d, int l)
         pump_until(d, p_term_closed, term, t + SHUTDOWN_LIMIT_NS);
 }
 
+static int p_terms_beyond(drv *d, int n)
+{
+    return obs_terms(d->o) > n;
+}
+
+/* Planned handoff: the leader ends its term naming a successor (a random
+ * other candidate that runs, half the time) or the best one it knows, by
+ * its own call (SIGRTMIN, whose value names the successor: the index + 1
+ * in --peers, 0 the best) or by the operator's request (the Lease's
+ * annotation; a seed-ABI leader's library acts on it too). Then the
+ * leader campaigns again at once, as after SIGUSR1. Which candidate leads
+ * next, and how soon, goes to the report; the invariants are the
+ * observer's as for every fault. */
+static void f_handoff(drv *d, int l)
+{
+    proc *p = &d->p[l];
+    int term = obs_open_term(d->o, l), before = obs_terms(d->o), target = -1, next, rc = 0;
+    /* A native leader: the call and the request in turn. */
+    int request = p->seed || (d->ho_native_turn++ % 2 == 1), named = (int)rnd(d, 0, 1);
+    int64_t t, t0 = chaos_now_ns();
+
+    if (named) {
+        int cands[MAX_CAND], n = 0;
+
+        /* Campaigning: not one sitting out a release (SIGUSR2), which would
+         * take the Lease only when it campaigns again. */
+        for (int i = 0; i < d->ncand; i++)
+            if (i != l && d->p[i].pid > 0 && !d->p[i].frozen && d->p[i].sits_out <= t0)
+                cands[n++] = i;
+        target = n ? cands[rnd(d, 0, n - 1)] : -1;
+    }
+    if (request && !d->ho_client) {
+        k8slease_client_options co = K8SLEASE_CLIENT_OPTIONS_INIT;
+
+        co.kubeconfig = d->kubeconfig;
+        co.user_agent = "chaos/operator";
+        if (k8slease_client_new(&d->ho_client, &co) < 0) {
+            obs_violation(d->o, chaos_now_ns(), "driver: a client for handoff requests: %s",
+                          k8slease_error_last());
+            return;
+        }
+    }
+    t = chaos_now_ns();
+    if (request) {
+        rc = k8slease_lease_handoff(d->ho_client, NULL, LEASE_NAME,
+                                    target >= 0 ? d->p[target].name : NULL);
+        if (rc < 0)
+            obs_violation(d->o, chaos_now_ns(), "driver: k8slease_lease_handoff: %s",
+                          k8slease_error_last());
+    } else {
+        union sigval v = {.sival_int = target + 1};
+
+        sigqueue(p->pid, SIGRTMIN, v);
+    }
+    fault_done(d, CF_HANDOFF, t, t, 0);
+    d->ho_request += request;
+    if (target >= 0)
+        d->ho_named++;
+    else
+        d->ho_best++;
+    say(d, "fault handoff: %s %s (leader) to %s", request ? "request to" : "SIGRTMIN", p->name,
+        target >= 0 ? d->p[target].name : "the best known candidate");
+    if (rc < 0)
+        return;
+    if (term >= 0)
+        pump_until(d, p_term_closed, term, t + SHUTDOWN_LIMIT_NS);
+    if (!pump_until(d, p_terms_beyond, before, t + STEADY_LIMIT_NS))
+        return; /* no leader: the observer's recovery check says so */
+    next = obs_term_cand(d->o, before);
+    if ((size_t)d->ho_next < sizeof(d->ho_next_ns) / sizeof(d->ho_next_ns[0]))
+        d->ho_next_ns[d->ho_next++] = obs_term_lead(d->o, before) - t;
+    if (target >= 0 && next == target)
+        d->ho_named_won++;
+    if (target < 0 && d->p[next].known)
+        d->ho_best_known++;
+    say(d, "  next leader %s%s, its term began %.1f ms after the handoff was asked",
+        d->p[next].name,
+        target >= 0 ? (next == target ? " (the named successor)" : " (NOT the named successor)")
+        : d->p[next].known ? " (a known candidate)"
+                           : " (a candidate unknown to the choice)",
+        (double)(obs_term_lead(d->o, before) - t) / CHAOS_NS_PER_MS);
+}
+
 /* A rule for `window` ms on every Lease request (server-wide). */
 static int add_rule(drv *d, const char *fields, int64_t window)
 {
@@ -1431,6 +1566,7 @@ static void f_freeze(drv *d)
         pump(d, up + ms(window / 2));
         if ((l = leader(d)) >= 0) {
             kill(d->p[l].pid, SIGUSR2);
+            d->p[l].sits_out = chaos_now_ns() + ms(d->p[l].t.lease_duration_ms);
             say(d, "  release: SIGUSR2 %s (leader, then sits out) while streams are frozen",
                 d->p[l].name);
         }
@@ -1708,6 +1844,7 @@ static void handover(drv *d, int l)
     if (!pump_until(d, p_all_stopped, 0, t + EXIT_LIMIT_NS))
         obs_violation(d->o, chaos_now_ns(), "driver: a follower did not stop after SIGSTOP");
     kill(d->p[l].pid, SIGUSR2);
+    d->p[l].sits_out = chaos_now_ns() + ms(d->p[l].t.lease_duration_ms);
     won = pump_until(d, p_seed_leads, 0, limit);
     for (int i = 0; i < d->ncand; i++) {
         proc *p = &d->p[i];
@@ -1773,6 +1910,9 @@ static void inject(drv *d, chaos_fault_kind k)
         break;
     case CF_RELEASE:
         f_release(d, l);
+        break;
+    case CF_HANDOFF:
+        f_handoff(d, l);
         break;
     case CF_CUTOFF:
         f_cutoff(d, l);
@@ -1853,23 +1993,24 @@ static void inject(drv *d, chaos_fault_kind k)
 }
 
 /* The next round of faults: every kind of the backend once (and, in
- * --long, extra releases: quick transitions), shuffled. */
+ * --long, extra releases and handoffs: quick transitions; in --quick a
+ * second handoff with Kubernetes), shuffled. */
 static int deck(drv *d, chaos_fault_kind *out)
 {
-    static const chaos_fault_kind k8s[] = {CF_KILL,    CF_STOP,    CF_RELEASE, CF_CUTOFF,
-                                           CF_RESTART, CF_LATENCY, CF_HANG,    CF_ERR5XX,
-                                           CF_ERR429,  CF_RESET,   CF_FREEZE};
+    static const chaos_fault_kind k8s[] = {CF_KILL,   CF_STOP,    CF_RELEASE, CF_HANDOFF,
+                                           CF_CUTOFF, CF_RESTART, CF_LATENCY, CF_HANG,
+                                           CF_ERR5XX, CF_ERR429,  CF_RESET,   CF_FREEZE};
     static const chaos_fault_kind etcd[] = {CF_KILL, CF_STOP, CF_RELEASE, CF_ETCD_STOP,
                                             CF_ETCD_KILL};
     /* A real server: no fault rules, only process faults. */
-    static const chaos_fault_kind real[] = {CF_KILL,     CF_STOP,      CF_RELEASE,  CF_API_STOP,
-                                            CF_API_KILL, CF_ETCD_STOP, CF_ETCD_KILL};
+    static const chaos_fault_kind real[] = {CF_KILL,     CF_STOP,     CF_RELEASE,   CF_HANDOFF,
+                                            CF_API_STOP, CF_API_KILL, CF_ETCD_STOP, CF_ETCD_KILL};
     /* An HA control plane: the replica faults instead of apiserver-stop
      * and -kill (which would hit replica 1 only); the outage of the whole
      * control plane is etcd's (every replica loses its storage at once). */
-    static const chaos_fault_kind ha[] = {CF_KILL,         CF_STOP,         CF_RELEASE,
-                                          CF_REPLICA_HANG, CF_REPLICA_KILL, CF_LB_RESTART,
-                                          CF_ETCD_STOP,    CF_ETCD_KILL};
+    static const chaos_fault_kind ha[] = {CF_KILL,       CF_STOP,         CF_RELEASE,
+                                          CF_HANDOFF,    CF_REPLICA_HANG, CF_REPLICA_KILL,
+                                          CF_LB_RESTART, CF_ETCD_STOP,    CF_ETCD_KILL};
     const chaos_fault_kind *base = d->etcd                         ? etcd
                                    : d->envtest && d->replicas > 1 ? ha
                                    : d->envtest                    ? real
@@ -1884,7 +2025,9 @@ static int deck(drv *d, chaos_fault_kind *out)
         out[n++] = CF_CRASH;
     if (d->long_mode)
         for (int i = 0; i < 8; i++)
-            out[n++] = CF_RELEASE;
+            out[n++] = i % 2 && !d->etcd ? CF_HANDOFF : CF_RELEASE;
+    else if (!d->etcd) /* two a round: both surfaces get seen, on both kinds of leader */
+        out[n++] = CF_HANDOFF;
     for (int i = n - 1; i > 0; i--) {
         int j = (int)rnd(d, 0, i);
         chaos_fault_kind x = out[i];
@@ -2271,7 +2414,7 @@ static void report(drv *d, obs_result *r, int64_t end)
 
         if (!r->faults[k])
             continue;
-        if (k != CF_KILL && k != CF_STOP && k != CF_RELEASE && k != CF_CRASH)
+        if (k != CF_KILL && k != CF_STOP && k != CF_RELEASE && k != CF_CRASH && k != CF_HANDOFF)
             snprintf(lost, sizeof(lost), "-");
         if (r->led[k] || server_fault((chaos_fault_kind)k))
             snprintf(lost, sizeof(lost), "%d of %d", r->lost[k], r->led[k]);
@@ -2314,6 +2457,44 @@ static void report(drv *d, obs_result *r, int64_t end)
                        (double)f->rep_p99_ns / CHAOS_NS_PER_MS,
                        (double)f->rep_max_ns / CHAOS_NS_PER_MS, f->by_report);
             printf("\n");
+        }
+    }
+    if (d->ho_named + d->ho_best) {
+        int64_t sorted[512], n = d->ho_next;
+
+        memcpy(sorted, d->ho_next_ns, (size_t)n * sizeof(*sorted));
+        for (int64_t i = 1; i < n; i++) /* a few dozen: insertion sort */
+            for (int64_t j = i; j > 0 && sorted[j - 1] > sorted[j]; j--) {
+                int64_t x = sorted[j];
+
+                sorted[j] = sorted[j - 1];
+                sorted[j - 1] = x;
+            }
+        printf("handoff            %d (%d by the operator's request, %d by the call; %d calls "
+               "took at most %d ms): %d named, the successor led next in %d; %d to the best, a "
+               "known candidate led next in %d",
+               d->ho_named + d->ho_best, d->ho_request, d->ho_named + d->ho_best - d->ho_request,
+               d->ho_calls, d->ho_call_max_ms, d->ho_named, d->ho_named_won, d->ho_best,
+               d->ho_best_known);
+        if (n)
+            printf("; next term began p50 %.1f / max %.1f ms after the handoff was asked (%d)",
+                   (double)sorted[n / 2] / CHAOS_NS_PER_MS, (double)sorted[n - 1] / CHAOS_NS_PER_MS,
+                   (int)n);
+        printf("\n");
+    }
+    if (!d->etcd) {
+        printf("fleet              ");
+        for (int i = 0; i < d->ncand; i++) {
+            const proc *p = &d->p[i];
+
+            printf("%s %s%s", p->name,
+                   p->seed    ? "seed ABI"
+                   : p->known ? "known"
+                              : "unknown",
+                   p->poll ? " poll_only" : "");
+            if (p->known)
+                printf(" (revision %s, priority %d)", p->revision, p->priority);
+            printf("%s", i + 1 < d->ncand ? ", " : "\n");
         }
     }
     printf("frozen leaders     %d frozen beyond lease_duration, %d CONT checks, all woke up "
@@ -2362,6 +2543,42 @@ static void report(drv *d, obs_result *r, int64_t end)
     printf("violations         %d\n", r->violations);
 }
 
+/* A mixed fleet (Kubernetes backends): the native candidates in turn a
+ * handoff candidate (revision r1), a handoff candidate polling as
+ * client-go does (r1, priority 1), one unknown to the choice, and (the
+ * fifth of --long) a handoff candidate of revision r2. The seed-ABI ones
+ * are unknown to the choice (the seed ABI has no such option). */
+static void roles(drv *d)
+{
+    size_t len = 0;
+
+    for (int i = 0, j = 0; i < d->ncand; i++) {
+        proc *p = &d->p[i];
+
+        len +=
+            (size_t)snprintf(d->peers + len, sizeof(d->peers) - len, "%s%s", i ? "," : "", p->name);
+        if (d->etcd || p->seed)
+            continue;
+        switch (j++ % 4) {
+        case 0:
+            p->known = 1;
+            p->revision = "r1";
+            break;
+        case 1:
+            p->known = p->poll = 1;
+            p->revision = "r1";
+            p->priority = 1;
+            break;
+        case 2:
+            break;
+        default:
+            p->known = 1;
+            p->revision = "r2";
+            break;
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     static drv dd;
@@ -2396,6 +2613,7 @@ int main(int argc, char **argv)
         d->renew_ms[i] = d->p[i].t.renew_deadline_ms;
         d->names[i] = d->p[i].name;
     }
+    roles(d);
     if (pipe2(sig_pipe, O_CLOEXEC | O_NONBLOCK) < 0)
         return perror("pipe2"), 2;
     memset(&sa, 0, sizeof(sa));
@@ -2520,6 +2738,8 @@ int main(int argc, char **argv)
 #endif
     k8slease_client_free(d->probe);
     d->probe = NULL;
+    k8slease_client_free(d->ho_client);
+    d->ho_client = NULL;
 
     printf("\n");
     rc = obs_check(d->o, stdout, &r);

@@ -60,7 +60,8 @@ static const char *const fault_names[CF_NKINDS] = {
     "restart",      "latency",        "hang",           "5xx",
     "429",          "reset",          "freeze",         "etcd-stop",
     "etcd-kill",    "apiserver-stop", "apiserver-kill", "handover",
-    "replica-hang", "replica-kill",   "lb-restart",     "crash"};
+    "replica-hang", "replica-kill",   "lb-restart",     "crash",
+    "handoff"};
 
 const char *chaos_fault_name(chaos_fault_kind k)
 {
@@ -139,6 +140,11 @@ int obs_open_term(const obs *o, int cand)
 int obs_terms(const obs *o)
 {
     return o->nterms;
+}
+
+int obs_term_cand(const obs *o, int i)
+{
+    return o->terms[i].cand;
 }
 
 int64_t obs_term_lead(const obs *o, int i)

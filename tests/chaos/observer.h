@@ -60,6 +60,8 @@ typedef enum chaos_fault_kind {
     CF_LB_RESTART,   /* the balancer (haproxy) killed and started again */
     /* Crash failover (candidates on Pods, the driver as their kubelet): */
     CF_CRASH, /* SIGKILL of the leader, the kubelet reports its container terminated 0-2 s later */
+    /* Planned handoff (the elector's call, or the operator's request): */
+    CF_HANDOFF, /* the leader hands over to a named candidate or the best known one */
     CF_NKINDS
 } chaos_fault_kind;
 
@@ -113,6 +115,8 @@ void obs_seed_why(obs *o, int cand, int64_t epoch, const char *why);
 void obs_dead(obs *o, int cand, int64_t t);
 /* Index of cand's open term, or -1. */
 int obs_open_term(const obs *o, int cand);
+/* The candidate of term i. */
+int obs_term_cand(const obs *o, int i);
 /* Lower / upper bound of the start of term i, upper bound of its end. */
 int64_t obs_term_lead(const obs *o, int i);
 int64_t obs_term_lose(const obs *o, int i);

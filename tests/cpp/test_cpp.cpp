@@ -277,6 +277,13 @@ void etcd_options_are_validated()
     k8slease::elector_options eo = fast("cpp/etcd", "a:1");
     eo.ns = "default"; // no namespaces in etcd
     EXPECT_ERROR(errc::invalid_argument, k8slease::elector e(c, eo));
+    // No planned handoff with etcd (both refuse before any I/O).
+    CHECK(contains(EXPECT_ERROR(errc::invalid_argument, c.lease_handoff(std::nullopt, "cpp-etcd")),
+                   "Kubernetes"));
+    {
+        k8slease::elector e(c, fast("cpp/etcd", "a:1"));
+        CHECK(contains(EXPECT_ERROR(errc::invalid_argument, e.handoff()), "Kubernetes"));
+    }
 
     // The Kubernetes backend refuses etcd options.
     k8slease::client_options k;
@@ -413,6 +420,91 @@ void election_over_without_leading()
     CHECK(b.wait_lost(0ms));
     CHECK(!b.epoch());
     CHECK(b.stats().terms == 0);
+}
+
+/* Planned handoff: elector::handoff() to the best known candidate (the
+ * options reach the C layer: the highest priority wins) and to a named one;
+ * client::lease_handoff(), the operator's request; bad input. */
+std::uint64_t fnv1a(const std::string &s)
+{
+    std::uint64_t h = 14695981039346656037u;
+    for (unsigned char ch : s) {
+        h ^= ch;
+        h *= 1099511628211u;
+    }
+    return h;
+}
+
+void handoff_to_the_best_and_named()
+{
+    recorder ea, eb;
+    k8slease::client c = make_client();
+    auto known = [](const char *id, const char *revision, int priority, recorder *ev) {
+        k8slease::elector_options o = fast("cpp-handoff", id, ev);
+        o.handoff_candidate = true;
+        o.revision = revision;
+        o.priority = priority;
+        return o;
+    };
+    k8slease::elector a(c, known("a:1", "r1", 0, &ea));
+    std::optional<std::int64_t> epoch = a.wait_elected(10s);
+    CHECK(epoch.has_value());
+    CHECK(contains(EXPECT_ERROR(errc::invalid_argument, a.handoff("")), "to: identity"));
+    CHECK(contains(EXPECT_ERROR(errc::invalid_argument, a.handoff(std::string(600, 'x'))),
+                   "to: identity longer"));
+    CHECK(a.is_leader()); // refused: nothing changed
+    k8slease::elector b(c, known("b:1", "r1", 1, &eb));
+    k8slease::elector d(c, known("d:1", "r1", 0, nullptr));
+
+    // Both known to the leader (their objects exist) before it chooses.
+    char selector[64];
+    std::snprintf(selector, sizeof(selector), "%016llx",
+                  static_cast<unsigned long long>(fnv1a("cpp-handoff")));
+    const std::string list = "/apis/coordination.k8s.io/v1/namespaces/default/"
+                             "leases?labelSelector=k8slease.io%2Fcandidate-of%3D" +
+                             std::string(selector);
+    auto until = std::chrono::steady_clock::now() + 10s;
+    for (;;) {
+        std::string l = ts_call("GET", list, nullptr, 200);
+        if (contains(l, "\"holderIdentity\":\"b:1\"") && contains(l, "\"holderIdentity\":\"d:1\""))
+            break;
+        if (std::chrono::steady_clock::now() > until)
+            throw failure("the candidates' objects are not all there within 10 s: " + l);
+        std::this_thread::sleep_for(20ms);
+    }
+
+    // The best: b (priority 1), at once (well within a bound of 5 s), with
+    // a's term over first.
+    auto t0 = std::chrono::steady_clock::now();
+    a.handoff(std::nullopt, 5s);
+    ea.wait("stopped", 0ms);
+    CHECK(!a.is_leader());
+    CHECK(a.wait_lost(0ms));
+    std::optional<std::int64_t> eb_epoch = b.wait_elected(5s);
+    CHECK(eb_epoch && *eb_epoch == *epoch + 2);
+    CHECK(std::chrono::steady_clock::now() - t0 < 5s);
+    std::optional<k8slease::holder> h = c.holder_get(std::nullopt, "cpp-handoff");
+    CHECK(h && h->identity == "b:1" && h->epoch == *eb_epoch);
+
+    // The operator's request, named: d.
+    c.lease_handoff(std::nullopt, "cpp-handoff", "d:1");
+    std::optional<std::int64_t> ed = d.wait_elected(10s);
+    CHECK(ed && *ed == *eb_epoch + 2);
+    CHECK(b.wait_lost(10s));
+    CHECK(!b.is_leader());
+    EXPECT_ERROR(errc::not_found, c.lease_handoff(std::nullopt, "cpp-no-such-lease"));
+    CHECK(contains(
+        EXPECT_ERROR(errc::invalid_argument, c.lease_handoff(std::nullopt, "cpp-handoff", "")),
+        "to: identity"));
+
+    // A follower's handoff only stops it; after a move, errc::state.
+    k8slease::elector f(c, known("f:1", "r1", 0, nullptr));
+    CHECK(!f.wait_elected(200ms));
+    f.handoff("d:1");
+    CHECK(f.wait_lost(0ms));
+    CHECK(d.is_leader());
+    k8slease::elector moved = std::move(f);
+    EXPECT_ERROR(errc::state, f.handoff());
 }
 
 /* ---- moves --------------------------------------------------------------- */
@@ -570,6 +662,7 @@ void blocking_calls_from_a_callback_throw_state()
         code("wait_elected", [&] { (void)a.wait_elected(100ms); });
         code("wait_lost", [&] { (void)a.wait_lost(100ms); });
         code("stop", [&] { a.stop(); });
+        code("handoff", [&] { a.handoff(); });
         code("holder_get", [&] { (void)c.holder_get(std::nullopt, "cpp-reentry"); });
         code("wait_lost(0)", [&] { (void)a.wait_lost(0ms); }); // only looks: allowed
         results.add("end");
@@ -578,6 +671,7 @@ void blocking_calls_from_a_callback_throw_state()
     CHECK(results.has("wait_elected K8SLEASE_ESTATE"));
     CHECK(results.has("wait_lost K8SLEASE_ESTATE"));
     CHECK(results.has("stop K8SLEASE_ESTATE"));
+    CHECK(results.has("handoff K8SLEASE_ESTATE"));
     CHECK(results.has("holder_get K8SLEASE_ESTATE"));
     CHECK(results.has("wait_lost\\(0\\) returned"));
     CHECK(a.wait_elected(10s)); // and the election went on
@@ -740,6 +834,7 @@ const test_case tests[] = {
     {"watch_sees_the_holder", watch_sees_the_holder},
     {"pod_label_sets_and_removes", pod_label_sets_and_removes},
     {"crash_failover_records_the_container", crash_failover_records_the_container},
+    {"handoff_to_the_best_and_named", handoff_to_the_best_and_named},
 };
 
 } // namespace

@@ -139,6 +139,13 @@ static void choose(void **state)
     rollout[3].terminating = 1;
     assert_int_equal(kl__handoff_choose(rollout, 5, "o1", S(101)), 2);
     assert_int_equal(kl__handoff_choose(rollout, 5, "o1", S(100 + 3600)), -1);
+    /* An object on a Pod is written once and never renewed: hours later
+     * it still counts (its Pod's garbage collection deletes it). */
+    rollout[2].pod_uid = (char *)"uid-o3";
+    assert_int_equal(kl__handoff_choose(rollout, 5, "o1", S(100 + 7200)), 2);
+    rollout[2].pod_uid = (char *)"";
+    assert_int_equal(kl__handoff_choose(rollout, 5, "o1", S(100 + 7200)), -1);
+    rollout[2].pod_uid = NULL;
     /* Alone: nobody. */
     assert_int_equal(kl__handoff_choose(rollout, 1, "o1", S(101)), -1);
     assert_int_equal(kl__handoff_choose(NULL, 0, "o1", S(101)), -1);
