@@ -81,8 +81,9 @@ typedef struct k8s_elector {
     int announce_gone;
     kl__http_req *handoff_req;
     int64_t handoff_bound_s;
-    int handoff_started; /* a handoff (asked, or requested on the Lease) is under way */
-    char *handoff_why;   /* a handoff that ends as a release: why (in its write) */
+    int handoff_started;  /* a handoff (asked, or requested on the Lease) is under way */
+    char *handoff_why;    /* a handoff that ends as a release: why (in its write) */
+    char *handoff_target; /* the successor the machine writes (it borrows it) */
     /* On the client's list of handoffs being written (kl__k8s_client's
      * handoffs) with the epoch of the term handed over. */
     int handoff_listed;
@@ -712,6 +713,12 @@ static void handoff_to(k8s_elector *e, const char *to)
 {
     kl__k8s_election_event ev = {.type = KL_KE_EV_STOP, .release = 1};
 
+    /* The machine borrows it until DONE; a candidate's list is freed after
+     * this returns. Without memory: a plain release. */
+    if (to && !(e->handoff_target = kl__strdup(to)))
+        kl__log_at(&e->pub.client->log, K8SLEASE_LOG_WARN, &e->pub.about,
+                   "out of memory: releasing the lease instead of handing it over");
+    to = e->handoff_target;
     ev.handoff_to = to;
     ev.handoff_bound_s = e->handoff_bound_s;
     if (e->sm.state == KL_KE_LEADING)
@@ -799,6 +806,7 @@ static void destroy(k8slease_elector *pub)
     kl__crash_free(e->crash);
     kl__handoff_announce_free(e->announce);
     kl__free(e->handoff_why);
+    kl__free(e->handoff_target);
     kl__free(e->base);
     kl__free(e->ns);
     kl__free(e->name);

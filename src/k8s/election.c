@@ -285,7 +285,7 @@ static void release_update(kl__k8s_election *e, int64_t now, int64_t wall_us,
     /* A handoff: the successor named holder of a new (short) term that
      * only it takes at once; transitions + 1 keeps the epochs growing
      * whatever the successor's rules. */
-    if (e->handoff_to[0]) {
+    if (e->handoff_to) {
         s.holder = e->handoff_to;
         s.duration_s = e->handoff_bound_s;
         s.transitions = e->transitions + 1;
@@ -599,9 +599,8 @@ static void on_stop(kl__k8s_election *e, const kl__k8s_election_event *ev, int64
         return;
     e->stop_requested = 1;
     if (release && ev->handoff_to && ev->handoff_to[0] &&
-        strlen(ev->handoff_to) < sizeof(e->handoff_to) &&
-        strcmp(ev->handoff_to, e->cfg.identity) != 0) {
-        memcpy(e->handoff_to, ev->handoff_to, strlen(ev->handoff_to) + 1);
+        strlen(ev->handoff_to) < KL_IDENTITY_MAX && strcmp(ev->handoff_to, e->cfg.identity) != 0) {
+        e->handoff_to = ev->handoff_to;
         e->handoff_bound_s = ev->handoff_bound_s > 0 ? ev->handoff_bound_s : 1;
     }
     if (e->state == KL_KE_IDLE)

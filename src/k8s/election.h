@@ -217,7 +217,8 @@ typedef struct kl__k8s_election_event {
      * a restart in place), not this process: not our term. */
     int predecessor;
     /* KL_KE_EV_STOP with release: hand the term over to this identity
-     * (NULL or "": a plain release), in a Lease lasting handoff_bound_s. */
+     * (NULL or "": a plain release), in a Lease lasting handoff_bound_s.
+     * Borrowed until DONE. */
     const char *handoff_to;
     int64_t handoff_bound_s;
 } kl__k8s_election_event;
@@ -299,8 +300,9 @@ typedef struct kl__k8s_election {
     int64_t ended_transitions;
     int have_ended;
     int renew_asap; /* RENEW came while a write of our term was in flight */
-    /* RELEASING: the release hands the term over (STOP's handoff_to). */
-    char handoff_to[KL_IDENTITY_MAX];
+    /* RELEASING: the release hands the term over to STOP's handoff_to
+     * (borrowed: the driver keeps it until DONE), NULL for a release. */
+    const char *handoff_to;
     int64_t handoff_bound_s;
     uint64_t rng;
 } kl__k8s_election;

@@ -839,8 +839,9 @@ static void best_candidate(void **state)
     assert_int_equal(e_term, e_old + 1);
     no_overlap(term);
     view(lease, &v);
-    assert_string_equal(v.done_to, "old"); /* the last record is still n1's */
-    assert_int_equal(v.done_epoch, e_n1 + 1);
+    /* The release says it was a handoff that found nobody. */
+    assert_string_equal(v.done_to, "");
+    assert_int_equal(v.done_epoch, e_old);
 
     cand_free(term);
     cand_free(old);
@@ -937,7 +938,9 @@ static void no_candidate_releases(void **state)
     assert_string_equal(v.holder, "");
     assert_int_equal(v.transitions, ea);
     assert_int_equal(v.duration_s, 1);
-    assert_int_equal(v.done_epoch, -1);
+    /* Noted on the Lease: a handoff that found no candidate, and why. */
+    assert_string_equal(v.done_to, "");
+    assert_int_equal(v.done_epoch, ea);
     cand_stop(a);
 
     cand_start(a, lease, &ko);
@@ -955,7 +958,9 @@ static void no_candidate_releases(void **state)
     assert_int_equal(eb, ea + 1);
     no_overlap(b);
     view(lease, &v);
-    assert_int_equal(v.done_epoch, -1);
+    /* The note of the release stays until the next handoff. */
+    assert_string_equal(v.done_to, "");
+    assert_int_equal(v.done_epoch, ea);
     cand_free(b);
     cand_free(a);
 }
