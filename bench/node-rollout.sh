@@ -1,7 +1,8 @@
 #!/bin/bash
 # Benchmark 9: rolling updates on a real node, with planned handoff.
 #
-#   bench/node-rollout.sh [BUILD] [ASSETS] [--rollouts N] [--handoffs N] [--out DIR]
+#   bench/node-rollout.sh [BUILD] [ASSETS] [--rollouts N] [--handoffs N]
+#                         [--modes "handoff release polling"] [--out DIR]
 #                                                        (make bench-rollout)
 #
 # The single-node cluster of tests/node/cluster.sh (ASSETS: the node's
@@ -25,15 +26,24 @@
 set -u
 cd "$(dirname "$0")/.."
 SRC=$PWD
-build=build assets= rollouts=20 handoffs=20 out=bench/results
+build=build assets= rollouts=20 handoffs=20 modes="handoff release polling" out=bench/results
 [ $# -gt 0 ] && [ "${1#--}" = "$1" ] && { build=$1; shift; }
 [ $# -gt 0 ] && [ "${1#--}" = "$1" ] && { assets=$1; shift; }
 while [ $# -gt 0 ]; do
     case $1 in
     --rollouts) rollouts=$2; shift 2 ;;
     --handoffs) handoffs=$2; shift 2 ;;
+    --modes) modes=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    *) echo "usage: bench/node-rollout.sh [BUILD] [ASSETS] [--rollouts N] [--handoffs N] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: bench/node-rollout.sh [BUILD] [ASSETS] [--rollouts N] [--handoffs N] [--modes LIST] [--out DIR]" >&2; exit 2 ;;
+    esac
+done
+for n in "$rollouts" "$handoffs"; do
+    case $n in '' | *[!0-9]*) echo "bench/node-rollout.sh: --rollouts/--handoffs $n: a number" >&2; exit 2 ;; esac
+done
+for m in $modes; do
+    case $m in handoff | release | polling) ;;
+    *) echo "bench/node-rollout.sh: --modes: \"$m\" is not handoff, release or polling" >&2; exit 2 ;;
     esac
 done
 
@@ -44,7 +54,7 @@ if [ -z "${K8SLEASE_NODE_DIR:-}" ]; then
     scripts/build-image.sh "$build" || exit 1
     K8SLEASE_NODE_ASSETS=$assets exec tests/node/cluster.sh --images "$build/image" \
         bash "$SRC/bench/node-rollout.sh" "$build" "$assets" --rollouts "$rollouts" \
-        --handoffs "$handoffs" --out "$out"
+        --handoffs "$handoffs" --modes "$modes" --out "$out"
 fi
 
 mkdir -p "$out"
@@ -93,7 +103,7 @@ print(json.dumps([{"op": "add", "path": "/spec/template/spec/containers/0/args/%
     observe pods pod pods -l app.kubernetes.io/name=my-master
 }
 
-for mode in handoff release polling; do
+for mode in $modes; do
     setup "$mode"
     for i in $(seq 1 "$rollouts"); do
         t=$(now_us)
@@ -117,8 +127,8 @@ for mode in handoff release polling; do
     kubectl delete namespace "$NS" --wait=false >/dev/null
 done
 
-# k8slease handoff, on deploy/ as shipped.
-setup handoff2
+# k8slease handoff, on deploy/ as shipped (--handoffs 0: none).
+[ "$handoffs" -gt 0 ] && setup handoff2
 echo "run,ms,from_epoch,to_epoch" >"$out/handoff.csv"
 for i in $(seq 1 "$handoffs"); do
     old=$(holder my-master)

@@ -309,32 +309,16 @@ static int check_label_value(const char *value)
                          value);
 }
 
-K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
-                                    const char *key, const char *value)
+/* A JSON merge patch of PATH (a reference taken on PATCH; PATH freed),
+ * synchronous, 200 expected; WHAT names it in errors. */
+static int merge_patch(k8slease_client *client, char *path, json_t *patch, const char *what)
 {
     kl__http_opts req = {0};
-    json_t *patch = NULL;
-    char *path = NULL, *body = NULL, *resp = NULL;
-    char what[400];
+    char *body = NULL, *resp = NULL;
     size_t resp_len = 0;
     long status = 0;
-    int err;
+    int err = 0;
 
-    if (!client)
-        return kl__error_set(K8SLEASE_EINVAL, "k8slease_pod_label: client is NULL");
-    if (client->backend == K8SLEASE_BACKEND_ETCD)
-        return kl__error_set(K8SLEASE_ESTATE,
-                             "k8slease_pod_label: pod labels need the Kubernetes backend");
-    ns = client_ns(client, ns);
-    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("pod name", pod)) < 0 ||
-        (err = check_label_key(key)) < 0 || (value && (err = check_label_value(value)) < 0))
-        return err;
-    snprintf(what, sizeof(what), "%s label %s on pod %s/%s", value ? "set" : "remove", key, ns,
-             pod);
-
-    patch = json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
-                      value ? json_string(value) : json_null());
-    path = kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod);
     body = patch ? kl__json_dump(patch) : NULL;
     if (!patch || !path || !body) {
         err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
@@ -360,14 +344,33 @@ out:
     return err;
 }
 
+K8SLEASE_API int k8slease_pod_label(k8slease_client *client, const char *ns, const char *pod,
+                                    const char *key, const char *value)
+{
+    char what[400];
+    int err;
+
+    if (!client)
+        return kl__error_set(K8SLEASE_EINVAL, "k8slease_pod_label: client is NULL");
+    if (client->backend == K8SLEASE_BACKEND_ETCD)
+        return kl__error_set(K8SLEASE_ESTATE,
+                             "k8slease_pod_label: pod labels need the Kubernetes backend");
+    ns = client_ns(client, ns);
+    if ((err = kl__check_namespace(ns)) < 0 || (err = kl__check_name("pod name", pod)) < 0 ||
+        (err = check_label_key(key)) < 0 || (value && (err = check_label_value(value)) < 0))
+        return err;
+    snprintf(what, sizeof(what), "%s label %s on pod %s/%s", value ? "set" : "remove", key, ns,
+             pod);
+    return merge_patch(client, kl__sprintf("/api/v1/namespaces/%s/pods/%s", ns, pod),
+                       json_pack("{s:{s:{s:o}}}", "metadata", "labels", key,
+                                 value ? json_string(value) : json_null()),
+                       what);
+}
+
 K8SLEASE_API int k8slease_lease_handoff(k8slease_client *client, const char *ns, const char *name,
                                         const char *to)
 {
-    kl__http_opts req = {0};
-    json_t *patch = NULL;
-    char *path = NULL, *body = NULL, *resp = NULL, what[400];
-    size_t resp_len = 0;
-    long status = 0;
+    char what[400];
     int err;
 
     if (!client || !name)
@@ -381,32 +384,11 @@ K8SLEASE_API int k8slease_lease_handoff(k8slease_client *client, const char *ns,
     if (to && kl__identity_check(to) < 0)
         return kl__error_wrap(K8SLEASE_EINVAL, "k8slease_lease_handoff: to");
     snprintf(what, sizeof(what), "request a handoff of lease %s/%s", ns, name);
-    /* A merge patch: only the annotation, whatever the leader writes. */
-    patch = json_pack("{s:{s:{s:s}}}", "metadata", "annotations", KL_HANDOFF_REQUEST, to ? to : "");
-    path = kl__lease_path(ns, name);
-    body = patch ? kl__json_dump(patch) : NULL;
-    if (!patch || !path || !body) {
-        err = kl__error_set(K8SLEASE_ENOMEM, "out of memory");
-        goto out;
-    }
-    req.method = "PATCH";
-    req.path = path;
-    req.content_type = "application/merge-patch+json";
-    req.body = body;
-    req.body_len = strlen(body);
-    req.timeout_ms = DEFAULT_SYNC_TIMEOUT_MS;
-    if ((err = kl__http_sync(client->loop, &req, &status, &resp, &resp_len)) < 0) {
-        kl__error_wrap(err, "%s", what);
-        goto out;
-    }
-    if (status != 200)
-        err = kl__http_status_error(status, resp, resp_len, what);
-out:
-    kl__free(resp);
-    kl__free(body);
-    kl__free(path);
-    json_decref(patch);
-    return err;
+    /* A merge patch of the annotation only, whatever the leader writes. */
+    return merge_patch(
+        client, kl__lease_path(ns, name),
+        json_pack("{s:{s:{s:s}}}", "metadata", "annotations", KL_HANDOFF_REQUEST, to ? to : ""),
+        what);
 }
 
 /* One GET + PUT round of k8slease_lease_release: 0 done, K8SLEASE_ECONFLICT
