@@ -98,10 +98,16 @@ print(json.dumps([{"op": "add", "path": "/spec/template/spec/containers/0/args/%
     wait_until 180 "3 ready replicas" rolled_out
     wait_until 60 "a leader" has_holder my-master
     wait_until 60 "the EndpointSlice naming the leader" slice_is_leader
+    rm -f "$T"/*.obs
     observe lease lease lease --field-selector metadata.name=my-master
     observe slice slice endpointslice -l kubernetes.io/service-name=my-master
     observe pods pod pods -l app.kubernetes.io/name=my-master
+    # Each watch's first events (the objects as they are) must arrive
+    # before the first rollout starts: arriving after it, they would count
+    # as a change of leader (and the time before them as leaderless).
+    wait_until 30 "the watches' first events" observed
 }
+observed() { [ -s "$T/lease.obs" ] && [ -s "$T/slice.obs" ] && [ "$(wc -l <"$T/pods.obs")" -ge 3 ]; }
 
 for mode in $modes; do
     setup "$mode"
