@@ -1,6 +1,6 @@
 /* What an election reads of a v1 Pod: its identity and, for each container,
  * which instance runs and which instances the kubelet reported ended (crash
- * failover on the kubelet's report, issue 23; docs/semantics.md).
+ * failover on the kubelet's report; docs/semantics.md).
  *
  * A kl__pod keeps the whole object it was parsed from (root); every string
  * of it is borrowed from root. Only the fields below are checked: any other

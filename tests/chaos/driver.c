@@ -1,5 +1,5 @@
 /*
- * k8slease-chaos: the chaos suite's driver and observer (issue #7,
+ * k8slease-chaos: the chaos suite's driver and observer (see
  * docs/chaos.md).
  *
  *   k8slease-chaos (--quick | --long) [--seed N] [--backend k8s|etcd|envtest]

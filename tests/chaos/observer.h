@@ -2,7 +2,7 @@
  * observer.h - the chaos suite's invariant checker. The driver feeds it
  * what the candidates report (terms with honest bounds, see candidate.c),
  * the faults it injected and the violations it saw itself; obs_check()
- * proves or refutes the invariants of issue #7 from that record:
+ * proves or refutes the invariants of docs/chaos.md from that record:
  *
  *  - 0 overlaps: no two terms intersect, taking each term as
  *    [LEAD lower bound, LOSE upper bound], which contains the whole time

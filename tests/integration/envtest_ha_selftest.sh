@@ -1,6 +1,6 @@
 #!/bin/sh
 # envtest_ha_selftest.sh: envtest.sh's replicas behind haproxy, on real
-# kube-apiservers (issue 22).
+# kube-apiservers.
 #
 #   K8SLEASE_ENVTEST_REPLICAS=2 K8SLEASE_ENVTEST_BALANCE=first KUBEBUILDER_ASSETS=DIR \
 #       tests/integration/envtest.sh sh tests/integration/envtest_ha_selftest.sh

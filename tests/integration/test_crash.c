@@ -1,5 +1,5 @@
 #define _GNU_SOURCE /* strptime, timegm */
-/* Crash failover on the kubelet's report (issue 23; docs/semantics.md,
+/* Crash failover on the kubelet's report (docs/semantics.md,
  * "Crash failover"), with the test as the kubelet: it creates the Pods the
  * candidates run in and writes their container statuses through the
  * pods/status subresource, as a kubelet does. There is no kubelet under

@@ -1,4 +1,4 @@
-/* An HA control plane (issue 22): kube-apiserver replicas on one etcd
+/* An HA control plane: kube-apiserver replicas on one etcd
  * behind a load balancer (haproxy, as kubeadm's guide sets it up), one
  * replica hung (SIGSTOP: its kernel still accepts and acknowledges, nothing
  * answers), killed, or the balancer restarted. No leader may lose its term,

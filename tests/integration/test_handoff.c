@@ -1,4 +1,4 @@
-/* Planned handoff (issue 32; k8slease_elector_handoff, k8slease_lease_handoff,
+/* Planned handoff (k8slease_elector_handoff, k8slease_lease_handoff,
  * handoff candidates) end to end.
  *
  * Every candidate has a client of its own (its own connection and watch, as

@@ -1,4 +1,4 @@
-/* The end of a term is reported when it ends (issue 21), through every API,
+/* The end of a term is reported when it ends, through every API,
  * on a server that does not answer.
  *
  * A program on the seed ABI learns that its term is over only when

@@ -1,5 +1,5 @@
 /* Pod status decoding (k8s/pod.h): what an election reads of a Pod for crash
- * failover on the kubelet's report (issue 23). The samples were captured
+ * failover on the kubelet's report. The samples were captured
  * from kube-apiserver v1.36.3 (envtest, no kubelet: the test wrote the
  * status through pods/status as a kubelet would); the other cases are
  * built around them. */
