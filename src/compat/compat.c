@@ -29,15 +29,17 @@
  * election has its own, so that an election still releasing in the
  * background never touches the state of the next one for the same Lease. */
 typedef struct election_log {
-    char *identity;   /* ours */
-    int renew_s;      /* our renew deadline */
-    int64_t epoch;    /* of our term */
-    int leading;      /* between started and stopped */
-    int led;          /* this election led at some point */
-    int stopping;     /* cancelled through the ABI (or WaitElected timed out) */
-    int deleted;      /* the Lease was not found while leading */
-    int released;     /* our release was written */
-    char holder[256]; /* another holder seen while leading ("" if none) */
+    char *identity;      /* ours */
+    int renew_s;         /* our renew deadline */
+    int64_t epoch;       /* of our term */
+    int leading;         /* between started and stopped */
+    int led;             /* this election led at some point */
+    int stopping;        /* cancelled through the ABI (or WaitElected timed out) */
+    int deleted;         /* the Lease was not found while leading */
+    int released;        /* our release was written */
+    int handing;         /* the term ends in a handoff (asked on the Lease) */
+    char successor[256]; /* ... to this candidate ("" none: a release) */
+    char holder[256];    /* another holder seen while leading ("" if none) */
     int64_t holder_epoch;
     uint64_t errs[ERRS_KEPT]; /* hashes of the request errors printed since the last success */
     int nerrs;
@@ -303,6 +305,7 @@ static void lg_started(entry *x, int64_t epoch)
     election_log *s = &x->lg;
 
     s->leading = s->led = 1;
+    s->handing = 0;
     s->epoch = epoch;
     s->holder[0] = '\0';
     s->nerrs = 0;
@@ -318,6 +321,16 @@ static void lg_stopped(entry *x)
     s->leading = 0;
     if (s->stopping)
         lg_write(K8SLEASE_LOG_DEBUG, x->key, "stopped leading (cancelled) (epoch %lld)",
+                 (long long)s->epoch);
+    else if (s->handing && s->successor[0])
+        lg_write(K8SLEASE_LOG_INFO, x->key,
+                 "stopped leading (epoch %lld): a handoff was requested: handing the lease "
+                 "over to \"%s\"",
+                 (long long)s->epoch, s->successor);
+    else if (s->handing)
+        lg_write(K8SLEASE_LOG_INFO, x->key,
+                 "stopped leading (epoch %lld): a handoff was requested, no successor is "
+                 "known: releasing the lease",
                  (long long)s->epoch);
     else if (s->holder[0])
         lg_write(K8SLEASE_LOG_ERROR, x->key,
@@ -428,6 +441,10 @@ static void lg_on_note(const kl__elector_note *n, void *arg)
         break;
     case KL_NOTE_DONE:
         lg_election_over(x);
+        break;
+    case KL_NOTE_HANDOFF:
+        x->lg.handing = 1;
+        snprintf(x->lg.successor, sizeof(x->lg.successor), "%s", n->identity);
         break;
     }
     pthread_mutex_unlock(&lg_mu);

@@ -160,6 +160,13 @@ void kl__elector_report_released(k8slease_elector *e, int64_t epoch)
     note(e, &n);
 }
 
+void kl__elector_report_handoff(k8slease_elector *e, const char *to)
+{
+    kl__elector_note n = {.type = KL_NOTE_HANDOFF, .identity = to};
+
+    note(e, &n);
+}
+
 static _Atomic int lost_waiting;
 void (*kl__elector_lost_hook)(k8slease_elector *e);
 

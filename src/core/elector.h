@@ -34,13 +34,15 @@ typedef enum kl__elector_note_type {
     KL_NOTE_LEADER,   /* observed holder changed: identity ("" none), epoch */
     KL_NOTE_REQUEST,  /* a request of the election ended: verb, status, message */
     KL_NOTE_RELEASED, /* our release was written: the term's epoch (Kubernetes) */
-    KL_NOTE_DONE      /* the election is over, its release included: the last note */
+    KL_NOTE_DONE,     /* the election is over, its release included: the last note */
+    KL_NOTE_HANDOFF   /* the term ends in a handoff (STOPPED follows): identity, the
+                         successor ("" none: a plain release) */
 } kl__elector_note_type;
 
 typedef struct kl__elector_note {
     kl__elector_note_type type;
     int64_t epoch;        /* STARTED, LEADER, RELEASED */
-    const char *identity; /* LEADER; borrowed for the call */
+    const char *identity; /* LEADER, HANDOFF; borrowed for the call */
     /* REQUEST: "get", "create" or "update" (Kubernetes; the etcd elector
      * reports none); status 0, or a K8SLEASE_E* code (K8SLEASE_ENOTFOUND
      * of a GET is the answer "no Lease", not a failure); message: what went
@@ -172,6 +174,10 @@ void kl__elector_report_request(k8slease_elector *e, const char *verb, int statu
 
 /* Our release was written (the Lease now has no holder); epoch: the term's. */
 void kl__elector_report_released(k8slease_elector *e, int64_t epoch);
+
+/* The term is being handed over to `to` ("" none: released instead); before
+ * the STOPPED of that term. */
+void kl__elector_report_handoff(k8slease_elector *e, const char *to);
 
 /* Loop thread, after kl__elector_report_stopped, before the write that
  * frees the Lease (or the etcd key): whether a thread that was waiting in

@@ -721,10 +721,12 @@ static void handoff_to(k8s_elector *e, const char *to)
     to = e->handoff_target;
     ev.handoff_to = to;
     ev.handoff_bound_s = e->handoff_bound_s;
-    if (e->sm.state == KL_KE_LEADING)
+    if (e->sm.state == KL_KE_LEADING) {
         kl__log_at(&e->pub.client->log, K8SLEASE_LOG_INFO, &e->pub.about,
                    to ? "handing the lease over to \"%s\"" : "%s",
                    to ? to : "releasing the lease (no successor)");
+        kl__elector_report_handoff(&e->pub, to ? to : "");
+    }
     if (e->sm.state == KL_KE_LEADING && to && strcmp(to, e->identity) != 0)
         handoff_list(e, 1); /* off again when the election is over (detach_lease) */
     stop_candidate(e);

@@ -915,7 +915,8 @@ static void drain(drv *d, int i)
 /* A seed-ABI candidate's stderr: its log lines go to the log file (the
  * warnings and errors to the failure report's record too); anything else
  * (a sanitizer's report, a crash) to our stderr. "lost leadership (epoch
- * N): WHY" tells the observer why the library ended term N. */
+ * N): WHY" and "stopped leading (epoch N): WHY" (a handoff) tell the
+ * observer why the library ended term N. */
 static void err_line(drv *d, int i, const char *line)
 {
     static const char *const levels[] = {"error ", "warn ", "info ", "debug "};
@@ -944,7 +945,12 @@ static void err_line(drv *d, int i, const char *line)
         record(d, "%s log: %s", p->name, line);
         d->log = log;
     }
-    if (lost && sscanf(lost, ": lost leadership (epoch %lld):%n", &epoch, &n) == 1 && n > 0)
+    if (!lost) /* a handoff asked on the Lease: "stopped leading (epoch N): WHY" */
+        lost = strstr(line, ": stopped leading (epoch ");
+    if (lost &&
+        (sscanf(lost, ": lost leadership (epoch %lld):%n", &epoch, &n) == 1 ||
+         sscanf(lost, ": stopped leading (epoch %lld):%n", &epoch, &n) == 1) &&
+        n > 0)
         obs_seed_why(d->o, i, epoch, lost + n + (lost[n] == ' '));
 }
 

@@ -794,6 +794,60 @@ static void releases_in_flight_at_exit(void **state)
     e2e_wait_fault_retired(id, WAIT_MS);
 }
 
+/* Ask the leader of default/LEASE for a handoff (to: "" the best
+ * candidate), as an operator does with kubectl annotate. */
+static void request_handoff(const char *lease, const char *to)
+{
+    char path[160], body[200];
+    long status = 0;
+
+    snprintf(path, sizeof(path), "/apis/coordination.k8s.io/v1/namespaces/default/leases/%s",
+             lease);
+    snprintf(body, sizeof(body),
+             "{\"metadata\":{\"annotations\":{\"k8slease.io/handoff-request\":\"%s\"}}}", to);
+    assert_int_equal(e2e_api("PATCH", path, body, &status, NULL), 0);
+    assert_int_equal(status, 200);
+}
+
+/* A handoff an operator asks for ends the term at info level, saying so
+ * (to a named successor; with none known, a release): not as a lost
+ * term, at error level. */
+static void handoff_request_says_so(void **state)
+{
+    child *c;
+    long long named, best;
+    char want[256], *text;
+
+    (void)state;
+    c = child_start(NULL, NULL);
+    child_ok(c, "init%s%s", "", "");
+    child_ok(c, "run %s %s", "log-handoff-named", "log-handoff-a:8080");
+    child_ok(c, "run %s %s", "log-handoff-best", "log-handoff-a:8080");
+    named = child_ok(c, "wait %s%s", "log-handoff-named", "");
+    best = child_ok(c, "wait %s%s", "log-handoff-best", "");
+    request_handoff("log-handoff-named", "log-handoff-b");
+    request_handoff("log-handoff-best", "");
+    child_ok(c, "waitlost %s%s", "log-handoff-named", "");
+    child_ok(c, "waitlost %s%s", "log-handoff-best", "");
+    text = child_finish(c);
+    check_format(text);
+    snprintf(want, sizeof(want),
+             " info default/log-handoff-named: stopped leading (epoch %lld): a handoff was "
+             "requested: handing the lease over to \"log-handoff-b\"",
+             named);
+    if (count_in(text, want, NULL) != 1)
+        fail_msg("no line \"%s\":\n%s", want, text);
+    snprintf(want, sizeof(want),
+             " info default/log-handoff-best: stopped leading (epoch %lld): a handoff was "
+             "requested, no successor is known: releasing the lease",
+             best);
+    if (count_in(text, want, NULL) != 1)
+        fail_msg("no line \"%s\":\n%s", want, text);
+    if (count_in(text, " lost leadership ", NULL) != 0)
+        fail_msg("a requested handoff said \"lost leadership\":\n%s", text);
+    free(text);
+}
+
 int main(int argc, char **argv)
 {
     const struct CMUnitTest tests[] = {
@@ -804,6 +858,7 @@ int main(int argc, char **argv)
         cmocka_unit_test(level_from_environment),
         cmocka_unit_test(concurrent_lines_never_mix),
         cmocka_unit_test(releases_in_flight_at_exit),
+        cmocka_unit_test(handoff_request_says_so),
     };
 
     if (argc == 2 && strcmp(argv[1], "child") == 0)
