@@ -210,7 +210,11 @@ typedef struct elect {
     int stopping;       /* leave once CMD is gone */
     int signalled;      /* stopping for SIGTERM, SIGINT or SIGHUP: hand over, if on */
     int exit_code;
-    int64_t restart_at; /* monotonic ms of the next campaign while e is NULL */
+    int64_t restart_at;      /* monotonic ms of the next campaign while e is NULL */
+    k8slease_watch *sit_out; /* between terms: ends the wait once another holds it */
+    int have_shown;          /* the last holder line written: */
+    int64_t shown_epoch;
+    char shown[CLI_IDENTITY_MAX];
 } elect;
 
 /* ---- flags ------------------------------------------------------------- */
@@ -458,6 +462,27 @@ static void emit_pid(elect *el, const char *event, int pid)
 
 /* ---- terms ---------------------------------------------------------------- */
 
+/* Between terms: follow the Lease, so that the wait before the next
+ * campaign ends as soon as another identity holds it (a handoff, a
+ * takeover, a candidate that took what we released): campaigning then
+ * cannot take it back, and keeps this replica a candidate (and a known
+ * one, for the next handoff). Its first report is the Lease as it is now.
+ * Without the watch (out of memory) the wait runs its course. */
+static void sit_out(elect *el, int64_t ms)
+{
+    el->restart_at = cli_now_ms() + ms;
+    if (ms > 0 &&
+        k8slease_watch_start(&el->sit_out, el->client, cli_ref_ns(&el->cfg.lease, el->common),
+                             el->cfg.lease.name, cli_events_on_leader, &el->q) != 0)
+        cli_warn("%s; campaigning again in %lld ms", k8slease_error_last(), (long long)ms);
+}
+
+static void sit_out_end(elect *el)
+{
+    k8slease_watch_free(el->sit_out);
+    el->sit_out = NULL;
+}
+
 /* CLI_OK, or the exit code (message printed): CLI_USAGE when the library
  * refuses a flag's value (EINVAL: e.g. a version, or an identity that is
  * no DNS name with --coordinated), else CLI_ERROR. */
@@ -466,6 +491,7 @@ static int start_term(elect *el)
     k8slease_elector_options o = K8SLEASE_ELECTOR_OPTIONS_INIT;
     int err;
 
+    sit_out_end(el);
     o.ns = cli_ref_ns(&el->cfg.lease, el->common);
     o.name = el->cfg.lease.name;
     o.identity = el->identity;
@@ -544,21 +570,6 @@ static void release_lost_term(elect *el, int64_t epoch)
     if (err != 0 && err != K8SLEASE_ENOTFOUND && err != K8SLEASE_ECONFLICT)
         cli_warn("%s; the lease is left to expire", k8slease_error_last());
     k8slease_holder_free(h);
-}
-
-/* Whether another identity holds the Lease (a handoff, a takeover): then
- * campaigning again at once cannot take it back, and keeps this replica a
- * candidate (and a known one, for the next handoff). */
-static int held_by_other(elect *el)
-{
-    k8slease_holder *h = NULL;
-    int other;
-
-    other = k8slease_holder_get(el->client, cli_ref_ns(&el->cfg.lease, el->common),
-                                el->cfg.lease.name, el->cfg.rd.ms, &h) == 0 &&
-            h->identity[0] && strcmp(h->identity, el->identity) != 0;
-    k8slease_holder_free(h);
-    return other;
 }
 
 static void start_cmd(elect *el, int64_t epoch)
@@ -660,7 +671,16 @@ static void handle(elect *el, const cli_event *ev)
         }
         break;
     case CLI_EV_LEADER:
+        if (!el->e && el->sit_out && ev->identity[0] && strcmp(ev->identity, el->identity) != 0)
+            el->restart_at = 0; /* another holds it: nothing to take back */
         cli_view_set_holder(&el->view, ev->identity, ev->epoch);
+        /* A change only: the next term's elector first reports what the
+         * watch between terms (or the last term's) reported already. */
+        if (el->have_shown && el->shown_epoch == ev->epoch && !strcmp(el->shown, ev->identity))
+            break;
+        el->have_shown = 1;
+        el->shown_epoch = ev->epoch;
+        snprintf(el->shown, sizeof(el->shown), "%s", ev->identity);
         if (cli_emit_holder(el->out, el->cfg.json, el->prefix, ev->identity, ev->epoch) != 0)
             output_failed(el);
         break;
@@ -713,15 +733,14 @@ static void run(elect *el)
                 /* Give the others a lease duration to take the Lease we
                  * lost or gave up: candidates retry within 2.2 retry
                  * periods, less than that. Otherwise an operator's
-                 * `k8slease release` would just hand it back to us. Not
-                 * when another holds it already (a handoff, a takeover).
+                 * `k8slease release` would just hand it back to us. The
+                 * wait ends once another holds it (sit_out).
                  * Coordinated: the controller picks the holder whatever we
                  * do, and our LeaseCandidate is gone until the next term
                  * starts: waiting would only leave us out of its choice
                  * meanwhile (a newer version put in charge, then moved
                  * back to us: two handovers instead of none). */
-                el->restart_at =
-                    cli_now_ms() + (el->cfg.coordinated || held_by_other(el) ? 0 : el->cfg.ld.ms);
+                sit_out(el, el->cfg.coordinated ? 0 : el->cfg.ld.ms);
             }
             if (!el->e && cli_now_ms() >= el->restart_at && (r = start_term(el)) != CLI_OK) {
                 el->exit_code = r;
@@ -811,6 +830,7 @@ static void teardown(elect *el)
         if ((epoch = end_term(el)) >= 0 && el->cfg.cmd && !el->cfg.no_release)
             release_lost_term(el, epoch);
     }
+    sit_out_end(el);
     cli_sidecar_stop(el->http);
     k8slease_client_free(el->client);
 }

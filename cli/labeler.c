@@ -137,6 +137,8 @@ static void wait_removed(cli_labeler *l, int64_t timeout_ms)
 
     l->want = 0;
     pthread_cond_broadcast(&l->cv);
+    if (l->have == -1)
+        cli_debug("%s: waiting for the change on its way, then removing it", l->what);
     while (l->have != 0)
         if (pthread_cond_timedwait(&l->cv, &l->mu, &until) == ETIMEDOUT) {
             cli_warn("%s: not removed within %lld ms", l->what, (long long)timeout_ms);

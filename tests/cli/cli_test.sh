@@ -125,6 +125,9 @@ create_pod() {
 label_of() { api GET "/api/v1/namespaces/default/pods/$1" | "$CLI_JSON" "metadata.labels.$2"; }
 label_is() { [ "$(label_of "$1" "$2")" = "$3" ]; }
 
+# fault_hits ID N: the test server's fault rule ID has hit N times.
+fault_hits() { api GET "/testserver/v1/faults/$1" | grep -Eq "\"hits\": *$2,"; }
+
 # holder_of LEASE: the holder's identity ("" when none).
 holder_of() { "$K8SLEASE" holder --lease "$1" --json | "$CLI_JSON" holder; }
 holder_is() { [ "$(holder_of "$1")" = "$2" ]; }
@@ -317,10 +320,11 @@ test_release() {
     wait_until 10 "alice steps down" has_line "$T/a.out" "lost"
     wait_until 10 "bob takes the released lease" has_line "$T/b.out" "elected epoch=1"
 
-    # --force releases whoever holds it. Alice campaigned again at once
-    # (bob held the Lease when her term ended: nothing to take back) and
-    # takes it; bob, whose term ended on a free Lease, waits a lease
-    # duration (30 s) before campaigning again.
+    # --force releases whoever holds it. Alice, whose term ended on the
+    # Lease she released, campaigned again once her watch between terms saw
+    # bob take it (nothing to take back), and takes it; bob, whose term ends
+    # on a free Lease that nobody else takes, waits a lease duration (30 s)
+    # before campaigning again.
     expect 0 "$K8SLEASE" release --lease r1 --force
     has "$T/last.out" 'released lease default/r1 (holder "bob", epoch 1)'
     wait_until 10 "bob steps down" has_line "$T/b.out" "lost"
@@ -650,23 +654,29 @@ test_label() {
     sig TERM e
     finished e 10 0
 
-    # The term ends while the PATCH that sets the label is on its way (it
-    # lands 1.5 s late; CMD exits at once): the label must not stay behind.
+    # The term ends while the PATCH that sets the label is on its way (held
+    # by the server until CMD has exited): the label must not stay behind.
     create_pod p4
+    mkfifo "$T/go"
     # shellcheck disable=SC2086
     run h "$K8SLEASE" elect --lease l4 --identity hal $LONG
     wait_until 10 "hal elected" grep -q "^elected" "$T/h.out"
     # shellcheck disable=SC2086
-    run g "$K8SLEASE" elect --lease l4 --identity gus $LONG --label-pod p4 --log-level info \
-        -- sh -c 'exit 5'
+    run g "$K8SLEASE" elect --lease l4 --identity gus $LONG --label-pod p4 --log-level debug \
+        -- sh -c "read -r go <'$T/go'; exit 5"
     wait_until 10 "gus's first removal" grep -q "pod default/p4 label role=leader: removed" "$T/g.err"
-    api POST /testserver/v1/faults '{"kind":"latency","delay_ms":1500,"count":1,
-        "match":{"verb":"patch","path_prefix":"/api/v1/namespaces/default/pods/p4"}}' \
-        >/dev/null || fail "cannot install the fault"
+    hold=$(api POST /testserver/v1/faults '{"kind":"hang",
+        "match":{"verb":"patch","path_prefix":"/api/v1/namespaces/default/pods/p4"}}' |
+        sed -n 's/^ *"id": *\([0-9]*\),$/\1/p')
+    [ -n "$hold" ] || fail "cannot install the fault"
     sig TERM h
     finished h 10 0
+    wait_until 10 "gus's label PATCH held" fault_hits "$hold" 1
+    timeout 10 sh -c "echo go >'$T/go'" || fail "gus's CMD does not read its fifo"
+    wait_until 10 "gus waits for the held PATCH" grep -q "label role=leader: waiting for the change on its way" "$T/g.err"
+    api DELETE "/testserver/v1/faults/$hold" >/dev/null || fail "cannot end the fault"
     finished g 20 5
-    grep -q "label role=leader: set" "$T/g.err" || fail "the label was never set: no race"
+    grep -q "label role=leader: set" "$T/g.err" || fail "the held PATCH never set the label"
     label_is p4 role "<missing>" || fail "label left on p4 after gus's term ended"
 }
 
