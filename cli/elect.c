@@ -783,6 +783,7 @@ static int setup(elect *el, const cli_parser *p)
     el->view.renew_deadline_ms = c->rd.ms;
     el->view.backend = cli_backend_name(p->common.backend);
     el->view.coordinated = c->coordinated;
+    el->view.handoff = c->handoff;
     cli_info("%s %s, identity %s, server %s%s", cli_lease_noun(el->common), el->lease, el->identity,
              k8slease_client_server(el->client), c->coordinated ? ", coordinated" : "");
     if (c->crash_failover) {

@@ -92,6 +92,8 @@ void cli_view_set_holder(cli_view *v, const char *identity, int64_t epoch)
 
 /* A consistent copy of the view, taken once per request. */
 typedef struct snapshot {
+    int running;         /* an elector: a candidate now */
+    int candidate_known; /* its stats' */
     int leading, is_leader;
     int64_t deadline_ns, epoch;
     char holder[CLI_IDENTITY_MAX];
@@ -109,8 +111,12 @@ static void snapshot_take(cli_view *v, snapshot *s)
     s->epoch = v->epoch;
     memcpy(s->holder, v->holder, sizeof(s->holder));
     s->st = v->done;
-    if (v->elector && k8slease_elector_stats_get(v->elector, &cur) == 0)
+    s->running = v->elector != NULL;
+    s->candidate_known = 0;
+    if (v->elector && k8slease_elector_stats_get(v->elector, &cur) == 0) {
         add_stats(&s->st, &cur);
+        s->candidate_known = cur.candidate_known;
+    }
     pthread_mutex_unlock(&v->mu);
 }
 
@@ -122,7 +128,7 @@ static void snapshot_take(cli_view *v, snapshot *s)
  * after that renew, so on its own it would never let this fire; the term
  * as the callbacks report it ("leading") is what a stuck election keeps
  * true, so either counts. */
-static int healthz(const cli_view *v, const snapshot *s, FILE *f)
+static int unhealthy(const cli_view *v, const snapshot *s, FILE *f)
 {
     int64_t timeout_ms = v->renew_deadline_ms / 2 > 1000 ? v->renew_deadline_ms / 2 : 1000;
     int64_t limit_ns = (v->lease_duration_ms + timeout_ms) * 1000000;
@@ -132,6 +138,39 @@ static int healthz(const cli_view *v, const snapshot *s, FILE *f)
         fprintf(f, "internal server error: failed election to renew leadership on lease %s\n",
                 v->lease);
         return MHD_HTTP_INTERNAL_SERVER_ERROR;
+    }
+    return 0;
+}
+
+static int healthz(const cli_view *v, const snapshot *s, FILE *f)
+{
+    int status = unhealthy(v, s, f);
+
+    if (status)
+        return status;
+    fputs("ok", f);
+    return MHD_HTTP_OK;
+}
+
+/* Ready for a rolling update to go on: with handoff, a leader that hands
+ * over now would see this candidate (a Pod ready before that would let
+ * the old leader choose an old Pod, and the leader change twice). A
+ * candidate whose object cannot be written (no permission: logged) is as
+ * ready as it will ever be. */
+static int readyz(const cli_view *v, const snapshot *s, FILE *f)
+{
+    int status = unhealthy(v, s, f);
+
+    if (status)
+        return status;
+    if (v->handoff && !s->running) {
+        fprintf(f, "not ready: between terms, not a candidate of lease %s now\n", v->lease);
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
+    }
+    if (v->handoff && s->candidate_known == 0) {
+        fprintf(f, "not ready: this candidate of lease %s is not known for a handoff yet\n",
+                v->lease);
+        return MHD_HTTP_SERVICE_UNAVAILABLE;
     }
     fputs("ok", f);
     return MHD_HTTP_OK;
@@ -261,6 +300,7 @@ static const struct route {
     int (*render)(const cli_view *v, const snapshot *s, FILE *f);
 } routes[] = {
     {"/healthz", "text/plain; charset=utf-8", healthz},
+    {"/readyz", "text/plain; charset=utf-8", readyz},
     {"/leader", "application/json", leader},
     {"/", "application/json", legacy},
     {"/metrics", "text/plain; version=0.0.4; charset=utf-8", metrics},
@@ -326,7 +366,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
             rt = &routes[i];
     if (!rt)
         return reply_static(conn, MHD_HTTP_NOT_FOUND,
-                            "not found: try /healthz, /leader, / or "
+                            "not found: try /healthz, /readyz, /leader, / or "
                             "/metrics\n");
     snapshot_take(sc->view, &snap);
     if (!(f = open_memstream(&body, &len)))

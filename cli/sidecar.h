@@ -2,6 +2,9 @@
  * (libmicrohttpd) for probes, service discovery and metrics:
  *   /healthz  200 "ok"; 500 while leader if no renew succeeded for
  *             lease_duration + request timeout (client-go's HealthzAdaptor)
+ *   /readyz   as /healthz; with handoff also 503 until this candidate is
+ *             known to a leader choosing a successor (its object written)
+ *             and between terms (not a candidate then)
  *   /leader   JSON: lease, backend, identity, holder, epoch, is_leader,
  *             renew_deadline_ms_left, coordinated
  *   /         {"name":"<holder>"} like the legacy leader-elector sidecar
@@ -25,6 +28,7 @@ typedef struct cli_view {
     char name[CLI_NAME_MAX];   /* NAME: the name label of the metrics */
     const char *backend;       /* "k8s" or "etcd": the backend label */
     int coordinated;           /* elect --coordinated */
+    int handoff;               /* elect's planned handoff is on */
     char identity[CLI_IDENTITY_MAX];
     int64_t lease_duration_ms, renew_deadline_ms;
 

@@ -314,8 +314,9 @@ typedef struct k8slease_elector_options {
      *  when a handoff makes it terminating and at the end: no writes while
      *  idle with a Pod, one every 30 minutes without. Needs create, update
      *  and delete on leases; without them a warning, and the candidate is
-     *  chosen only by name. 0 (default): unknown to the choice, still a
-     *  candidate that can win. */
+     *  chosen only by name. k8slease_elector_stats.candidate_known says
+     *  when the object is written (a readiness check for rollouts). 0
+     *  (default): unknown to the choice, still a candidate that can win. */
     int handoff_candidate;
     /** Handoff: this candidate's revision; the newest is preferred (the
      *  revisions' order: the earliest birth of their candidates). NULL: the
@@ -372,9 +373,10 @@ K8SLEASE_API int64_t k8slease_elector_epoch(const k8slease_elector *elector);
         1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, -1                                         \
     }
 
-/** Version 2 added the fields from gets on; k8slease_elector_stats_get still
- * accepts version 1 (and fills only the fields version 1 had). */
-#define K8SLEASE_ELECTOR_STATS_VERSION 2
+/** Version 2 added the fields from gets on, version 3 candidate_known;
+ *  k8slease_elector_stats_get still accepts versions 1 and 2 (and fills
+ *  only the fields they had). */
+#define K8SLEASE_ELECTOR_STATS_VERSION 3
 
 /** Counters of one elector, for metrics and health checks. */
 typedef struct k8slease_elector_stats {
@@ -403,6 +405,14 @@ typedef struct k8slease_elector_stats {
                                 (newer than anything seen before) */
     int watch_healthy;     /**< 1 while the watch of the Lease is healthy (always 0
                                 with poll_only) */
+    /* Version 3: */
+    /** handoff_candidate: 1 while this candidate's object is written, so
+     *  that a leader choosing a successor sees it (a readiness check for
+     *  rolling updates: `k8slease elect`'s /readyz); 0 before that, once
+     *  it is deleted at the end, and without handoff_candidate; -1 when it
+     *  cannot be written (no permission: a warning said so; the candidate
+     *  can still win and be named). */
+    int candidate_known;
 } k8slease_elector_stats;
 
 /** Copy the elector's counters into *stats (stats->version must be set).

@@ -129,6 +129,13 @@ void kl__elector_watch_events(k8slease_elector *e, uint64_t n)
     pthread_mutex_unlock(&e->mu);
 }
 
+void kl__elector_candidate_known(k8slease_elector *e, int known)
+{
+    pthread_mutex_lock(&e->mu);
+    e->stats.candidate_known = known;
+    pthread_mutex_unlock(&e->mu);
+}
+
 /* "10 s", or "1500 ms" when seconds would hide the value. */
 static const char *format_ms(int64_t ms, char *buf, size_t size)
 {

@@ -89,6 +89,9 @@ void kl__elector_renewal_sent(k8slease_elector *e, int64_t now);
  * changes. */
 void kl__elector_watch_healthy(k8slease_elector *e, int healthy);
 void kl__elector_watch_events(k8slease_elector *e, uint64_t n);
+/* Handoff: the candidate's object is written (1), not (0), or cannot be
+ * (-1): stats.candidate_known. */
+void kl__elector_candidate_known(k8slease_elector *e, int known);
 
 /* The machine said STOPPED, for the reason why; holder and epoch are
  * KL_TERM_TAKEN's and KL_TERM_RETAKEN's (else ignored). A term that was

@@ -478,10 +478,13 @@ K8SLEASE_API int k8slease_elector_stats_get(const k8slease_elector *e,
                              "k8slease_elector_stats.version is %u, expected 1 to %u",
                              stats->version, K8SLEASE_ELECTOR_STATS_VERSION);
     pthread_mutex_lock(&m->mu);
-    /* A caller built against version 1 has the shorter struct. */
+    /* A caller built against an older version has a shorter struct. */
     if (stats->version == 1) {
         memcpy(stats, &e->stats, offsetof(k8slease_elector_stats, gets));
         stats->version = 1;
+    } else if (stats->version == 2) {
+        memcpy(stats, &e->stats, offsetof(k8slease_elector_stats, candidate_known));
+        stats->version = 2;
     } else {
         *stats = e->stats;
     }

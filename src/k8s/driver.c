@@ -593,6 +593,13 @@ static void on_announce_gone(void *arg)
     report_done_if_over(e);
 }
 
+static void on_announce_known(int known, void *arg)
+{
+    k8s_elector *e = arg;
+
+    kl__elector_candidate_known(&e->pub, known);
+}
+
 static void stop_candidate(k8s_elector *e)
 {
     if (!e->cand || e->cand_state != CAND_RUNNING)
@@ -995,6 +1002,8 @@ static int create(k8slease_elector **out, k8slease_client *client,
         ac.request_timeout_ms = e->request_timeout_ms;
         ac.what = e->pub.what;
         ac.subject = e->pub.about.subject;
+        ac.known = on_announce_known;
+        ac.known_arg = e;
         if ((err = kl__handoff_announce_new(&e->announce, client, &ac)) < 0)
             goto out;
     }

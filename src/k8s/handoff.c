@@ -361,6 +361,7 @@ struct kl__handoff_announce {
     kl__handoff_cand self;
     char *rv;    /* of the object as last written or read; NULL: create it */
     int written; /* delete it when stopping */
+    int known;   /* as last told to cfg.known */
     int dirty;   /* self changed since the last write */
     int stopping, failed;
     int pod_read; /* the Pod was read, or could not be: announced without it */
@@ -393,6 +394,15 @@ static void ann_on_gone(kl__timer *t, void *arg)
         a->gone = NULL;
         gone(a->gone_arg);
     }
+}
+
+static void ann_tell(kl__handoff_announce *a, int known)
+{
+    if (a->known == known)
+        return;
+    a->known = known;
+    if (a->cfg.known)
+        a->cfg.known(known, a->cfg.known_arg);
 }
 
 static void ann_later(kl__handoff_announce *a)
@@ -467,6 +477,7 @@ static void ann_done(const kl__http_result *res, void *arg)
         err = kl__http_status_error(res->status, res->body, res->body_len, what);
     if (kind == A_DELETE || (err < 0 && a->stopping)) {
         a->written = 0;
+        ann_tell(a, 0);
         kl__timer_arm(a->client->loop, &a->gone_now, kl__loop_now(a->client->loop));
         return;
     }
@@ -477,6 +488,7 @@ static void ann_done(const kl__http_result *res, void *arg)
             kl__log_at(&a->client->log, K8SLEASE_LOG_WARN, &a->about,
                        "%s; this candidate is not known to the leader's choice", kl__error_get());
             a->failed = 1;
+            ann_tell(a, -1);
             return;
         }
         kl__log_at(&a->client->log, K8SLEASE_LOG_DEBUG, &a->about, "%s; again later",
@@ -500,6 +512,7 @@ static void ann_done(const kl__http_result *res, void *arg)
         set_rv_of(a, res->body, res->body_len);
         a->written = 1;
         a->dirty = 0;
+        ann_tell(a, 1);
         if (!a->self.pod_uid)
             kl__timer_arm(a->client->loop, &a->renew,
                           kl__loop_now(a->client->loop) +

@@ -102,6 +102,9 @@ char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch, co
 
 typedef struct kl__handoff_announce kl__handoff_announce;
 typedef void (*kl__handoff_gone_cb)(void *arg);
+/* The object is written (1), no longer (0: deleted, or being written over
+ * after a conflict), or cannot be (-1: no permission). On changes only. */
+typedef void (*kl__handoff_known_cb)(int known, void *arg);
 
 typedef struct kl__handoff_announce_config {
     const char *ns, *lease, *identity;
@@ -110,6 +113,8 @@ typedef struct kl__handoff_announce_config {
     int64_t priority;
     int64_t retry_period_ns, request_timeout_ms;
     const char *what, *subject; /* for messages */
+    kl__handoff_known_cb known; /* NULL: not told */
+    void *known_arg;
 } kl__handoff_announce_config;
 
 /* Copy cfg; no I/O. 0 or K8SLEASE_ENOMEM. Any thread. */

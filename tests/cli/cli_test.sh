@@ -690,6 +690,7 @@ test_sidecar() {
 
     same "$(curl -sS "$base/healthz")" ok "/healthz"
     curl -sS -o /dev/null -w '%{http_code}' "$base/healthz" | grep -qx 200 || fail "/healthz"
+    same "$(curl -sS "$base/readyz")" ok "/readyz without handoff"
     curl -sS "$base/leader" >"$T/leader.json"
     same "$("$CLI_JSON" lease backend identity holder epoch is_leader <"$T/leader.json" |
         tr '\n' ' ')" "default/m1 k8s alice alice 0 true " "/leader"
@@ -747,6 +748,33 @@ test_sidecar() {
     same "$(curl -sS "http://127.0.0.1:$pb/" | "$CLI_JSON" name)" bob "new leader's /"
     sig TERM b
     finished b 10 0
+
+    # With handoff, /readyz waits until this candidate is known (the server
+    # holds the create of its object; m1 exists, so that is its only create)
+    # and says why; between terms it is not ready either.
+    hold=$(api POST /testserver/v1/faults '{"kind":"hang","match":{"verb":"create",
+        "path_prefix":"/apis/coordination.k8s.io/v1/namespaces/default/leases"}}' |
+        sed -n 's/^ *"id": *\([0-9]*\),$/\1/p')
+    [ -n "$hold" ] || fail "cannot install the fault"
+    # shellcheck disable=SC2086
+    run d "$K8SLEASE" elect --lease m1 --identity dora $LONG --handoff --http 127.0.0.1:0
+    pd=$(http_port d)
+    wait_until 10 "dora elected" grep -q "^elected" "$T/d.out"
+    wait_until 10 "dora's object held" fault_hits "$hold" 1
+    same "$(curl -sS -w '%{http_code}' "http://127.0.0.1:$pd/readyz" | tr '\n' ' ')" \
+        "not ready: this candidate of lease default/m1 is not known for a handoff yet 503" \
+        "/readyz before the object is written"
+    same "$(curl -sS "http://127.0.0.1:$pd/healthz")" ok "/healthz meanwhile"
+    api DELETE "/testserver/v1/faults/$hold" >/dev/null || fail "cannot end the fault"
+    wait_until 10 "dora ready" sh -c "curl -sS http://127.0.0.1:$pd/readyz | grep -qx ok"
+    expect 0 "$K8SLEASE" release --lease m1 --force
+    wait_until 10 "dora loses" has_line "$T/d.out" "lost"
+    wait_until 10 "dora not ready between terms" sh -c \
+        "curl -sS http://127.0.0.1:$pd/readyz | grep -qx 'not ready: between terms, not a candidate of lease default/m1 now'"
+    same "$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$pd/readyz")" 503 \
+        "/readyz between terms"
+    sig TERM d
+    finished d 10 0
 }
 
 test_demo() {

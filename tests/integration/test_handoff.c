@@ -446,6 +446,28 @@ static size_t count_known(const char *lease)
     return n;
 }
 
+/* stats.candidate_known of c's elector. */
+static int cand_known_stat(cand *c)
+{
+    k8slease_elector_stats st = {.version = K8SLEASE_ELECTOR_STATS_VERSION};
+
+    assert_int_equal(k8slease_elector_stats_get(c->e, &st), 0);
+    return st.candidate_known;
+}
+
+/* Wait until c's elector says candidate_known == want. */
+static void await_known_stat(cand *c, int want)
+{
+    int64_t until = e2e_mono_ms() + WAIT_MS;
+
+    while (cand_known_stat(c) != want) {
+        if (e2e_mono_ms() > until)
+            fail_msg("%s: stats.candidate_known is %d, not %d within %d ms", c->id,
+                     cand_known_stat(c), want, WAIT_MS);
+        e2e_pause_ms(20);
+    }
+}
+
 /* The candidate annotation of an object, parsed (json_decref). */
 static json_t *cand_info(json_t *item)
 {
@@ -1242,7 +1264,12 @@ static void candidate_objects(void **state)
     cand_start(onpod, lease, &podo);
     cand_start(none, lease, NULL);
     cand_start(v3, lease, &v3o);
-    await_known(lease, ids, 2);
+    /* Known (stats) means written: the objects exist from then on. */
+    await_known_stat(plain, 1);
+    await_known_stat(onpod, 1);
+    assert_int_equal(known(lease, ids, 2, NULL, NULL), 2);
+    assert_int_equal(cand_known_stat(none), 0);
+    assert_int_equal(cand_known_stat(v3), 0);
 
     assert_int_equal(known(lease, ids, 2, "plain", &obj), 2);
     meta = json_object_get(obj, "metadata");
@@ -1288,7 +1315,68 @@ static void candidate_objects(void **state)
     /* A stop deletes it too, before it returns. */
     assert_int_equal(k8slease_elector_stop(onpod->e, 1), 0);
     assert_int_equal(count_known(lease), 0);
+    assert_int_equal(cand_known_stat(onpod), 0);
     cand_free(onpod);
+}
+
+/* Callers built against older stats get what their version had; a newer
+ * version is refused, naming the versions known. */
+static void stats_versions(void **state)
+{
+    cand *c = cand_new("sv");
+    cand_opts co = {.handoff_candidate = 1};
+    k8slease_elector_stats st;
+
+    (void)state;
+    cand_start(c, "ho-stats", &co);
+    await_known_stat(c, 1);
+    memset(&st, 0x55, sizeof(st));
+    st.version = 2;
+    assert_int_equal(k8slease_elector_stats_get(c->e, &st), 0);
+    assert_int_equal(st.version, 2);
+    assert_true(st.gets > 0);
+    assert_int_equal(st.candidate_known, 0x55555555); /* not in version 2 */
+    memset(&st, 0x55, sizeof(st));
+    st.version = 1;
+    assert_int_equal(k8slease_elector_stats_get(c->e, &st), 0);
+    assert_int_equal(st.version, 1);
+    assert_int_equal(st.gets, 0x5555555555555555ULL); /* not in version 1 */
+    st.version = K8SLEASE_ELECTOR_STATS_VERSION + 1;
+    assert_int_equal(k8slease_elector_stats_get(c->e, &st), K8SLEASE_EINVAL);
+    assert_non_null(strstr(k8slease_error_last(), "k8slease_elector_stats.version is 4, "
+                                                  "expected 1 to 3"));
+    cand_free(c);
+}
+
+/* A candidate that may not write its object (403) says so, and its stats
+ * say -1: known to no choice, still a candidate (it leads when the Lease
+ * is free). Test server only (the refusal is a fault). */
+static void candidate_forbidden(void **state)
+{
+    const char *lease = "ho-forbidden";
+    cand *a = cand_new("fa"), *b = cand_new("fb");
+    cand_opts co = {.handoff_candidate = 1};
+    char rule[512];
+
+    long id;
+
+    (void)state;
+    e2e_need_testserver("the refusal is a fault rule");
+    cand_start(a, lease, NULL);
+    cand_elected(a);
+    /* The Lease exists: b's only create is its candidate object. */
+    snprintf(rule, sizeof(rule),
+             "{\"kind\":\"error\",\"status\":403,\"count\":1,\"match\":{\"verb\":\"create\","
+             "\"path_prefix\":\"/apis/coordination.k8s.io/v1/namespaces/%s/leases\"}}",
+             ns);
+    id = e2e_add_fault(rule);
+    cand_start(b, lease, &co);
+    await_known_stat(b, -1);
+    e2e_wait_fault_retired(id, WAIT_MS);
+    assert_int_equal(count_known(lease), 0);
+    cand_free(a);
+    cand_elected(b);
+    cand_free(b);
 }
 
 /* A follower's handoff only stops it: the leader leads on, the Lease is
@@ -1492,6 +1580,8 @@ int main(void)
         T(request_annotation),
         T(same_identity_waits_for_its_handoff),
         T(candidate_objects),
+        T(stats_versions),
+        T(candidate_forbidden),
         T(follower_only_stops),
         T(mixed_fleet),
     };
