@@ -44,7 +44,8 @@ enum k8slease_error {
     K8SLEASE_ENOTFOUND = -3,  /**< the object does not exist (HTTP 404) */
     K8SLEASE_ECONFLICT = -4,  /**< optimistic-concurrency conflict or already exists (HTTP 409) */
     K8SLEASE_EAUTH = -5,      /**< credentials refused (HTTP 401/403) */
-    K8SLEASE_ETLS = -6,       /**< TLS handshake or certificate verification failed */
+    K8SLEASE_ETLS = -6,       /**< TLS handshake or certificate verification failed (a
+                                   connection closed during the handshake is ETRANSPORT) */
     K8SLEASE_ETIMEOUT = -7,   /**< a deadline passed */
     K8SLEASE_ETRANSPORT = -8, /**< connection refused, reset, DNS, ... */
     K8SLEASE_EPROTOCOL = -9,  /**< the server answered something we cannot use */

@@ -418,6 +418,22 @@ static void map_error(const xfer *x, CURLcode rc, kl__xfer_end *end, char *detai
         end->kind = "timeout";
         break;
     case CURLE_SSL_CONNECT_ERROR:
+        /* Closed or reset before the handshake ended, with no alert (a
+         * balancer whose backend is gone): the connection failed, not TLS,
+         * as the native transport says. */
+        if (strstr(detail, "SSL_ERROR_SYSCALL") || strstr(detail, "unexpected eof")) {
+            snprintf(detail, len, "the server closed the connection");
+            end->kind = "TLS handshake";
+            end->connection = end->unsent = 1;
+            break;
+        }
+        if (strstr(detail, "Connection reset by peer")) {
+            snprintf(detail, len, "Connection reset by peer");
+            end->kind = "TLS handshake";
+            end->connection = end->unsent = 1;
+            break;
+        }
+        /* fall through */
     case CURLE_PEER_FAILED_VERIFICATION:
     case CURLE_SSL_CERTPROBLEM:
     case CURLE_SSL_CIPHER:

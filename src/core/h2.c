@@ -482,6 +482,19 @@ static void handshake(kl__h2 *c)
             update_events(c);
             return;
         }
+        /* Closed or reset before the handshake ended, with no alert: a
+         * balancer whose backend is gone (the connection failed, TLS did
+         * not; nothing was sent), to be tried again soon, unlike a refusal
+         * of TLS. EOF is ZERO_RETURN with SSL_OP_IGNORE_UNEXPECTED_EOF. */
+        if (rc == SSL_ERROR_ZERO_RETURN || (rc == SSL_ERROR_SYSCALL && !ERR_peek_last_error())) {
+            if (rc == SSL_ERROR_ZERO_RETURN || n == 0 || !errno)
+                snprintf(why, sizeof(why), "the server closed the connection");
+            else
+                kl__strerror(errno, why, sizeof(why));
+            ERR_clear_error();
+            fail_with(c, K8SLEASE_ETRANSPORT, "TLS handshake", why, 1);
+            return;
+        }
         ssl_reason(c, rc, n, why, sizeof(why));
         fail_with(c, K8SLEASE_ETLS, "TLS", why, 0);
         return;

@@ -1551,6 +1551,89 @@ static void test_connection_refused(void **state)
     assert_true(T.r[0].unsent); /* nothing left: safe to send elsewhere */
 }
 
+/* A balancer whose backend is gone: it accepts and closes, before a TLS
+ * handshake can end; after reading the ClientHello (a clean close), or at
+ * once (its unread bytes make it a reset). At most 8 connections. */
+typedef struct closer {
+    int fd, read_first;
+    pthread_t th;
+} closer;
+
+static void *closer_main(void *arg)
+{
+    closer *c = arg;
+
+    for (int i = 0; i < 8; i++) {
+        int s = accept(c->fd, NULL, NULL);
+        char buf[4096];
+        struct pollfd p;
+
+        if (s < 0)
+            break; /* shut down */
+        p.fd = s;
+        p.events = POLLIN;
+        if (c->read_first && poll(&p, 1, 10000) == 1 && recv(s, buf, sizeof(buf), 0) < 0)
+            perror("closer: recv");
+        close(s);
+    }
+    return NULL;
+}
+
+static int closer_start(closer *c, int read_first)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    c->read_first = read_first;
+    c->fd = socket(AF_INET, SOCK_STREAM, 0);
+    assert_true(c->fd >= 0);
+    assert_int_equal(bind(c->fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    assert_int_equal(listen(c->fd, 8), 0);
+    assert_int_equal(getsockname(c->fd, (struct sockaddr *)&sa, &len), 0);
+    assert_int_equal(pthread_create(&c->th, NULL, closer_main, c), 0);
+    return ntohs(sa.sin_port);
+}
+
+static void closer_stop(closer *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+    pthread_join(c->th, NULL);
+    close(c->fd);
+}
+
+/* Closed during the TLS handshake: a failed connection (ETRANSPORT, tried
+ * again soon by an election), not a refusal of TLS (ETLS, which waits a
+ * retry period); nothing was sent. */
+static void test_closed_during_handshake(void **state)
+{
+    kl__restconfig cfg = cfg_default();
+    char url[64];
+    closer c;
+
+    (void)state;
+    for (int read_first = 1; read_first >= 0; read_first--) {
+        snprintf(url, sizeof(url), "https://127.0.0.1:%d", closer_start(&c, read_first));
+        cfg.server = url;
+        loop_start(&cfg);
+        memset(&T.r[0], 0, sizeof(T.r[0]));
+        run("GET", "/json", &T.r[0]);
+        closer_stop(&c);
+        print_message("read_first %d: %s\n", read_first, T.r[0].errmsg);
+        assert_int_equal(T.r[0].err, K8SLEASE_ETRANSPORT);
+        assert_int_equal(T.r[0].status, 0);
+        assert_true(strncmp(T.r[0].errmsg, url, strlen(url)) == 0);
+        assert_non_null(strstr(T.r[0].errmsg, ": TLS handshake: "));
+        if (read_first)
+            assert_non_null(strstr(T.r[0].errmsg, "the server closed the connection"));
+        assert_true(T.r[0].unsent);
+        kl__loop_free(T.loop);
+        T.loop = NULL;
+    }
+}
+
 static void test_body_cap(void **state)
 {
     kl__restconfig cfg = cfg_default();
@@ -2163,6 +2246,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_expired_server_certificate, setup, teardown),
         cmocka_unit_test_setup_teardown(test_timeout, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_closed_during_handshake, setup, teardown),
         cmocka_unit_test_setup_teardown(test_body_cap, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stream_non_200_collected, setup, teardown),
