@@ -421,14 +421,11 @@ static void map_error(const xfer *x, CURLcode rc, kl__xfer_end *end, char *detai
         /* Closed or reset before the handshake ended, with no alert (a
          * balancer whose backend is gone): the connection failed, not TLS,
          * as the native transport says. */
-        if (strstr(detail, "SSL_ERROR_SYSCALL") || strstr(detail, "unexpected eof")) {
-            snprintf(detail, len, "the server closed the connection");
-            end->kind = "TLS handshake";
-            end->connection = end->unsent = 1;
-            break;
-        }
-        if (strstr(detail, "Connection reset by peer")) {
-            snprintf(detail, len, "Connection reset by peer");
+        if (strstr(detail, "SSL_ERROR_SYSCALL") || strstr(detail, "unexpected eof") ||
+            strstr(detail, "Connection reset by peer")) {
+            snprintf(detail, len, "%s",
+                     strstr(detail, "reset") ? "Connection reset by peer"
+                                             : "the server closed the connection");
             end->kind = "TLS handshake";
             end->connection = end->unsent = 1;
             break;

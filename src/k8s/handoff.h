@@ -102,8 +102,8 @@ char *kl__handoff_done_value(const char *from, const char *to, int64_t epoch, co
 
 typedef struct kl__handoff_announce kl__handoff_announce;
 typedef void (*kl__handoff_gone_cb)(void *arg);
-/* The object is written (1), no longer (0: deleted, or being written over
- * after a conflict), or cannot be (-1: no permission). On changes only. */
+/* The object is written (1), no longer (0: deleted at the stop), or cannot
+ * be (-1: no permission). On changes only. */
 typedef void (*kl__handoff_known_cb)(int known, void *arg);
 
 typedef struct kl__handoff_announce_config {

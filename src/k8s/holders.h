@@ -1,4 +1,4 @@
-/* Holder reads answered from a watch : a program that
+/* Holder reads answered from a watch: a program that
  * asks for the same Lease's holder again and again (Mooncake's standby
  * calls K8sLeaseGetHolder every 200 ms) is answered from the client's
  * shared stream of that Lease (k8s/informer.c: the election's own when this

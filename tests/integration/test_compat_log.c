@@ -310,6 +310,13 @@ static int count_in(const char *text, const char *needle, ...)
     return n;
 }
 
+/* want is in text exactly once. */
+static void once(const char *text, const char *want)
+{
+    if (count_in(text, want, NULL) != 1)
+        fail_msg("not one line \"%s\":\n%s", want, text);
+}
+
 static int count_lines(child *c, const char *needle, ...)
 {
     va_list ap;
@@ -835,14 +842,12 @@ static void handoff_request_says_so(void **state)
              " info default/log-handoff-named: stopped leading (epoch %lld): a handoff was "
              "requested: handing the lease over to \"log-handoff-b\"",
              named);
-    if (count_in(text, want, NULL) != 1)
-        fail_msg("no line \"%s\":\n%s", want, text);
+    once(text, want);
     snprintf(want, sizeof(want),
              " info default/log-handoff-best: stopped leading (epoch %lld): a handoff was "
              "requested, no successor is known: releasing the lease",
              best);
-    if (count_in(text, want, NULL) != 1)
-        fail_msg("no line \"%s\":\n%s", want, text);
+    once(text, want);
     if (count_in(text, " lost leadership ", NULL) != 0)
         fail_msg("a requested handoff said \"lost leadership\":\n%s", text);
     free(text);
